@@ -1,0 +1,102 @@
+"""Tiling shared by the element-wise backward operators (MSE, BCE) on Ascend vector cores.
+
+The MseLossGradV2 tiling (kernels.md 2c): UB is divided per element among the input buffers,
+the output buffer and fp32 calculation buffers; ``max_tile`` elements fit with single
+buffering; ``block_dim = min(vector cores, ceil(total / max_tile))``; work is split evenly with
+the remainder on the last core; double buffering switches on above 65536 elements and halves
+the tile. Overrides (block_dim, tile_length, buffer_num, core_mask) let studies force a tiling;
+one that does not fit the UB is refused with the bytes needed and available.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from devices.spec import DeviceSpec
+from kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
+
+DOUBLE_BUFFER_THRESHOLD = 65536   # elements (kernels.md 2c)
+ALIGN_ELEMENTS = 32               # tiles are kept to whole 32-element groups (32 B for int8+)
+OVERRIDE_KEYS = ("block_dim", "tile_length", "buffer_num", "core_mask")
+
+
+@dataclass(frozen=True)
+class ElementwiseTiling:
+    total: int            # elements of the output
+    block_dim: int
+    per_core: int         # elements on every core but the last
+    last_core: int        # elements on the last core (per_core + remainder)
+    tile_length: int      # elements per tile
+    buffer_num: int       # 1 or 2 (double buffering)
+    ub_bytes: int         # UB bytes one core allocates
+    ub_bytes_per_element: int
+    core_mask: int | None = None
+    workspace: int = 0
+
+    def core_range(self, block: int) -> tuple[int, int]:
+        start = block * self.per_core
+        return start, self.last_core if block == self.block_dim - 1 else self.per_core
+
+
+def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - set(OVERRIDE_KEYS)
+    if unknown:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
+    return overrides
+
+
+def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize: int, out_itemsize: int,
+                     calc_bytes: int, overrides: Mapping[str, Any] | None = None) -> ElementwiseTiling:
+    """The V2 element-wise tiling for ``total`` output elements.
+
+    Per element of a tile the UB holds ``n_inputs`` input slots and one output slot per buffer,
+    plus ``calc_bytes`` of fp32 scratch (casts of 16-bit inputs).
+    """
+    ov = check_overrides(overrides)
+    ub = spec.ub.size
+    cores = spec.vector_cores
+
+    def per_element(buffers: int) -> int:
+        return buffers * (n_inputs * in_itemsize + out_itemsize) + calc_bytes
+
+    max_tile = (ub // per_element(1)) // ALIGN_ELEMENTS * ALIGN_ELEMENTS
+    core_mask = ov.get("core_mask")
+    if core_mask is not None:
+        if not isinstance(core_mask, int) or core_mask <= 0 or core_mask >> cores:
+            raise tiling_error(f"core_mask {core_mask!r} must select between 1 and {cores} of the "
+                               f"{cores} vector cores of {spec.name} (0x1..{(1 << cores) - 1:#x})")
+        cores = popcount(core_mask)
+    buffer_num = ov.get("buffer_num", 2 if total > DOUBLE_BUFFER_THRESHOLD else 1)
+    if buffer_num not in (1, 2):
+        raise tiling_error(f"buffer_num {buffer_num!r} must be 1 or 2")
+    if "tile_length" in ov:
+        tile = ov["tile_length"]
+        if not isinstance(tile, int) or tile <= 0:
+            raise tiling_error(f"tile_length {tile!r} must be a positive number of elements")
+        pad = -(-tile // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+        need = pad * per_element(buffer_num)
+        if need > ub:
+            raise tiling_error(
+                f"tile_length {tile} does not fit the UB: needs {need} B "
+                f"({per_element(buffer_num)} B per element x {pad} elements, buffer_num {buffer_num}), "
+                f"UB has {ub} B on {spec.name}")
+    else:
+        tile = max(ALIGN_ELEMENTS, (ub // per_element(buffer_num)) // ALIGN_ELEMENTS * ALIGN_ELEMENTS)
+    if max_tile <= 0:
+        raise tiling_error(f"UB of {ub} B cannot hold one {ALIGN_ELEMENTS}-element tile "
+                           f"({per_element(1)} B per element)")
+    if "block_dim" in ov:
+        block_dim = ov["block_dim"]
+        if not isinstance(block_dim, int) or block_dim <= 0:
+            raise tiling_error(f"block_dim {block_dim!r} must be a positive integer")
+        block_dim = min(block_dim, max(1, total))
+    else:
+        block_dim = max(1, min(cores, -(-total // max_tile)))
+    per_core = total // block_dim
+    last = per_core + total % block_dim
+    tile = min(tile, max(last, 1)) if "tile_length" not in ov else tile
+    pad = -(-tile // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
+    return ElementwiseTiling(total, block_dim, per_core, last, tile, buffer_num,
+                             pad * per_element(buffer_num), per_element(buffer_num), core_mask)

@@ -1,0 +1,181 @@
+"""aclnnMseLossBackward: out = (self − target) · cof · gradOutput, cof = 2/N (mean) or 2.
+
+Seed: seeds/aclnnMseLossBackward.txt. Checks, tiling and kernel: reference/kernels.md §2
+(ops-nn mse_loss_grad_v2). Numerics: reference/numerics.md §1b — fp16/bf16 are cast to fp32,
+Sub, Muls(cof), Mul(grad) in fp32, one RINT cast back.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from devices.spec import DeviceSpec
+from kernels.ascend.elementwise import ElementwiseTiling, plan_elementwise
+from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, broadcast_shapes,
+                            broadcasts_to, check_dtype_in, check_max_dims, check_not_null,
+                            check_product, check_reduction, check_same_dtype, reduction_code)
+from simulator import numerics as nx
+from simulator.isa import Cast, Mul, Muls, Sub
+from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+
+NAME = "mse_loss_backward"
+PRODUCTS = ("training", "inference", "a2", "a3")
+
+
+def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
+    """FLOAT16, FLOAT everywhere; BFLOAT16 only on Atlas A2/A3 (seed)."""
+    return ("fp32", "fp16", "bf16") if spec.series in ("a2", "a3") else ("fp32", "fp16")
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+# ---------------------------------------------------------------------------------------------
+
+def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+    """The documented checks in the documented order (kernels.md 2a), then product support."""
+    g, x, y, out = t.get("grad_output"), t.get("self"), t.get("target"), t.get("out")
+    check_not_null(gradOutput=g, self=x, target=y, out=out)
+    check_same_dtype("self", x, gradOutput=g, target=y)
+    check_dtype_in(supported_dtypes(spec), spec.product, self=x, out=out)
+    reduction = reduction_code(attrs.get("reduction", 1))
+    check_reduction(reduction)
+    check_max_dims(gradOutput=g, self=x, target=y)
+    shape = broadcast_shapes(g.shape, x.shape)
+    if shape is None:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"gradOutput shape {list(g.shape)} and self shape {list(x.shape)} cannot broadcast")
+    if not broadcasts_to(y.shape, shape):
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"target shape {list(y.shape)} cannot broadcast to {list(shape)} "
+                      f"(the broadcast of gradOutput and self)")
+    if tuple(out.shape) != shape:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"out shape {list(out.shape)} must equal the broadcast shape {list(shape)}")
+    check_product(spec, "aclnnMseLossBackward", PRODUCTS)
+    return {"out": TensorDesc(shape, out.dtype)}
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------
+
+def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any],
+         overrides: Mapping[str, Any] | None = None) -> ElementwiseTiling:
+    out = t["out"]
+    item = t["self"].dtype.itemsize
+    # UB per element: x, y, dout and out per buffer, plus 16 B of fp32 scratch for 16-bit types:
+    # maxTile = UB / (4·sizeof(T) + 16) for fp16/bf16 and UB / 16 for fp32 (kernels.md 2c).
+    return plan_elementwise(spec, out.numel, n_inputs=3, in_itemsize=item, out_itemsize=item,
+                            calc_bytes=16 if item == 2 else 0, overrides=overrides)
+
+
+def cof_of(reduction: int, n: int) -> float:
+    """2/N for mean (N = numel(self)), else 2; computed in double, used as an fp32 constant."""
+    return float(np.float32(2.0 / n)) if reduction == 1 else 2.0
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel (one block)
+# ---------------------------------------------------------------------------------------------
+
+def kernel(ctx: KernelContext, tiling: ElementwiseTiling, g: GlobalTensor, x: GlobalTensor,
+           y: GlobalTensor, out: GlobalTensor, cof: float) -> Iterator[Any]:
+    start, length = tiling.core_range(ctx.block_idx)
+    half = x.dtype.itemsize == 2
+    if half:
+        calc = ctx.tbuf(16 * tiling.tile_length, nx.FP32)
+        n = tiling.tile_length
+        xf, yf, gf = calc[0:n], calc[n:2 * n], calc[2 * n:3 * n]
+
+    def compute(ctx: KernelContext, ins: list[LocalTensor], o: LocalTensor, n: int) -> Iterator[Any]:
+        xl, yl, gl = ins
+        if not half:
+            yield Sub(o, xl, yl, count=n)
+            yield Muls(o, o, scalar=cof, count=n)
+            yield Mul(o, o, gl, count=n)
+            return
+        yield Cast(xf, xl, "none", n)
+        yield Cast(yf, yl, "none", n)
+        yield Cast(gf, gl, "none", n)
+        yield Sub(xf, xf, yf, count=n)
+        yield Muls(xf, xf, scalar=cof, count=n)
+        yield Mul(xf, xf, gf, count=n)
+        yield Cast(o, xf, "rint", n)
+
+    yield from elementwise_pipeline(ctx, inputs=[x, y, g], output=out, start=start, length=length,
+                                    tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
+                                    compute=compute)
+
+
+def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling: ElementwiseTiling,
+           attrs: Mapping[str, Any]) -> list:
+    out = tensors["out"]
+    shape = out.shape
+    x = tensors["self"]
+    cof = cof_of(reduction_code(attrs.get("reduction", 1)), max(1, x.numel))
+    g = tensors["grad_output"].broadcast_to(shape)
+    y = tensors["target"].broadcast_to(shape)
+    xb = x.broadcast_to(shape)
+    return [device.launch(stream, kernel, tiling.block_dim, tiling, g, xb, y, out, cof,
+                          unit="vector", core_mask=tiling.core_mask, name="MseLossGradV2")]
+
+
+# ---------------------------------------------------------------------------------------------
+# golden: plain numpy in the kernel's op order, written independently of the simulator
+# ---------------------------------------------------------------------------------------------
+
+def golden(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    g, x, y = np.asarray(a["grad_output"]), np.asarray(a["self"]), np.asarray(a["target"])
+    dt = x.dtype
+    shape = np.broadcast_shapes(g.shape, x.shape, y.shape)
+    reduction = reduction_code(attrs.get("reduction", 1))
+    cof = np.float32(2.0 / max(1, x.size)) if reduction == 1 else np.float32(2.0)
+    xf = np.broadcast_to(x, shape).astype(np.float32)
+    yf = np.broadcast_to(y, shape).astype(np.float32)
+    gf = np.broadcast_to(g, shape).astype(np.float32)
+    r = ((xf - yf) * cof) * gf
+    return {"out": r.astype(dt)}   # fp32 -> fp16/bf16 astype is round-to-nearest-even
+
+
+def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """fp64 reference for the precision standard."""
+    g, x, y = (np.asarray(a[k]).astype(np.float64) for k in ("grad_output", "self", "target"))
+    reduction = reduction_code(attrs.get("reduction", 1))
+    cof = 2.0 / max(1, x.size) if reduction == 1 else 2.0
+    return {"out": (x - y) * cof * g}
+
+
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+    """The output opsim.run allocates when the caller gives none: the broadcast shape, self's dtype."""
+    g, x, y = t.get("grad_output"), t.get("self"), t.get("target")
+    if g is None or x is None or y is None:
+        return {"out": None}
+    shape = broadcast_shapes(broadcast_shapes(g.shape, x.shape) or x.shape, y.shape) or x.shape
+    return {"out": TensorDesc(shape, x.dtype)}
+
+
+def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
+            shape: tuple[int, ...] = (64, 256)) -> dict[str, Any]:
+    dt = nx.dtype(dtype).np_dtype
+    return {"grad_output": rng.standard_normal(shape).astype(np.float32).astype(dt),
+            "self": rng.standard_normal(shape).astype(np.float32).astype(dt),
+            "target": rng.standard_normal(shape).astype(np.float32).astype(dt),
+            "reduction": "mean"}
+
+
+OP = OpDef(
+    name=NAME,
+    inputs=("grad_output", "self", "target"),
+    outputs=("out",),
+    attrs={"reduction": 1},
+    products=PRODUCTS,
+    validate=validate,
+    plan=plan,
+    launch=launch,
+    golden=golden,
+    example=example,
+    infer=infer,
+    dtypes=supported_dtypes,
+    summary="MSE loss gradient: (self - target) * cof * gradOutput",
+)

@@ -1,0 +1,13 @@
+"""opsim: an Ascend-style operator simulator and emulator.
+
+>>> import opsim
+>>> res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y, reduction="mean")
+>>> res.outputs["out"], res.cycles, res.stats["bound"]
+"""
+from kernels.common import OpError
+from opsim.api import RunResult, TensorSpec, device_spec, devices, operators, run
+from simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
+                              UnsupportedInstruction)
+
+__all__ = ["run", "devices", "device_spec", "operators", "RunResult", "TensorSpec", "OpError",
+           "SimulatorError", "MemoryFault", "CapacityError", "UnsupportedInstruction", "DeadlockError"]

@@ -1,0 +1,277 @@
+"""The public Python API (DESIGN §9): ``opsim.run``, ``opsim.devices``, ``opsim.device_spec``.
+
+``run`` validates the call, plans a tiling, builds a fresh simulated device, copies the operands
+in, launches the operator's kernels on a stream, runs simulated time to completion and returns
+the outputs (in the emulated dtype), the cycles, statistics and the trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+import devices as _devices
+from devices.spec import DeviceSpec
+from kernels import registry
+from kernels.common import OpError, TensorDesc, desc_of
+from simulator import numerics as nx
+from simulator.device import Device
+from simulator.tile import GlobalTensor
+from traces.trace import LEVELS, Trace
+
+MODES = ("full", "timing", "numeric", "estimate")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A shape-only operand for timing/estimate mode: no data, just shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: Any = "fp32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "dtype", nx.dtype(self.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one operator run produced."""
+
+    op: str
+    device: str
+    mode: str
+    outputs: dict[str, np.ndarray]
+    cycles: int
+    time_us: float
+    stats: dict[str, Any]
+    trace: Trace | None = field(default=None, repr=False)
+    tiling: Any = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.outputs[name]
+
+
+def devices() -> list[str]:
+    """Names of the devices in the catalogue."""
+    return _devices.catalogue()
+
+
+def device_spec(name: str | DeviceSpec, overrides: Mapping[str, Any] | None = None) -> DeviceSpec:
+    """A catalogue device (or a device file path), optionally with what-if field overrides."""
+    spec = name if isinstance(name, DeviceSpec) else _devices.load(name)
+    return spec.replace_many(overrides) if overrides else spec
+
+
+def operators() -> list[str]:
+    return registry.names()
+
+
+def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    operands: dict[str, Any] = {}
+    attrs: dict[str, Any] = dict(op.attrs)
+    tensor_names = set(op.inputs) | set(op.optional) | set(op.outputs)
+    for k, v in kwargs.items():
+        if k in tensor_names:
+            operands[k] = v
+        elif k in op.attrs:
+            attrs[k] = v
+        else:
+            allowed = list(op.inputs) + list(op.optional) + list(op.attrs)
+            raise TypeError(f"{op.name}: unexpected argument {k!r}; arguments are {', '.join(allowed)}")
+    return operands, attrs
+
+
+def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
+        tiling: Mapping[str, Any] | None = None, seed: int = 0,
+        device_overrides: Mapping[str, Any] | None = None, **operands_and_attrs: Any) -> RunResult:
+    """Run operator ``op`` on a simulated ``device``.
+
+    Operands are numpy arrays (``ml_dtypes.bfloat16`` for bf16) or, in timing and estimate mode,
+    :class:`TensorSpec` shapes. ``tiling`` forces tiling choices (block_dim, tile_length,
+    buffer_num, core_mask, …); ``device_overrides`` changes device fields by dotted key
+    (``{"ub.size": 262144}``). Raises :class:`OpError` (with the aclnn status code) for a
+    rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    if trace not in LEVELS:
+        raise ValueError(f"trace level {trace!r} is not one of {', '.join(LEVELS)}")
+    opdef = registry.get(op)
+    spec = device_spec(device, device_overrides)
+    operands, attrs = _split_kwargs(opdef, operands_and_attrs)
+    if mode == "full":
+        for name, v in operands.items():
+            if isinstance(v, TensorSpec):
+                raise TypeError(f"{op}: operand {name} is a TensorSpec (shape only); full mode needs data "
+                                f"— use mode='timing' or 'estimate' for shape-only runs")
+    hook = getattr(opdef, "prepare", None)
+    if hook is not None:
+        operands, attrs = hook(spec, operands, attrs, mode)
+    descs: dict[str, TensorDesc | None] = {
+        n: (desc_of(operands[n]) if operands.get(n) is not None else None)
+        for n in (*opdef.inputs, *opdef.optional)}
+    given_outputs = {n: desc_of(operands[n]) for n in opdef.outputs if operands.get(n) is not None}
+    if len(given_outputs) < len(opdef.outputs) and opdef.infer is not None:
+        inferred = opdef.infer(spec, descs, attrs)
+        for n in opdef.outputs:
+            if n not in given_outputs:
+                given_outputs[n] = inferred.get(n)
+    descs.update(given_outputs)
+    out_descs = opdef.validate(spec, descs, attrs)
+
+    if mode == "numeric":
+        arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
+        outs = opdef.golden(arrays, attrs)
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"mode": "numeric"})
+
+    if _is_empty(opdef, descs):
+        outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"empty": True, "block_dim": 0})
+
+    tiling_obj = opdef.plan(spec, descs, attrs, tiling)
+
+    if mode == "estimate":
+        from opsim.estimate import estimate
+        return estimate(opdef, spec, descs, attrs, tiling_obj)
+
+    tr = None
+    if trace != "off":
+        tr = Trace(trace, spec.clock_hz, metadata={
+            "device": spec.name, "product": spec.product, "operator": op, "mode": mode,
+            "shapes": {n: list(d.shape) for n, d in descs.items() if d is not None},
+            "dtypes": {n: d.dtype.name for n, d in descs.items() if d is not None},
+            "tiling": _tiling_dict(tiling_obj), "opsim_version": _version()})
+    dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
+    stream = dev.create_stream()
+    tensors: dict[str, GlobalTensor] = {}
+    for name, d in descs.items():
+        if d is None:
+            continue
+        addr = dev.malloc(d.nbytes, name=name)
+        tensors[name] = GlobalTensor.contiguous(dev, addr, d.dtype, d.shape)
+        if mode == "full" and name not in opdef.outputs:
+            dev.write(addr, np.ascontiguousarray(operands[name]))
+    ws = opdef.workspace(tiling_obj)
+    if ws:
+        tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
+    launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
+    dev.synchronize(stream)
+    outs: dict[str, np.ndarray] = {}
+    if mode == "full":
+        for n, d in out_descs.items():
+            t = tensors[n]
+            outs[n] = dev.read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
+    stats = collect_stats(dev, launches, tiling_obj, ws)
+    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj)
+
+
+def _is_empty(opdef: Any, descs: Mapping[str, TensorDesc | None]) -> bool:
+    check = getattr(opdef, "is_empty", None)
+    if check is not None:
+        return check(descs)
+    return any(d is not None and d.numel == 0 for n, d in descs.items() if n in opdef.inputs)
+
+
+def _zeros(d: TensorDesc | None) -> np.ndarray:
+    return np.zeros(d.shape, dtype=d.dtype.np_dtype) if d is not None else np.zeros(0)
+
+
+def _tiling_dict(tiling: Any) -> dict[str, Any]:
+    if hasattr(tiling, "__dataclass_fields__"):
+        return {k: getattr(tiling, k) for k in tiling.__dataclass_fields__
+                if isinstance(getattr(tiling, k), (int, float, str, type(None)))}
+    return {}
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("opsim")
+    except Exception:  # pragma: no cover - running from a source tree
+        return "0+source"
+
+
+MEMORY_PIPES = ("MTE2", "MTE3", "MTE1", "FIXP", "DMA")
+BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory", "DMA": "memory",
+                 "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}
+
+
+def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> dict[str, Any]:
+    """Cycles, bytes, bandwidth, per-pipe busy cycles, UB peak and the bound of a finished run."""
+    spec = dev.spec
+    if launches:
+        t0 = min(l.issue for l in launches)
+        t1 = max(l.end for l in launches)
+    else:
+        t0 = t1 = 0
+    cycles = int(t1 - t0)
+    time_us = spec.cycles_to_us(cycles)
+    seconds = cycles / spec.clock_hz if cycles else 0.0
+    per_core: dict[str, dict[str, int]] = {}
+    pipe_max: dict[str, int] = {}
+    pipe_total: dict[str, int] = {}
+    busiest: dict[str, str] = {}
+    ub_peak = 0
+    for c in dev.all_cores():
+        busy = c.pipe_busy()
+        if c.blocks_run == 0:
+            continue
+        per_core[c.name] = busy
+        for p, b in busy.items():
+            pipe_total[p] = pipe_total.get(p, 0) + b
+            if b > pipe_max.get(p, -1):
+                pipe_max[p] = b
+                busiest[p] = c.name
+        local = c.memories.get("UB") or c.memories.get("PRIVATE")
+        if local is not None:
+            ub_peak = max(ub_peak, local.peak_allocated_bytes)
+    moved = dev.bytes_read + dev.bytes_written
+    gm_peak = spec.gm.bandwidth
+    links = {}
+    for name, link in dev.net.links.items():
+        cap = link.capacity * spec.clock_hz
+        achieved = link.bytes_carried / seconds if seconds else 0.0
+        links[name] = {"bytes": int(round(link.bytes_carried)), "achieved_GBps": achieved / 1e9,
+                       "peak_GBps": cap / 1e9, "utilisation": achieved / cap if cap else 0.0,
+                       "max_rate_GBps": link.peak_rate() * spec.clock_hz / 1e9}
+    launch_overhead = spec.launch.overhead * len(launches)
+    by_bound: dict[str, tuple[int, str]] = {}
+    for p, b in pipe_max.items():
+        cat = BOUND_OF_PIPE.get(p, "memory")
+        if b > by_bound.get(cat, (-1, ""))[0]:
+            by_bound[cat] = (b, p)
+    if cycles and launch_overhead * 2 >= cycles:
+        bound, reason = "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
+                                   f"({100 * launch_overhead / cycles:.0f}%)")
+    elif by_bound:
+        bound, (b, p) = max(by_bound.items(), key=lambda kv: kv[1][0])
+        reason = (f"{p} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%) on {busiest[p]}; "
+                  f"GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s")
+    else:
+        bound, reason = "none", "no work"
+    stats: dict[str, Any] = {
+        "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
+        "block_dim": getattr(tiling, "block_dim", None),
+        "tile_length": getattr(tiling, "tile_length", None),
+        "buffer_num": getattr(tiling, "buffer_num", None),
+        "bytes_read": int(dev.bytes_read), "bytes_written": int(dev.bytes_written),
+        "bandwidth_GBps": moved / seconds / 1e9 if seconds else 0.0,
+        "peak_bandwidth_GBps": gm_peak / 1e9,
+        "links": links,
+        "pipe_busy": pipe_max, "pipe_busy_total": pipe_total,
+        "pipe_utilisation": {p: b / cycles for p, b in pipe_max.items()} if cycles else {},
+        "per_core": per_core,
+        "ub_peak_bytes": int(ub_peak),
+        "workspace_bytes": int(workspace),
+        "launches": len(launches), "launch_overhead_cycles": launch_overhead,
+        "bound": bound, "bound_reason": reason,
+    }
+    if dev.l2 is not None:
+        stats["l2_hit_rate"] = dev.l2.hit_rate
+    return stats

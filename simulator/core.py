@@ -1,0 +1,278 @@
+"""A simulated core: pipes that execute in-order instruction queues, flags, the dispatcher.
+
+Each pipe (MTE2, VECTOR, MTE3, SCALAR on a vector core; MTE2, MTE1, CUBE, FIXP on a cube core;
+DMA, VECTOR, SCALAR on a DSP core) is one long-lived SimPy process that pops instructions from
+its queue in order. Pipes run concurrently; order between pipes comes only from flags
+(``SetFlag`` runs on the source pipe, ``WaitFlag`` on the destination pipe), which the queue API
+of the kernel language inserts. The dispatcher walks the kernel generator in program order and
+pushes each instruction into its pipe's queue, blocking only when that queue is full, so
+run-ahead (and host memory) stays bounded.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+import simpy
+
+from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.device import Device, Launch
+    from simulator.isa import Instruction
+    from simulator.memory import Region
+
+# Instructions a pipe may hold before the dispatcher stalls. Assumption: real instruction
+# queues are a few tens deep per pipe; the value bounds run-ahead, not throughput.
+PIPE_QUEUE_DEPTH = 16
+
+VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
+CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
+COUPLED_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP", "VECTOR", "MTE3")
+DSP_CORE_PIPES = ("SCALAR", "DMA", "VECTOR")
+
+
+class Pipe:
+    """One in-order execution pipe of a core."""
+
+    __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
+                 "instructions", "head_pending", "track", "last_slice", "flow_from", "waiting_on",
+                 "env", "_tile_slice", "_tile_index", "proc")
+
+    def __init__(self, core: "Core", name: str, depth: int = PIPE_QUEUE_DEPTH) -> None:
+        self.core = core
+        self.name = name
+        self.env = core.env
+        self.queue: deque = deque()
+        self.depth = depth
+        self._item_ev: simpy.Event | None = None
+        self._space_ev: simpy.Event | None = None
+        self.busy_cycles = 0
+        self.instructions = 0
+        self.head_pending = True
+        self.track = -1
+        self.last_slice = -1
+        self.flow_from = -1
+        self.waiting_on: str | None = None
+        self._tile_slice = -1
+        self._tile_index = -2
+        self.proc = self.env.process(self._run())
+
+    # -- queue ---------------------------------------------------------------------------------
+    def full(self) -> bool:
+        return len(self.queue) >= self.depth
+
+    def space(self) -> simpy.Event:
+        if self._space_ev is None:
+            self._space_ev = self.env.event()
+        return self._space_ev
+
+    def push(self, instr: "Instruction") -> None:
+        self.queue.append(instr)
+        ev = self._item_ev
+        if ev is not None:
+            self._item_ev = None
+            ev.succeed()
+
+    # -- execution -----------------------------------------------------------------------------
+    def _run(self) -> Iterator[simpy.Event]:
+        env = self.env
+        core = self.core
+        while True:
+            if not self.queue:
+                self._item_ev = env.event()
+                yield self._item_ev
+            instr = self.queue.popleft()
+            if self._space_ev is not None:
+                ev, self._space_ev = self._space_ev, None
+                ev.succeed()
+            start = env.now
+            try:
+                wait = instr.issue(self)
+                if wait is not None:
+                    if isinstance(wait, int):
+                        if wait > 0:
+                            yield env.timeout(wait)
+                    else:
+                        self.waiting_on = instr.describe()
+                        yield wait
+                        self.waiting_on = None
+                instr.complete(self)
+            except SimulatorError as exc:
+                raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
+            end = env.now
+            if instr.busy:
+                self.busy_cycles += end - start
+                self.instructions += 1
+            core.record(self, instr, start, end)
+
+    def head_cycles(self) -> int:
+        """One-off cost of the first busy instruction of a block on this pipe (spec heads)."""
+        if not self.head_pending:
+            return 0
+        self.head_pending = False
+        return self.core.head_cost(self.name)
+
+
+class Core:
+    """A vector core, cube core, coupled AI core or DSP core."""
+
+    def __init__(self, device: "Device", kind: str, index: int, name: str, pipes: Iterable[str],
+                 memories: dict[str, "Region"], *, load_pipe: str = "MTE2", store_pipe: str = "MTE3",
+                 local_memory: str = "UB") -> None:
+        self.device = device
+        self.env = device.env
+        self.kind = kind           # "aiv" | "aic" | "aicore" | "dsp"
+        self.index = index         # index among cores of this kind (core-mask bit)
+        self.name = name           # "core3.veccore1", "core3.cubecore0", "dsp.core2"
+        self.memories = memories   # "UB", "L1", "L0A", "L0B", "L0C", "PRIVATE"
+        self.load_pipe = load_pipe         # pipe that moves GM -> local memory
+        self.store_pipe = store_pipe       # pipe that moves local memory -> GM
+        self.local_memory = local_memory   # memory the vector unit computes in
+        self._flag_slices: dict[tuple[str, str, int], int] = {}
+        self.pipes: dict[str, Pipe] = {p: Pipe(self, p) for p in pipes}
+        self.flags: dict[tuple[str, str, int], int] = {}
+        self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
+        self.atomic: str | None = None     # "add" while SetAtomicAdd is in effect (MTE3/DMA)
+        self.launch: "Launch | None" = None
+        self.block_idx = -1
+        self.tile = -1                     # tile index set by kernels, stamped on instructions
+        self.blocks_run = 0
+        trace = device.trace
+        if trace is not None and trace.enabled:
+            for p in self.pipes.values():
+                p.track = trace.track(name, p.name)
+
+    def memory(self, name: str) -> "Region":
+        try:
+            return self.memories[name]
+        except KeyError:
+            raise MemoryFault(f"{self.name} has no {name} (has: {', '.join(self.memories)})",
+                              core=self.name) from None
+
+    # -- costs ---------------------------------------------------------------------------------
+    def head_cost(self, pipe: str) -> int:
+        spec = self.device.spec
+        if pipe == "VECTOR":
+            return round(spec.vector.head)
+        model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
+                 "DMA": spec.dma}.get(pipe)
+        if model is None:
+            return 0
+        block_dim = self.launch.block_dim if self.launch is not None else 1
+        return round(model.head + model.head_per_block * block_dim)
+
+    # -- flags ---------------------------------------------------------------------------------
+    def set_flag(self, key: tuple[str, str, int]) -> None:
+        ev = self.flag_waiters.pop(key, None)
+        if ev is not None:
+            ev.succeed()
+        else:
+            self.flags[key] = self.flags.get(key, 0) + 1
+
+    def wait_flag(self, key: tuple[str, str, int]) -> simpy.Event | None:
+        n = self.flags.get(key, 0)
+        if n > 0:
+            self.flags[key] = n - 1
+            return None
+        if key in self.flag_waiters:
+            raise SimulatorError(f"two pipes wait on flag {key}", core=self.name)
+        ev = self.env.event()
+        self.flag_waiters[key] = ev
+        return ev
+
+    # -- trace ---------------------------------------------------------------------------------
+    def record(self, pipe: Pipe, instr: "Instruction", start: int, end: int) -> None:
+        trace = self.device.trace
+        if trace is None or pipe.track < 0:
+            return
+        if not instr.busy:
+            # flags: remember the producer slice so the next consumer slice gets a flow arrow
+            instr.trace_sync(pipe)
+            return
+        level = trace._level
+        if level >= 3:  # instruction
+            elements, nbytes, addr, detail = instr.trace_args()
+            idx = trace.add_slice(pipe.track, instr.name, start, end, elements=elements,
+                                  nbytes=nbytes, tile=instr.tile, addr=addr, detail=detail)
+            if pipe.flow_from >= 0:
+                trace.add_flow(pipe.flow_from, idx)
+                pipe.flow_from = -1
+            pipe.last_slice = idx
+        elif level == 2:  # tile: merge a tile's instructions on this pipe
+            elements, nbytes, _, _ = instr.trace_args()
+            if pipe._tile_index == instr.tile and pipe._tile_slice >= 0:
+                trace.extend_slice(pipe._tile_slice, end, elements=elements, nbytes=nbytes)
+            else:
+                name = f"tile {instr.tile}" if instr.tile >= 0 else instr.name
+                pipe._tile_slice = trace.add_slice(pipe.track, name, start, end, elements=elements,
+                                                   nbytes=nbytes, tile=instr.tile)
+                pipe._tile_index = instr.tile
+            pipe.last_slice = pipe._tile_slice
+
+    # -- running a block -----------------------------------------------------------------------
+    def begin_block(self, launch: "Launch", block_idx: int) -> None:
+        self.launch = launch
+        self.block_idx = block_idx
+        self.tile = -1
+        self.atomic = None
+        self.flags.clear()
+        self._flag_slices.clear()
+        for p in self.pipes.values():
+            p.head_pending = True
+            p._tile_index = -2
+        for region in self.memories.values():
+            if region.backing != "sparse":
+                region.reset()
+
+    def dispatch(self, program: Iterator[Any], pending: list) -> Iterator[simpy.Event]:
+        """Push the program's instructions into the pipe queues in order; wait for completion."""
+        from simulator.isa import Instruction, BlockEnd  # local: isa imports core types
+        pipes = self.pipes
+        try:
+            for item in program:
+                if pending:
+                    for instr in pending:
+                        instr.tile = self.tile
+                        pipe = self._pipe_for(instr)
+                        while pipe.full():
+                            yield pipe.space()
+                        pipe.push(instr)
+                    pending.clear()
+                if item is None:
+                    continue
+                if not isinstance(item, Instruction):
+                    raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
+                                         core=self.name)
+                item.tile = self.tile
+                pipe = self._pipe_for(item)
+                while pipe.full():
+                    yield pipe.space()
+                pipe.push(item)
+            for instr in pending:
+                instr.tile = self.tile
+                pipe = self._pipe_for(instr)
+                while pipe.full():
+                    yield pipe.space()
+                pipe.push(instr)
+            pending.clear()
+        except SimulatorError as exc:
+            raise exc.at(core=self.name) from None
+        done = [BlockEnd(self.env) for _ in pipes]
+        for p, end in zip(pipes.values(), done):
+            while p.full():
+                yield p.space()
+            p.push(end)
+        yield simpy.AllOf(self.env, [d.event for d in done])
+        self.blocks_run += 1
+
+    def _pipe_for(self, instr: "Instruction") -> Pipe:
+        pipe = self.pipes.get(instr.pipe)
+        if pipe is None:
+            raise UnsupportedInstruction(
+                f"{instr.name} needs pipe {instr.pipe}, which {self.name} does not have "
+                f"(pipes: {', '.join(self.pipes)})", core=self.name, instruction=instr.describe())
+        return pipe
+
+    def pipe_busy(self) -> dict[str, int]:
+        return {name: p.busy_cycles for name, p in self.pipes.items()}

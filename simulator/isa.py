@@ -1,0 +1,452 @@
+"""The instruction set of the kernel language, in Ascend C's vocabulary.
+
+Every instruction knows its pipe, its cost on the current device (``cycles = k·N + b`` from the
+spec's vector cost table, or a transfer through the memory links), the bytes it moves and its
+numeric effect. ``issue`` runs when the pipe starts the instruction and returns the cycles to
+spend (or an event to wait for); ``complete`` applies the numeric effect when it ends, so data
+becomes visible at the simulated moment the instruction finishes. In timing mode (no data) the
+numeric effect is skipped but every address is still checked.
+
+Arithmetic follows DESIGN §4: operands are widened to fp32, the operation is done once in fp32,
+and the result is rounded once (RNE) to the destination dtype. An arithmetic instruction in a
+dtype the product's vector unit does not compute in (bf16 on Atlas A2/A3) raises
+:class:`UnsupportedInstruction` — kernels must cast first, as the real ones do.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+import numpy as np
+import simpy
+
+from simulator import numerics as nx
+from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+from simulator.tile import GlobalSlice, LocalTensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.core import Pipe
+
+
+class Instruction:
+    """Base class. Subclasses set ``pipe`` and ``name`` and override issue/complete."""
+
+    __slots__ = ("tile",)
+    pipe: ClassVar[str] = "SCALAR"
+    name: ClassVar[str] = "Nop"
+    busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
+
+    def __init__(self) -> None:
+        self.tile = -1
+
+    def issue(self, pipe: "Pipe") -> int | simpy.Event | None:
+        return 0
+
+    def complete(self, pipe: "Pipe") -> None:
+        pass
+
+    def describe(self) -> str:
+        return self.name
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        """(elements, bytes, address, detail) for the trace."""
+        return 0, 0, -1, ""
+
+    def trace_sync(self, pipe: "Pipe") -> None:
+        pass
+
+
+class BlockEnd(Instruction):
+    """Internal fence: succeeds its event when every earlier instruction of the pipe is done."""
+
+    __slots__ = ("event",)
+    busy = False
+    name = "BlockEnd"
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__()
+        self.event = env.event()
+
+    def complete(self, pipe: "Pipe") -> None:
+        self.event.succeed()
+
+
+# ---------------------------------------------------------------------------------------------
+# Synchronisation
+# ---------------------------------------------------------------------------------------------
+
+class SetFlag(Instruction):
+    """``SetFlag<src_dst>(event_id)``: runs on the source pipe once its earlier work is done."""
+
+    __slots__ = ("src", "dst", "event_id")
+    busy = False
+    name = "SET_FLAG"
+
+    def __init__(self, src: str, dst: str, event_id: int) -> None:
+        super().__init__()
+        self.src, self.dst, self.event_id = src, dst, event_id
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self.src
+
+    def complete(self, pipe: "Pipe") -> None:
+        core = pipe.core
+        core.set_flag((self.src, self.dst, self.event_id))
+        # the producer of this hand-off is the last slice recorded on the source pipe
+        dst_pipe = core.pipes.get(self.dst)
+        if dst_pipe is not None and pipe.last_slice >= 0:
+            core._flag_slices[(self.src, self.dst, self.event_id)] = pipe.last_slice
+
+    def describe(self) -> str:
+        return f"SetFlag<{self.src}_{self.dst}>({self.event_id})"
+
+
+class WaitFlag(Instruction):
+    """``WaitFlag<src_dst>(event_id)``: runs on the destination pipe and blocks it until set."""
+
+    __slots__ = ("src", "dst", "event_id")
+    busy = False
+    name = "WAIT_FLAG"
+
+    def __init__(self, src: str, dst: str, event_id: int) -> None:
+        super().__init__()
+        self.src, self.dst, self.event_id = src, dst, event_id
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self.dst
+
+    def issue(self, pipe: "Pipe") -> simpy.Event | None:
+        return pipe.core.wait_flag((self.src, self.dst, self.event_id))
+
+    def trace_sync(self, pipe: "Pipe") -> None:
+        src_slice = pipe.core._flag_slices.pop((self.src, self.dst, self.event_id), -1)
+        if src_slice >= 0:
+            pipe.flow_from = src_slice
+
+    def describe(self) -> str:
+        return f"WaitFlag<{self.src}_{self.dst}>({self.event_id})"
+
+
+class SetAtomicAdd(Instruction):
+    """Subsequent GM writes of this core's store pipe add into GM instead of overwriting."""
+
+    __slots__ = ("dtype", "_pipe")
+    busy = False
+    name = "SetAtomicAdd"
+
+    def __init__(self, dtype: nx.DType, pipe: str = "MTE3") -> None:
+        super().__init__()
+        self.dtype = dtype
+        self._pipe = pipe
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self._pipe
+
+    def complete(self, pipe: "Pipe") -> None:
+        pipe.core.atomic = "add"
+
+
+class SetAtomicNone(SetAtomicAdd):
+    name = "SetAtomicNone"
+
+    def __init__(self, pipe: str = "MTE3") -> None:
+        super().__init__(nx.FP32, pipe)
+
+    def complete(self, pipe: "Pipe") -> None:
+        pipe.core.atomic = None
+
+
+class ScalarOp(Instruction):
+    """Scalar-unit work (address arithmetic, loop control) costed in SCALAR cycles."""
+
+    __slots__ = ("ops", "label")
+    pipe = "SCALAR"
+    name = "SCALAR"
+
+    def __init__(self, ops: int = 1, label: str = "") -> None:
+        super().__init__()
+        self.ops, self.label = ops, label
+
+    def issue(self, pipe: "Pipe") -> int:
+        return max(1, math.ceil(self.ops * pipe.core.device.spec.scalar.cycles_per_op))
+
+    def describe(self) -> str:
+        return f"SCALAR({self.label or self.ops})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+# ---------------------------------------------------------------------------------------------
+
+class DataCopy(Instruction):
+    """GM↔local copy. Direction and pipe follow the operands: GM→UB on MTE2, UB→GM on MTE3
+    (DMA on a DSP). ``DataCopy`` requires lengths in whole 32-byte blocks; ``DataCopyPad`` takes
+    any length. With atomic add set, a GM write adds (fp32 compute, one rounding) at completion.
+    """
+
+    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "_nbytes")
+    name: ClassVar[str] = "DataCopy"
+    pad: ClassVar[bool] = False
+
+    def __init__(self, dst: LocalTensor | GlobalSlice, src: LocalTensor | GlobalSlice,
+                 count: int | None = None) -> None:
+        super().__init__()
+        self._to_gm = isinstance(dst, GlobalSlice)
+        if self._to_gm == isinstance(src, GlobalSlice):
+            raise SimulatorError(f"{self.name} needs one global and one local operand, got "
+                                 f"{type(dst).__name__} <- {type(src).__name__}")
+        if count is None:
+            count = src.count if isinstance(src, GlobalSlice) else dst.count
+        self.dst, self.src, self.count = dst, src, int(count)
+        local = src if self._to_gm else dst
+        self._pipe = local.core.store_pipe if self._to_gm else local.core.load_pipe
+        self._nbytes = self.count * local.dtype.itemsize
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self._pipe
+
+    def describe(self) -> str:
+        d = "GM->local" if not self._to_gm else "local->GM"
+        return f"{self.name}({d}, {self.count} x {self.local.dtype})"
+
+    @property
+    def local(self) -> LocalTensor:
+        return self.src if self._to_gm else self.dst  # type: ignore[return-value]
+
+    @property
+    def glob(self) -> GlobalSlice:
+        return self.dst if self._to_gm else self.src  # type: ignore[return-value]
+
+    def issue(self, pipe: "Pipe") -> simpy.Event | int:
+        if not self.pad and self._nbytes % 32:
+            raise MemoryFault(f"{self.name} of {self._nbytes} B is not a whole number of 32 B blocks; "
+                              f"use DataCopyPad", address=self.glob.byte_range()[0])
+        local, glob = self.local, self.glob
+        if local.dtype.itemsize != glob.dtype.itemsize:
+            raise SimulatorError(f"{self.name} between {glob.dtype} and {local.dtype}: DMA does not "
+                                 f"convert; Cast in the vector unit")
+        if self.count > local.count:
+            raise MemoryFault(f"{self.name} of {self.count} elements overruns the local buffer of "
+                              f"{local.count}", address=local.addr)
+        local.check(self.count, write=not self._to_gm)
+        device = pipe.core.device
+        lo, hi = glob.check(self.count, write=self._to_gm)
+        nbytes = glob.span_bytes(self.count)
+        return device.gm_transfer(pipe, lo, nbytes, write=self._to_gm, startup_extra=pipe.head_cycles())
+
+    def complete(self, pipe: "Pipe") -> None:
+        core = pipe.core
+        if not core.device.functional:
+            return
+        if self._to_gm:
+            values = self.src.array(self.count)  # type: ignore[union-attr]
+            if core.atomic == "add":
+                self.dst.atomic_add(values)  # type: ignore[union-attr]
+            else:
+                self.dst.write(values)  # type: ignore[union-attr]
+        else:
+            self.dst.array(self.count)[...] = self.src.read(self.count)  # type: ignore[union-attr]
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, self._nbytes, self.glob.byte_range()[0], ""
+
+
+class DataCopyPad(DataCopy):
+    __slots__ = ()
+    name = "DataCopyPad"
+    pad = True
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector arithmetic
+# ---------------------------------------------------------------------------------------------
+
+def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
+    cost = pipe.core.device.spec.vector.cost.get(op)
+    if cost is None or dtype not in cost:
+        raise UnsupportedInstruction(f"no vector cost entry for {op} in {dtype} on "
+                                     f"{pipe.core.device.spec.name}", dtype=dtype)
+    k, b = cost[dtype]
+    return math.ceil(k * n + b) + pipe.head_cycles()
+
+
+def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
+    allowed = pipe.core.device.spec.vector.compute_dtypes
+    if dt.name not in allowed:
+        raise UnsupportedInstruction(
+            f"{op} in {dt.name} is not an instruction of the {pipe.core.device.spec.name} vector unit "
+            f"(it computes in {', '.join(allowed)}); Cast to fp32 first", dtype=dt.name)
+
+
+class VectorOp(Instruction):
+    """Base of element-wise vector instructions on local tensors of one dtype."""
+
+    __slots__ = ("dst", "srcs", "scalar", "count")
+    pipe = "VECTOR"
+    fn: ClassVar[Callable[..., np.ndarray]]
+
+    def __init__(self, dst: LocalTensor, *srcs: LocalTensor, scalar: float | None = None,
+                 count: int | None = None) -> None:
+        super().__init__()
+        self.dst, self.srcs, self.scalar = dst, srcs, scalar
+        self.count = int(dst.count if count is None else count)
+
+    def issue(self, pipe: "Pipe") -> int:
+        dt = self.dst.dtype
+        for s in self.srcs:
+            if s.dtype != dt:
+                raise SimulatorError(f"{self.name} mixes {s.dtype} and {dt}; Cast first")
+        _require_compute(pipe, self.name, dt)
+        n = self.count
+        self.dst.check(n, write=True)
+        for s in self.srcs:
+            s.check(n, write=False)
+        return _vector_cycles(pipe, self.name, dt.name, n)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        dt = self.dst.dtype
+        args = [nx.to_f32(s.array(n)) for s in self.srcs]
+        if self.scalar is not None:
+            # Ascend C scalar operands have the tensor's type: round the constant to it first.
+            args.append(np.float32(nx.const(self.scalar, dt)))
+        out = self.dst.array(n)
+        if dt is nx.FP32 or dt == nx.FP32:
+            type(self).fn(*args, out=out)
+        else:
+            out[...] = nx.round_to(type(self).fn(*args).astype(np.float32, copy=False), dt)
+
+    def describe(self) -> str:
+        return f"{self.name}({self.count} x {self.dst.dtype})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, 0, self.dst.addr, str(self.dst.dtype)
+
+
+def _op(name: str, fn: Callable[..., np.ndarray], doc: str) -> type[VectorOp]:
+    cls = type(name, (VectorOp,), {"__slots__": (), "name": name, "fn": staticmethod(fn), "__doc__": doc})
+    return cls
+
+
+def _maxs(a, s, out=None):
+    return np.maximum(a, s, out=out)
+
+
+def _mins(a, s, out=None):
+    return np.minimum(a, s, out=out)
+
+
+def _reciprocal(a, out=None):
+    return np.divide(np.float32(1.0), a, out=out)
+
+
+def _ln(a, out=None):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(a, out=out)
+
+
+def _div(a, b, out=None):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(a, b, out=out)
+
+
+Add = _op("Add", np.add, "dst = src0 + src1")
+Sub = _op("Sub", np.subtract, "dst = src0 - src1")
+Mul = _op("Mul", np.multiply, "dst = src0 * src1")
+Div = _op("Div", _div, "dst = src0 / src1 (true divide)")
+Max = _op("Max", np.maximum, "dst = max(src0, src1)")
+Min = _op("Min", np.minimum, "dst = min(src0, src1)")
+Adds = _op("Adds", np.add, "dst = src + scalar")
+Muls = _op("Muls", np.multiply, "dst = src * scalar")
+Maxs = _op("Maxs", _maxs, "dst = max(src, scalar)")
+Mins = _op("Mins", _mins, "dst = min(src, scalar)")
+Exp = _op("Exp", np.exp, "dst = exp(src)")
+Ln = _op("Ln", _ln, "dst = ln(src)")
+Abs = _op("Abs", np.abs, "dst = |src|")
+Sqrt = _op("Sqrt", np.sqrt, "dst = sqrt(src)")
+Reciprocal = _op("Reciprocal", _reciprocal, "dst = 1 / src")
+
+
+class Duplicate(VectorOp):
+    """dst[:n] = scalar (in dst's dtype)."""
+
+    __slots__ = ()
+    name = "Duplicate"
+
+    def __init__(self, dst: LocalTensor, scalar: float, count: int | None = None) -> None:
+        super().__init__(dst, scalar=scalar, count=count)
+
+    def issue(self, pipe: "Pipe") -> int:
+        self.dst.check(self.count, write=True)
+        return _vector_cycles(pipe, "Duplicate", _cost_dtype(self.dst.dtype), self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if pipe.core.device.functional:
+            self.dst.array(self.count)[...] = nx.const(self.scalar, self.dst.dtype)
+
+
+def _cost_dtype(dt: nx.DType) -> str:
+    # moves and fills cost the same per element for 16-bit types; price bf16 like fp16
+    return "fp16" if dt.itemsize == 2 and dt.is_float else ("fp32" if dt.itemsize == 4 else dt.name)
+
+
+class Copy(Duplicate):
+    """UB→UB vector copy (no arithmetic, any dtype)."""
+
+    __slots__ = ("src",)
+    name = "Copy"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, count: int | None = None) -> None:
+        super().__init__(dst, 0.0, count)
+        self.src = src
+
+    def issue(self, pipe: "Pipe") -> int:
+        self.dst.check(self.count, write=True)
+        self.src.check(self.count, write=False)
+        return _vector_cycles(pipe, "Copy", _cost_dtype(self.dst.dtype), self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if pipe.core.device.functional:
+            self.dst.array(self.count)[...] = self.src.array(self.count)
+
+
+class Cast(Instruction):
+    """``Cast(dst, src, round_mode, count)``: dtype conversion with an Ascend round mode."""
+
+    __slots__ = ("dst", "src", "mode", "count")
+    pipe = "VECTOR"
+    name = "Cast"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, mode: str = "rint",
+                 count: int | None = None) -> None:
+        super().__init__()
+        if mode not in nx.ROUND_MODES:
+            raise SimulatorError(f"Cast round mode {mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
+        self.dst, self.src, self.mode = dst, src, mode
+        self.count = int(dst.count if count is None else count)
+
+    def issue(self, pipe: "Pipe") -> int:
+        n = self.count
+        self.dst.check(n, write=True)
+        self.src.check(n, write=False)
+        if self.src.dtype == self.dst.dtype:
+            return pipe.head_cycles()   # same-type cast costs nothing (GE-PERF table)
+        key = f"Cast_{self.src.dtype.name}_{self.dst.dtype.name}"
+        return _vector_cycles(pipe, key, self.src.dtype.name, n)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if pipe.core.device.functional:
+            n = self.count
+            self.dst.array(n)[...] = nx.cast(self.src.array(n), self.dst.dtype, self.mode)
+
+    def describe(self) -> str:
+        return f"Cast({self.src.dtype}->{self.dst.dtype}, {self.mode}, {self.count})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, 0, self.dst.addr, f"{self.src.dtype}->{self.dst.dtype} {self.mode}"

@@ -1,0 +1,432 @@
+"""Tensors and queues of the kernel language (Ascend C's GlobalTensor, LocalTensor, TQue, TBuf).
+
+A :class:`GlobalTensor` is a typed view of device memory (view shape, strides and offset in
+elements, as ``aclCreateTensor`` describes it; a stride of 0 broadcasts). Slicing it with a flat
+element range gives a :class:`GlobalSlice`, the GM side of a DMA. A :class:`LocalTensor` is a typed
+range of a core's on-chip memory (UB, L1, L0*, a DSP's private memory).
+
+``ctx.queue(position, depth, nbytes)`` gives a :class:`TQue`: ``alloc`` / ``enque`` / ``deque`` /
+``free`` insert the SetFlag/WaitFlag pairs between producer and consumer pipes that Ascend C's
+compiler inserts, so a kernel reads like Ascend C and double buffering falls out of ``depth=2``.
+"""
+from __future__ import annotations
+
+from collections import deque as _deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from simulator import numerics as nx
+from simulator.errors import MemoryFault, SimulatorError
+from simulator.memory import align_up
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.core import Core
+    from simulator.device import Device
+    from simulator.memory import Region
+
+
+# ---------------------------------------------------------------------------------------------
+# Global memory views
+# ---------------------------------------------------------------------------------------------
+
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class GlobalTensor:
+    """A typed, possibly strided or broadcast view of device memory."""
+
+    device: "Device"
+    addr: int                 # address of element 0 of the storage
+    dtype: nx.DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # elements
+    offset: int = 0           # elements from addr to the first view element
+
+    @staticmethod
+    def contiguous(device: "Device", addr: int, dtype: nx.DType, shape: Sequence[int]) -> "GlobalTensor":
+        shape = tuple(int(s) for s in shape)
+        return GlobalTensor(device, addr, dtype, shape, contiguous_strides(shape), 0)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self.strides == contiguous_strides(self.shape) or self.numel <= 1
+
+    def broadcast_to(self, shape: Sequence[int]) -> "GlobalTensor":
+        """NumPy-style broadcast view (stride 0 on the expanded axes)."""
+        shape = tuple(int(s) for s in shape)
+        pad = len(shape) - len(self.shape)
+        if pad < 0:
+            raise SimulatorError(f"cannot broadcast shape {self.shape} to {shape}")
+        src_shape = (1,) * pad + self.shape
+        src_strides = (0,) * pad + self.strides
+        strides = []
+        for s, d, st in zip(src_shape, shape, src_strides):
+            if s == d:
+                strides.append(st)
+            elif s == 1:
+                strides.append(0)
+            else:
+                raise SimulatorError(f"cannot broadcast shape {self.shape} to {shape}")
+        return GlobalTensor(self.device, self.addr, self.dtype, shape, tuple(strides), self.offset)
+
+    def reshape(self, shape: Sequence[int]) -> "GlobalTensor":
+        if not self.is_contiguous:
+            raise SimulatorError("reshape of a non-contiguous GlobalTensor")
+        return GlobalTensor.contiguous(self.device, self.addr + self.offset * self.dtype.itemsize,
+                                       self.dtype, shape)
+
+    def __getitem__(self, s: slice) -> "GlobalSlice":
+        start, stop, step = s.indices(self.numel)
+        if step != 1:
+            raise SimulatorError("GlobalTensor slices are flat element ranges with step 1")
+        return GlobalSlice(self, start, max(0, stop - start))
+
+    def element_offsets(self, start: int, count: int) -> np.ndarray:
+        """Storage offsets (in elements, from addr) of flat view elements [start, start+count)."""
+        flat = np.arange(start, start + count, dtype=np.int64)
+        if not self.shape:
+            return np.full(count, self.offset, dtype=np.int64)
+        idx = np.unravel_index(flat, self.shape)
+        off = np.full(count, self.offset, dtype=np.int64)
+        for i, st in zip(idx, self.strides):
+            if st:
+                off += i.astype(np.int64) * st
+        return off
+
+
+@dataclass(frozen=True)
+class GlobalSlice:
+    """A flat element range of a GlobalTensor: the GM operand of a DataCopy."""
+
+    tensor: GlobalTensor
+    start: int
+    count: int
+
+    @property
+    def dtype(self) -> nx.DType:
+        return self.tensor.dtype
+
+    def _offsets(self, count: int) -> np.ndarray | None:
+        """None when contiguous (fast path), else per-element storage offsets."""
+        t = self.tensor
+        if t.is_contiguous:
+            return None
+        return t.element_offsets(self.start, count)
+
+    def byte_range(self, count: int | None = None) -> tuple[int, int]:
+        count = self.count if count is None else count
+        t = self.tensor
+        item = t.dtype.itemsize
+        offs = self._offsets(count)
+        if offs is None:
+            lo = t.addr + (t.offset + self.start) * item
+            return lo, lo + count * item
+        if count == 0:
+            return t.addr, t.addr
+        return t.addr + int(offs.min()) * item, t.addr + (int(offs.max()) + 1) * item
+
+    def span_bytes(self, count: int) -> int:
+        """Bytes a DMA moves: the elements, or fewer when a broadcast view repeats them."""
+        lo, hi = self.byte_range(count)
+        return min(count * self.tensor.dtype.itemsize, hi - lo)
+
+    def check(self, count: int, *, write: bool) -> tuple[int, int]:
+        lo, hi = self.byte_range(count)
+        if hi > lo:
+            self.tensor.device.check_global(lo, hi - lo, write=write)
+        return lo, hi
+
+    def read(self, count: int) -> np.ndarray:
+        t = self.tensor
+        lo, hi = self.byte_range(count)
+        offs = self._offsets(count)
+        raw = t.device.global_view(lo, hi - lo).view(t.dtype.np_dtype)
+        if offs is None:
+            return raw
+        base = (lo - t.addr) // t.dtype.itemsize
+        return raw[offs - base]
+
+    def write(self, values: np.ndarray) -> None:
+        t = self.tensor
+        count = len(values)
+        lo, hi = self.byte_range(count)
+        offs = self._offsets(count)
+        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        if offs is None:
+            raw[...] = values
+        else:
+            raw[offs - (lo - t.addr) // t.dtype.itemsize] = values
+
+    def atomic_add(self, values: np.ndarray) -> None:
+        """GM += values, computed in fp32 and rounded once (the atomic-add DMA)."""
+        t = self.tensor
+        count = len(values)
+        lo, hi = self.byte_range(count)
+        offs = self._offsets(count)
+        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        sel = slice(None) if offs is None else offs - (lo - t.addr) // t.dtype.itemsize
+        if t.dtype == nx.FP32:
+            if offs is None:
+                np.add(raw, values, out=raw)
+            else:
+                raw[sel] = raw[sel] + values
+        else:
+            raw[sel] = nx.round_to(nx.to_f32(raw[sel]) + nx.to_f32(values), t.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local memory
+# ---------------------------------------------------------------------------------------------
+
+class LocalTensor:
+    """A typed range of a core's on-chip memory."""
+
+    __slots__ = ("core", "region", "addr", "dtype", "count")
+
+    def __init__(self, core: "Core", region: "Region", addr: int, dtype: nx.DType, count: int) -> None:
+        self.core, self.region, self.addr, self.dtype, self.count = core, region, addr, dtype, count
+
+    def __repr__(self) -> str:
+        return f"LocalTensor({self.region.name}@{self.addr:#x}, {self.count} x {self.dtype})"
+
+    def __getitem__(self, s: slice) -> "LocalTensor":
+        start, stop, step = s.indices(self.count)
+        if step != 1:
+            raise SimulatorError("LocalTensor slices have step 1")
+        return LocalTensor(self.core, self.region, self.addr + start * self.dtype.itemsize, self.dtype,
+                           max(0, stop - start))
+
+    def reinterpret(self, dtype: Any) -> "LocalTensor":
+        dt = nx.dtype(dtype)
+        return LocalTensor(self.core, self.region, self.addr, dt,
+                           self.count * self.dtype.itemsize // dt.itemsize)
+
+    def check(self, count: int, *, write: bool) -> None:
+        if count > self.count:
+            raise MemoryFault(f"{count} elements overrun {self!r}", address=self.addr)
+        align = self.region.alignment
+        if self.addr % align:
+            raise MemoryFault(f"{self.region.name} tensor start {self.addr:#x} is not {align} B aligned",
+                              address=self.addr)
+        self.region.check(self.addr, count * self.dtype.itemsize, write=write)
+
+    def array(self, count: int | None = None) -> np.ndarray:
+        n = self.count if count is None else count
+        return self.region.view(self.addr, n * self.dtype.itemsize,
+                                write=True).view(self.dtype.np_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Queues (TQue) and calculation buffers (TBuf)
+# ---------------------------------------------------------------------------------------------
+
+class TQue:
+    """A TQue with ``depth`` buffers between a producer and a consumer pipe."""
+
+    def __init__(self, ctx: "KernelContext", position: str, depth: int, nbytes: int) -> None:
+        core = ctx.core
+        try:
+            memory, producer, consumer = POSITIONS[position]
+        except KeyError:
+            raise SimulatorError(f"unknown queue position {position!r}; known: {', '.join(POSITIONS)}") from None
+        if memory == "LOCAL":
+            memory = core.local_memory
+        producer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(producer, producer)
+        consumer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(consumer, consumer)
+        if depth < 1:
+            raise SimulatorError(f"queue depth must be >= 1, got {depth}")
+        self.ctx, self.position, self.depth = ctx, position, depth
+        self.region = core.memory(memory)
+        self.producer, self.consumer = producer, consumer
+        self.nbytes = align_up(int(nbytes), self.region.alignment)
+        self.buffers = [ctx.allocate(self.region, self.nbytes, f"{position}[{i}]") for i in range(depth)]
+        self.event_ids = [ctx.next_event_id(producer, consumer) for _ in range(depth)]
+        self._free = _deque(range(depth))
+        self._used_before = [False] * depth
+        self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
+        self._out: dict[int, int] = {}  # id(tensor) -> buffer index
+
+    def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
+        """AllocTensor: the next free buffer (waits on the consumer's free flag if reused)."""
+        if not self._free:
+            raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
+                                 f"(free() one first)", core=self.ctx.core.name)
+        i = self._free.popleft()
+        if self._used_before[i]:
+            self.ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
+        self._used_before[i] = True
+        dt = nx.dtype(dtype)
+        t = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+        self._out[id(t)] = i
+        return t
+
+    def _index(self, t: LocalTensor) -> int:
+        i = self._out.get(id(t))
+        if i is None:
+            raise SimulatorError(f"{self.position} queue: tensor {t!r} does not belong to this queue")
+        return i
+
+    def enque(self, t: LocalTensor) -> None:
+        i = self._index(t)
+        self.ctx.emit_set(self.producer, self.consumer, self.event_ids[i])
+        self._fifo.append((i, t))
+
+    def deque(self) -> LocalTensor:
+        if not self._fifo:
+            raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
+        i, t = self._fifo.popleft()
+        self.ctx.emit_wait(self.producer, self.consumer, self.event_ids[i])
+        return t
+
+    def free(self, t: LocalTensor) -> None:
+        i = self._out.pop(id(t), None)
+        if i is None:
+            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
+        self.ctx.emit_set(self.consumer, self.producer, self.event_ids[i])
+        self._free.append(i)
+
+
+# position -> (memory, producer pipe, consumer pipe); LOAD/STORE resolve per core kind
+POSITIONS: dict[str, tuple[str, str, str]] = {
+    "VECIN": ("LOCAL", "LOAD", "VECTOR"),
+    "VECOUT": ("LOCAL", "VECTOR", "STORE"),
+    "A1": ("L1", "MTE2", "MTE1"),
+    "B1": ("L1", "MTE2", "MTE1"),
+    "A2": ("L0A", "MTE1", "CUBE"),
+    "B2": ("L0B", "MTE1", "CUBE"),
+    "CO1": ("L0C", "CUBE", "FIXP"),
+}
+
+
+class KernelContext:
+    """What a block's program sees: its core, block index, queues, buffers and GM tensors."""
+
+    def __init__(self, core: "Core", block_idx: int, block_dim: int) -> None:
+        self.core = core
+        self.device = core.device
+        self.block_idx = block_idx
+        self.block_dim = block_dim
+        self.pending: list = []
+        self._event_ids: dict[tuple[str, str], int] = {}
+
+    # Ascend C spellings
+    def get_block_idx(self) -> int:
+        return self.block_idx
+
+    def get_block_num(self) -> int:
+        return self.block_dim
+
+    @property
+    def tile(self) -> int:
+        return self.core.tile
+
+    @tile.setter
+    def tile(self, i: int) -> None:
+        self.core.tile = i
+
+    @property
+    def functional(self) -> bool:
+        return self.device.functional
+
+    def next_event_id(self, src: str, dst: str) -> int:
+        k = (src, dst)
+        i = self._event_ids.get(k, 0)
+        self._event_ids[k] = i + 1
+        return i
+
+    def allocate(self, region: "Region", nbytes: int, name: str) -> int:
+        return region.allocate(nbytes, name=name).addr
+
+    def queue(self, position: str, depth: int, nbytes: int) -> TQue:
+        return TQue(self, position, depth, nbytes)
+
+    def tbuf(self, nbytes: int, dtype: Any = nx.FP32, memory: str | None = None) -> LocalTensor:
+        """A TBuf (VECCALC) buffer: scratch space of the vector unit, no queue semantics."""
+        region = self.core.memory(memory or self.core.local_memory)
+        n = align_up(int(nbytes), region.alignment)
+        addr = self.allocate(region, n, "TBuf")
+        dt = nx.dtype(dtype)
+        return LocalTensor(self.core, region, addr, dt, n // dt.itemsize)
+
+    def local_at(self, addr: int, dtype: Any, count: int, memory: str | None = None) -> LocalTensor:
+        """A LocalTensor at a fixed address of this core's memory (DSP private data, ``_p``)."""
+        region = self.core.memory(memory or self.core.local_memory)
+        return LocalTensor(self.core, region, addr, nx.dtype(dtype), count)
+
+    def emit(self, instr: Any) -> None:
+        self.pending.append(instr)
+
+    def emit_set(self, src: str, dst: str, event_id: int) -> None:
+        from simulator.isa import SetFlag
+        self.pending.append(SetFlag(src, dst, event_id))
+
+    def emit_wait(self, src: str, dst: str, event_id: int) -> None:
+        from simulator.isa import WaitFlag
+        self.pending.append(WaitFlag(src, dst, event_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared element-wise pipeline
+# ---------------------------------------------------------------------------------------------
+
+ComputeFn = Callable[[KernelContext, list[LocalTensor], LocalTensor, int], Iterator[Any]]
+
+
+def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], output: GlobalTensor,
+                         start: int, length: int, tile_length: int, buffer_num: int,
+                         compute: ComputeFn) -> Iterator[Any]:
+    """CopyIn → Compute → CopyOut over flat elements [start, start+length) of ``output``.
+
+    All inputs of a tile share one VECIN buffer (slots of ``tile_length`` elements, each 32 B
+    aligned), the result goes through one VECOUT buffer; both queues have ``buffer_num``
+    buffers, so with 2 the load of tile i+1 overlaps the compute of tile i. ``compute(ctx, ins,
+    out, n)`` yields the vector instructions of one tile (it may use TBufs it allocated).
+    """
+    if length <= 0:
+        return
+    in_dt = inputs[0].dtype
+    slot = align_up(tile_length * in_dt.itemsize, 32) // in_dt.itemsize
+    inq = ctx.queue("VECIN", buffer_num, slot * in_dt.itemsize * len(inputs))
+    outq = ctx.queue("VECOUT", buffer_num, tile_length * output.dtype.itemsize)
+    ntiles = -(-length // tile_length)
+    for t in range(ntiles):
+        ctx.tile = t
+        off = start + t * tile_length
+        n = min(tile_length, start + length - off)
+        buf = inq.alloc(in_dt)
+        for j, g in enumerate(inputs):
+            yield _copy_in(buf[j * slot: j * slot + n], g[off:off + n], n)
+        inq.enque(buf)
+        buf = inq.deque()
+        out = outq.alloc(output.dtype)
+        yield from compute(ctx, [buf[j * slot: j * slot + n] for j in range(len(inputs))], out, n)
+        inq.free(buf)
+        outq.enque(out)
+        out = outq.deque()
+        yield _copy_out(output[off:off + n], out, n)
+        outq.free(out)
+
+
+def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
+    from simulator.isa import DataCopyPad
+    return DataCopyPad(dst, src, n)
+
+
+def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
+    from simulator.isa import DataCopyPad
+    return DataCopyPad(dst, src, n)
