@@ -1,0 +1,145 @@
+"""The aclnn two-phase entry points (kernels.md §0, §7b), generic over OpDefs.
+
+``aclnnXxxGetWorkspaceSize(inputs..., outputs...)`` checks its out-parameters, runs the
+operator's documented checks in order, plans the tiling and returns
+``(workspace_size, executor, status)``; ``aclnnXxx(workspace, workspace_size, executor, stream)``
+queues the kernels on the stream and returns a status. Neither raises: every failure is a status
+code with a message in the runtime's error log (``rt.aclGetRecentErrMsg()``). A fault inside a
+kernel surfaces, as on hardware, at ``aclrtSynchronizeStream``.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
+                            ACLNN_SUCCESS, OpDef, OpError)
+from kernels.registry import get as get_op
+from simulator.acl import AclRuntime, AclStream, AclTensor
+from simulator.errors import SimulatorError
+from simulator.tile import GlobalTensor
+from simulator import numerics as nx
+
+log = logging.getLogger("opsim.aclnn")
+
+
+@dataclass
+class AclOpExecutor:
+    """What GetWorkspaceSize prepared: the operator, its operands, attributes and tiling."""
+
+    op: OpDef
+    runtime: AclRuntime
+    tensors: dict[str, AclTensor | None]
+    attrs: dict[str, Any]
+    tiling: Any
+    workspace_size: int
+    empty: bool = False
+    used: bool = False
+    launches: list = field(default_factory=list)
+
+
+def _runtime_of(tensors: Mapping[str, Any]) -> AclRuntime | None:
+    for t in tensors.values():
+        if isinstance(t, AclTensor):
+            return t.runtime
+    return None
+
+
+def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], attrs: Mapping[str, Any],
+                       api: str) -> tuple[int, AclOpExecutor | None, int]:
+    op = get_op(op_name)
+    rt = _runtime_of(tensors)
+    try:
+        if rt is None or rt.device is None:
+            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no tensor operand is set (or no device): nothing to run")
+        for name, t in tensors.items():
+            if t is not None and (not isinstance(t, AclTensor) or t.destroyed):
+                raise OpError(ACLNN_ERR_PARAM_INVALID, f"{name} is not a live aclTensor")
+        descs = {n: (t.desc() if t is not None else None) for n, t in tensors.items()}
+        all_attrs = {**op.attrs, **attrs}
+        if rt.deterministic and "deterministic" in op.attrs and all_attrs.get("deterministic") is None:
+            all_attrs["deterministic"] = True
+        op.validate(rt.spec, descs, all_attrs)
+        empty = _is_empty(op, descs)
+        tiling = None if empty else op.plan(rt.spec, descs, all_attrs, None)
+        ws = 0 if empty else int(op.workspace(tiling))
+        ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty)
+        check = getattr(op, "check_data", None)
+        if check is not None and not empty and rt.device.functional:
+            check(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
+        return ws, ex, ACLNN_SUCCESS
+    except OpError as exc:
+        if rt is not None:
+            rt.fail(exc.code, f"{api}: {exc.message}")
+        else:
+            log.warning("[%d] %s: %s", exc.code, api, exc.message)
+        return 0, None, exc.code
+    except SimulatorError as exc:
+        code = 361001
+        if rt is not None:
+            rt.fail(code, f"{api}: {exc}")
+        return 0, None, code
+    except Exception as exc:  # never let a Python traceback cross the C-style boundary
+        if rt is not None:
+            rt.fail(ACLNN_ERR_INNER, f"{api}: internal error: {type(exc).__name__}: {exc}")
+        return 0, None, ACLNN_ERR_INNER
+
+
+def _is_empty(op: OpDef, descs: Mapping[str, Any]) -> bool:
+    check = getattr(op, "is_empty", None)
+    if check is not None:
+        return check(descs)
+    return any(d is not None and d.numel == 0 for n, d in descs.items() if n in op.inputs)
+
+
+def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None, stream: AclStream | None,
+            api: str) -> int:
+    if executor is None:
+        log.warning("[%d] %s: executor is null", ACLNN_ERR_PARAM_NULLPTR, api)
+        return ACLNN_ERR_PARAM_NULLPTR
+    rt = executor.runtime
+    try:
+        if executor.used:
+            raise OpError(ACLNN_ERR_PARAM_INVALID, "executor was already run; call GetWorkspaceSize again")
+        if stream is None or not isinstance(stream, AclStream) or stream.destroyed:
+            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "stream is null or destroyed")
+        if executor.workspace_size > 0 and (not workspace or workspace_size < executor.workspace_size):
+            raise OpError(ACLNN_ERR_PARAM_INVALID,
+                          f"workspace of {workspace_size} B at {workspace or 0:#x} is smaller than the "
+                          f"{executor.workspace_size} B GetWorkspaceSize asked for")
+        executor.used = True
+        if executor.empty:
+            return ACLNN_SUCCESS
+        gts: dict[str, GlobalTensor] = {n: t.global_tensor() for n, t in executor.tensors.items() if t is not None}
+        if executor.workspace_size:
+            gts["workspace"] = GlobalTensor.contiguous(rt.device, int(workspace), nx.UINT8,
+                                                       (executor.workspace_size,))
+        executor.launches = executor.op.launch(rt.device, stream.stream, gts, executor.tiling, executor.attrs)
+        return ACLNN_SUCCESS
+    except OpError as exc:
+        rt.fail(exc.code, f"{api}: {exc.message}")
+        return exc.code
+    except SimulatorError as exc:
+        rt.fail(361001, f"{api}: {exc}")
+        return 361001
+    except Exception as exc:
+        rt.fail(ACLNN_ERR_INNER, f"{api}: internal error: {type(exc).__name__}: {exc}")
+        return ACLNN_ERR_INNER
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points with the documented C names and parameter order
+# ---------------------------------------------------------------------------------------------
+
+def aclnnMseLossBackwardGetWorkspaceSize(gradOutput: AclTensor | None, self: AclTensor | None,
+                                         target: AclTensor | None, reduction: int,
+                                         out: AclTensor | None) -> tuple[int, AclOpExecutor | None, int]:
+    return get_workspace_size("mse_loss_backward",
+                              {"grad_output": gradOutput, "self": self, "target": target, "out": out},
+                              {"reduction": reduction}, "aclnnMseLossBackwardGetWorkspaceSize")
+
+
+def aclnnMseLossBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
+                         stream: AclStream | None) -> int:
+    return execute(workspace, workspaceSize, executor, stream, "aclnnMseLossBackward")

@@ -1,0 +1,292 @@
+"""The ACL host API of the seeds' calling examples, on a simulated device.
+
+The calls keep their C names and argument order; out-parameters come back first in a tuple
+with the status code last, as in pyACL (``ptr, ret = rt.aclrtMalloc(size, policy)``). Every call
+returns a status code and never raises across this boundary; the message behind a failure is
+available from ``aclGetRecentErrMsg()``.
+
+State lives in an :class:`AclRuntime` object (one per simulated host process), not in module
+globals: ``rt = AclRuntime("atlas-a2"); rt.aclInit(); rt.aclrtSetDevice(0); ...``.
+
+Host↔device copies are functional but not timed: the simulator times operators, not PCIe.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+import devices as _devices
+from devices.spec import DeviceSpec
+from simulator import numerics as nx
+from simulator.device import Device, Stream
+from simulator.errors import SimulatorError
+from simulator.tile import GlobalTensor, contiguous_strides
+from traces.trace import Trace
+
+log = logging.getLogger("opsim.acl")
+
+# Status codes (kernels.md 7a; CANN acl_base.h and rt_error_codes.h)
+ACL_SUCCESS = 0
+ACL_ERROR_INVALID_PARAM = 100000
+ACL_ERROR_UNINITIALIZE = 100001
+ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACL_ERROR_BAD_ALLOC = 200000
+ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
+ACL_ERROR_RT_PARAM_INVALID = 107000
+ACL_ERROR_RT_INVALID_DEVICEID = 107001
+ACL_ERROR_RT_AICORE_EXCEPTION = 507015
+
+# aclrtMemcpyKind (kernels.md 7d)
+ACL_MEMCPY_HOST_TO_HOST = 0
+ACL_MEMCPY_HOST_TO_DEVICE = 1
+ACL_MEMCPY_DEVICE_TO_HOST = 2
+ACL_MEMCPY_DEVICE_TO_DEVICE = 3
+ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_OPT_DETERMINISTIC = 0
+ACL_FORMAT_ND = 2
+
+# aclDataType values (kernels.md 7d), re-exported so callers write ACL_FLOAT as in C
+ACL_FLOAT = nx.AclDataType.ACL_FLOAT
+ACL_FLOAT16 = nx.AclDataType.ACL_FLOAT16
+ACL_BF16 = nx.AclDataType.ACL_BF16
+ACL_INT8 = nx.AclDataType.ACL_INT8
+ACL_INT32 = nx.AclDataType.ACL_INT32
+ACL_INT64 = nx.AclDataType.ACL_INT64
+ACL_UINT8 = nx.AclDataType.ACL_UINT8
+ACL_BOOL = nx.AclDataType.ACL_BOOL
+ACL_DOUBLE = nx.AclDataType.ACL_DOUBLE
+
+
+@dataclass
+class AclTensor:
+    """aclTensor: a view (shape, strides, offset in elements) of device storage."""
+
+    runtime: "AclRuntime"
+    view_shape: tuple[int, ...]
+    dtype: nx.DType
+    strides: tuple[int, ...]
+    offset: int
+    format: int
+    storage_shape: tuple[int, ...]
+    addr: int
+    destroyed: bool = False
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.view_shape, dtype=np.int64))
+
+    def desc(self) -> Any:
+        from kernels.common import TensorDesc  # kernels sits above simulator; imported lazily
+        strides = None if self.strides == contiguous_strides(self.view_shape) else self.strides
+        return TensorDesc(self.view_shape, self.dtype, strides, self.format)
+
+    def global_tensor(self) -> GlobalTensor:
+        return GlobalTensor(self.runtime.device, self.addr, self.dtype, self.view_shape, self.strides,
+                            self.offset)
+
+
+@dataclass
+class AclStream:
+    stream: Stream
+    destroyed: bool = False
+
+
+@dataclass
+class AclRuntime:
+    """A simulated host process talking to one simulated device."""
+
+    device_name: str | DeviceSpec = "atlas-a2"
+    trace_level: str = "instruction"
+    seed: int = 0
+    functional: bool = True
+    initialized: bool = False
+    device: Device | None = None
+    trace: Trace | None = None
+    deterministic: bool = False
+    errors: list[str] = field(default_factory=list)
+    _allocs: dict[int, int] = field(default_factory=dict)
+
+    # -- errors --------------------------------------------------------------------------------
+    def fail(self, code: int, message: str) -> int:
+        self.errors.append(message)
+        log.warning("[%d] %s", code, message)
+        return code
+
+    def aclGetRecentErrMsg(self) -> str:
+        return self.errors[-1] if self.errors else ""
+
+    @property
+    def spec(self) -> DeviceSpec:
+        return self.device.spec  # type: ignore[union-attr]
+
+    # -- init / device -------------------------------------------------------------------------
+    def aclInit(self, config_path: str | None = None) -> int:
+        if self.initialized:
+            return self.fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialized")
+        self.initialized = True
+        return ACL_SUCCESS
+
+    def aclFinalize(self) -> int:
+        if not self.initialized:
+            return self.fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called")
+        self.initialized = False
+        self.device = None
+        return ACL_SUCCESS
+
+    def aclrtSetDevice(self, device_id: int) -> int:
+        if not self.initialized:
+            return self.fail(ACL_ERROR_UNINITIALIZE, "aclrtSetDevice: call aclInit first")
+        if device_id != 0:
+            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID,
+                             f"aclrtSetDevice: device id {device_id} is invalid; the simulator has one device, id 0")
+        if self.device is None:
+            try:
+                spec = (self.device_name if isinstance(self.device_name, DeviceSpec)
+                        else _devices.load(self.device_name))
+            except Exception as exc:  # a bad device file must not escape as a traceback
+                return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtSetDevice: {exc}")
+            if self.trace_level != "off":
+                self.trace = Trace(self.trace_level, spec.clock_hz, metadata={"device": spec.name})
+            self.device = Device(spec, trace=self.trace, functional=self.functional, seed=self.seed)
+        return ACL_SUCCESS
+
+    def aclrtResetDevice(self, device_id: int) -> int:
+        if self.device is None or device_id != 0:
+            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: device {device_id} is not set")
+        return ACL_SUCCESS
+
+    def aclrtCtxSetSysParamOpt(self, opt: int, value: int) -> int:
+        if opt != ACL_OPT_DETERMINISTIC:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtCtxSetSysParamOpt: option {opt} is not supported "
+                                                      f"(only ACL_OPT_DETERMINISTIC = 0)")
+        self.deterministic = bool(value)
+        return ACL_SUCCESS
+
+    def _need_device(self, call: str) -> int:
+        if self.device is None:
+            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"{call}: no device set; call aclrtSetDevice(0)")
+        return ACL_SUCCESS
+
+    # -- streams -------------------------------------------------------------------------------
+    def aclrtCreateStream(self) -> tuple[AclStream | None, int]:
+        if (ret := self._need_device("aclrtCreateStream")) != ACL_SUCCESS:
+            return None, ret
+        return AclStream(self.device.create_stream()), ACL_SUCCESS  # type: ignore[union-attr]
+
+    def aclrtDestroyStream(self, stream: AclStream) -> int:
+        if not isinstance(stream, AclStream) or stream.destroyed:
+            return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: invalid or destroyed stream")
+        stream.destroyed = True
+        return ACL_SUCCESS
+
+    def aclrtSynchronizeStream(self, stream: AclStream) -> int:
+        if (ret := self._need_device("aclrtSynchronizeStream")) != ACL_SUCCESS:
+            return ret
+        if not isinstance(stream, AclStream) or stream.destroyed:
+            return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStream: invalid or destroyed stream")
+        try:
+            self.device.synchronize(stream.stream)  # type: ignore[union-attr]
+        except SimulatorError as exc:
+            return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeStream: {exc}")
+        return ACL_SUCCESS
+
+    # -- memory --------------------------------------------------------------------------------
+    def aclrtMalloc(self, size: int, policy: int = ACL_MEM_MALLOC_HUGE_FIRST) -> tuple[int, int]:
+        if (ret := self._need_device("aclrtMalloc")) != ACL_SUCCESS:
+            return 0, ret
+        if not isinstance(size, (int, np.integer)) or size <= 0:
+            return 0, self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMalloc: size {size!r} must be a positive byte count")
+        try:
+            addr = self.device.malloc(int(size))  # type: ignore[union-attr]
+        except SimulatorError as exc:
+            return 0, self.fail(ACL_ERROR_BAD_ALLOC, f"aclrtMalloc: {size} B: {exc}")
+        self._allocs[addr] = int(size)
+        return addr, ACL_SUCCESS
+
+    def aclrtFree(self, ptr: int) -> int:
+        if (ret := self._need_device("aclrtFree")) != ACL_SUCCESS:
+            return ret
+        if ptr not in self._allocs:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtFree: {ptr:#x} is not an address from aclrtMalloc")
+        self.device.free(ptr)  # type: ignore[union-attr]
+        del self._allocs[ptr]
+        return ACL_SUCCESS
+
+    def aclrtMemcpy(self, dst: Any, dst_max: int, src: Any, count: int, kind: int) -> int:
+        """Copy ``count`` bytes. Host buffers are numpy arrays (or bytes for a source)."""
+        if (ret := self._need_device("aclrtMemcpy")) != ACL_SUCCESS:
+            return ret
+        if count > dst_max:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: count {count} exceeds destMax {dst_max}")
+        dev = self.device
+        try:
+            if kind == ACL_MEMCPY_HOST_TO_DEVICE:
+                data = np.frombuffer(src, dtype=np.uint8) if isinstance(src, (bytes, bytearray)) else \
+                    np.ascontiguousarray(src).view(np.uint8).reshape(-1)
+                if data.size < count:
+                    return self.fail(ACL_ERROR_INVALID_PARAM,
+                                     f"aclrtMemcpy: host source has {data.size} B, count is {count}")
+                dev.write(int(dst), data[:count])  # type: ignore[union-attr]
+            elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
+                if not isinstance(dst, np.ndarray) or not dst.flags.writeable:
+                    return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: host destination must be a writable numpy array")
+                out = dst.reshape(-1).view(np.uint8)
+                if out.size < count:
+                    return self.fail(ACL_ERROR_INVALID_PARAM,
+                                     f"aclrtMemcpy: host destination has {out.size} B, count is {count}")
+                out[:count] = dev.read(int(src), count)  # type: ignore[union-attr]
+            elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
+                dev.write(int(dst), dev.read(int(src), count))  # type: ignore[union-attr]
+            elif kind == ACL_MEMCPY_HOST_TO_HOST:
+                np.ascontiguousarray(dst).reshape(-1).view(np.uint8)[:count] = \
+                    np.ascontiguousarray(src).reshape(-1).view(np.uint8)[:count]
+            else:
+                return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: kind {kind} is not 0..3")
+        except SimulatorError as exc:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: {exc}")
+        return ACL_SUCCESS
+
+    # -- tensors -------------------------------------------------------------------------------
+    def aclCreateTensor(self, view_dims: Sequence[int], data_type: Any, stride: Sequence[int] | None,
+                        offset: int, fmt: int, storage_dims: Sequence[int] | None, tensor_data: int) -> AclTensor | None:
+        """Returns None on failure (as the C API returns nullptr); the reason is in the error log."""
+        if self.device is None:
+            self.fail(ACL_ERROR_RT_INVALID_DEVICEID, "aclCreateTensor: no device set")
+            return None
+        try:
+            dt = nx.dtype(data_type)
+        except ValueError as exc:
+            self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: dataType: {exc}")
+            return None
+        view = tuple(int(d) for d in view_dims)
+        if any(d < 0 for d in view):
+            self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: viewDims {list(view)} has a negative dimension")
+            return None
+        strides = tuple(int(s) for s in stride) if stride is not None else contiguous_strides(view)
+        if len(strides) != len(view):
+            self.fail(ACL_ERROR_INVALID_PARAM,
+                      f"aclCreateTensor: stride has {len(strides)} entries, viewDims has {len(view)}")
+            return None
+        storage = tuple(int(d) for d in storage_dims) if storage_dims is not None else view
+        if tensor_data % 32:
+            self.fail(ACL_ERROR_MEMORY_ADDRESS_UNALIGNED,
+                      f"aclCreateTensor: tensorData {tensor_data:#x} is not 32 B aligned")
+            return None
+        numel = int(np.prod(view, dtype=np.int64))
+        if numel:
+            last = offset + sum((d - 1) * s for d, s in zip(view, strides))
+            if offset < 0 or last >= int(np.prod(storage, dtype=np.int64)):
+                self.fail(ACL_ERROR_INVALID_PARAM,
+                          f"aclCreateTensor: view {list(view)} with strides {list(strides)} and offset {offset} "
+                          f"reaches element {last}, beyond storage {list(storage)}")
+                return None
+        return AclTensor(self, view, dt, strides, int(offset), int(fmt), storage, int(tensor_data))
+
+    def aclDestroyTensor(self, tensor: AclTensor | None) -> int:
+        if tensor is None or tensor.destroyed:
+            return self.fail(ACL_ERROR_INVALID_PARAM, "aclDestroyTensor: null or destroyed tensor")
+        tensor.destroyed = True
+        return ACL_SUCCESS
