@@ -341,8 +341,10 @@ class Device:
         try:
             self.env.run(until=until)
         except SimulatorError as exc:
-            self.faulted = exc
-            raise
+            # SimPy re-raises a copy of a process's exception; the original keeps the context
+            original = exc.__cause__ if isinstance(exc.__cause__, SimulatorError) else exc
+            self.faulted = original
+            raise original from None
         except RuntimeError as exc:
             if "No scheduled events left" not in str(exc):
                 raise

@@ -165,9 +165,11 @@ class CapacityError(SimulatorError):
         self,
         reason: str = "",
         *,
-        buffer: str,
-        needed: int,
-        available: int,
+        # defaults so that SimPy, which re-raises a failed process's exception as
+        # type(exc)(*exc.args), can rebuild it; Device.synchronize re-raises the original
+        buffer: str | None = None,
+        needed: int | None = None,
+        available: int | None = None,
         core: str | None = None,
         pipe: str | None = None,
         instruction: str | None = None,

@@ -84,8 +84,9 @@ def kernel(ctx: KernelContext, tiling: ElementwiseTiling, g: GlobalTensor, x: Gl
     start, length = tiling.core_range(ctx.block_idx)
     half = x.dtype.itemsize == 2
     if half:
-        calc = ctx.tbuf(16 * tiling.tile_length, nx.FP32)
-        n = tiling.tile_length
+        # three fp32 scratch tiles (x, y, grad after Cast), each starting 32 B aligned
+        n = -(-tiling.tile_length // 8) * 8
+        calc = ctx.tbuf(16 * n, nx.FP32)
         xf, yf, gf = calc[0:n], calc[n:2 * n], calc[2 * n:3 * n]
 
     def compute(ctx: KernelContext, ins: list[LocalTensor], o: LocalTensor, n: int) -> Iterator[Any]:

@@ -1,0 +1,609 @@
+"""Fluid fair-share memory links in integer-cycle SimPy time.
+
+A DMA transfer moves bytes over one or more shared physical links (HBM, DDR, an L2 port, ...).
+Rather than simulating bytes or bursts, every link is a *fluid* server: all transfers in flight
+share its bandwidth, and the sharing is recomputed only when the set of moving transfers changes
+(a transfer starts moving bytes or finishes).  Between two such moments every rate is constant.
+A run therefore costs two recomputes per transfer, each O(active transfers x path length).  The
+cost never grows with cycles or bytes.
+
+Rates
+-----
+Each transfer has a *demand*, the most it could use on its own::
+
+    demand = base_rate + pool.capacity / (active transfers in that pool)
+
+The pool term reproduces Huawei's calibrated MTE2 load model (``hardware.md`` §4b): each of *n*
+cores loading concurrently gets ``a + b/n`` bytes/cycle (a = 9.9074, b = 15.896 on 910B).  We
+read that as a guaranteed per-transfer rate ``a`` plus a bonus pool ``b`` split equally among
+the transfers using it.
+
+Demands are then reconciled with link capacities by max-min fair progressive filling
+("water-filling"): all unfrozen transfers rise together; a transfer freezes when it reaches its
+demand or when one of its links saturates; capacity a frozen transfer does not use stays
+available to the others.
+
+Time
+----
+Time is integer cycles.  A transfer first pays ``startup`` cycles of latency during which it
+is invisible to the bandwidth model, then it becomes *active*.  It completes at the first
+integer cycle at or after its last byte arrives, and keeps its share of the links (and its
+place in the pool count) until that cycle.  Because every start and every completion happens
+on an integer cycle, every recompute does too.
+
+Accounting
+----------
+Each link records its aggregate rate as piecewise-constant segments with integer boundaries.
+A segment stays open while the link's allocated rate and its set of transfers stay the same.
+The rate stored for a closed segment is the bytes actually carried in it divided by its
+length.  This differs from the allocated (nominal) rate only in a segment where a transfer
+delivers its last byte part-way through a cycle: the transfer still holds its allocation until
+the integer completion cycle, but carries no more bytes, so the stored rate is lower than the
+allocation.  Storing the carried rate keeps ``sum(rate * duration) == bytes_carried``
+(conservation), and it can never exceed the allocation, which never exceeds capacity.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import operator
+from array import array
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import simpy
+
+__all__ = ["Link", "Pool", "LinkNetwork", "TransferRecord"]
+
+# Remaining bytes at or below max(_ABS_TOL, _REL_TOL * nbytes) count as delivered.  The tolerance
+# is far larger than float rounding in the running subtraction (about 1e-16 relative per step)
+# and far smaller than one byte.  So rounding can neither add a cycle nor leave a negative
+# remainder.
+_REL_TOL = 1e-9
+_ABS_TOL = 1e-6
+# Relative slack used to decide that a link's fair share equals the current fill level.
+_LEVEL_SLACK = 1e-12
+# Adjacent closed segments whose carried rates agree this closely are merged.  The merge adds
+# their bytes, not their rates, so it costs no conservation.
+_MERGE_REL = 1e-9
+
+OnChange = Callable[[int, dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """What a completed transfer reports.
+
+    ``issue`` is the cycle ``transfer()`` was called.  ``start = issue + startup`` is when
+    it began moving bytes.  ``end`` is the completion cycle.
+    """
+
+    tag: object
+    nbytes: int
+    issue: int
+    start: int
+    end: int
+
+    @property
+    def duration(self) -> int:
+        """Cycles from issue to completion, startup latency included."""
+        return self.end - self.issue
+
+
+def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) -> float:
+    try:
+        cap = float(capacity)
+    except (TypeError, ValueError):
+        raise TypeError(f"{kind} {name!r}: capacity must be a number, got {capacity!r}") from None
+    ok = math.isfinite(cap) and (cap >= 0.0 if allow_zero else cap > 0.0)
+    if not ok:
+        need = "finite and >= 0" if allow_zero else "finite and > 0"
+        raise ValueError(f"{kind} {name!r}: capacity must be {need}, got {capacity!r}")
+    return cap
+
+
+class Link:
+    """A shared physical link, ``capacity`` bytes per cycle, shared max-min fairly.
+
+    Create links with :meth:`LinkNetwork.add_link`.  Statistics:
+
+    * ``bytes_carried``: total bytes carried so far.  Bytes are credited at each recompute,
+      so a transfer still in flight is counted up to the last recompute.
+    * ``rate``: the aggregate rate allocated right now (nominal).
+    * ``active``: number of active transfers crossing the link.
+    * ``rate_segments`` / :meth:`bandwidth_series` / :meth:`peak_rate`: the aggregate rate over
+      time (see the module docstring for how the carried rate differs from the nominal rate).
+    """
+
+    def __init__(self, name: str, capacity: float) -> None:
+        self.name = name
+        self.capacity = _check_capacity("link", name, capacity, allow_zero=False)
+        self.bytes_carried: float = 0.0
+        self.rate: float = 0.0
+        self.active: int = 0
+        # Unclamped sum of the allocated rates of the transfers on the link.  Bytes are credited
+        # from it, so it must be the exact sum, not the value clamped for reporting.
+        self._alloc: float = 0.0
+        # Closed history as a step function in typed arrays (16 bytes per step).  Python lists
+        # of ints and floats would cost about 100 bytes per step, and a busy link can record
+        # one step per recompute, i.e. millions per run.  Step i covers
+        # [_times[i], _times[i+1]) (the last one ends at _end) and carried _bytes[i].  Idle gaps
+        # are steps with 0 bytes.  Bytes are stored instead of rates so that merging steps
+        # stays exact.
+        self._times = array("q")
+        self._bytes = array("d")
+        self._end: int = 0
+        # The open segment, if any: started at _open_start, carried _open_bytes so far.
+        self._open_start: int | None = None
+        self._open_bytes: float = 0.0
+
+    def __repr__(self) -> str:
+        return f"Link({self.name!r}, capacity={self.capacity:g}, rate={self.rate:g})"
+
+    # -- segment bookkeeping (called by LinkNetwork only) ------------------------------------
+
+    def _close(self, now: int) -> None:
+        """Close the open segment at ``now``, merging it into the previous one if the rates match."""
+        start = self._open_start
+        if start is None:
+            return
+        self._open_start = None
+        nbytes = self._open_bytes
+        self._open_bytes = 0.0
+        if now <= start:
+            # Zero-length segment (two recomputes in one cycle): no time passed, so no bytes.
+            return
+        times = self._times
+        if times:
+            end = self._end
+            if end == start:
+                prev = self._bytes[-1]
+                if prev > 0.0 and math.isclose(nbytes / (now - start), prev / (start - times[-1]),
+                                               rel_tol=_MERGE_REL, abs_tol=0.0):
+                    self._bytes[-1] = prev + nbytes
+                    self._end = now
+                    return
+            else:
+                times.append(end)  # idle gap since the last segment
+                self._bytes.append(0.0)
+        times.append(start)
+        self._bytes.append(nbytes)
+        self._end = now
+
+    def _open(self, now: int) -> None:
+        self._open_start = now
+        self._open_bytes = 0.0
+
+    # -- statistics ---------------------------------------------------------------------------
+
+    def _closed_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """Closed history as (times with the final end appended, carried rate per step)."""
+        times = np.frombuffer(self._times, dtype=np.int64).copy() if self._times else np.zeros(0, np.int64)
+        if not len(times):
+            return times, np.zeros(0)
+        edges = np.append(times, self._end)
+        rates = np.frombuffer(self._bytes, dtype=np.float64) / np.diff(edges)
+        # The clamp only removes float rounding (a completing transfer may be credited up to
+        # its ~1e-9 relative tolerance more than rate x time).  That is far below the 1e-6
+        # conservation tolerance, and it keeps "rate <= capacity" exact for observers.
+        return edges, np.minimum(rates, self.capacity)
+
+    @property
+    def rate_segments(self) -> list[tuple[int, int | None, float]]:
+        """``(start, end, rate)`` for each segment in which the link carried traffic.
+
+        Closed segments give the carried rate.  The open segment, if any, comes last, with
+        ``end = None`` and the rate allocated now.  Idle stretches have no segment.
+        """
+        edges, rates = self._closed_steps()
+        out: list[tuple[int, int | None, float]] = [
+            (int(edges[i]), int(edges[i + 1]), float(rates[i]))
+            for i in range(len(rates)) if self._bytes[i] > 0.0
+        ]
+        if self._open_start is not None:
+            out.append((self._open_start, None, self.rate))
+        return out
+
+    def bandwidth_series(self) -> tuple[np.ndarray, np.ndarray]:
+        """Step function of the aggregate rate: ``(times, rates)``.
+
+        ``rates[i]`` holds on ``[times[i], times[i+1])``.  Before ``times[0]`` the rate is 0.
+        Idle gaps appear as explicit 0 entries, and equal consecutive rates are merged.  When no
+        segment is open, the last entry is ``(end of last traffic, 0.0)``, so
+        ``sum(rates[:-1] * diff(times))`` equals ``bytes_carried``.
+        """
+        edges, rates = self._closed_steps()
+        rates = np.append(rates, 0.0) if len(edges) else rates
+        if self._open_start is not None:
+            if len(edges) and edges[-1] == self._open_start:
+                edges, rates = edges[:-1], rates[:-1]
+            edges = np.append(edges, self._open_start).astype(np.int64)
+            rates = np.append(rates, self.rate)
+        if len(rates) > 1:
+            keep = np.empty(len(rates), dtype=bool)
+            keep[0] = True
+            keep[1:] = rates[1:] != rates[:-1]
+            edges, rates = edges[keep], rates[keep]
+        return edges.astype(np.int64), rates.astype(np.float64)
+
+    def peak_rate(self) -> float:
+        """Highest aggregate rate seen: carried rate of closed segments, allocated rate of the open one."""
+        _, rates = self._closed_steps()
+        peak = float(rates.max()) if len(rates) else 0.0
+        if self._open_start is not None:
+            peak = max(peak, self.rate)
+        return peak
+
+
+class Pool:
+    """A bonus-bandwidth pool: ``capacity`` bytes/cycle split equally among its active transfers.
+
+    Create pools with :meth:`LinkNetwork.add_pool`.  ``active`` is the number of transfers that
+    share the pool now.  ``bytes_carried`` counts the bytes of those transfers, at the whole
+    transfer rate, not only the pool part.
+    """
+
+    def __init__(self, name: str, capacity: float) -> None:
+        self.name = name
+        self.capacity = _check_capacity("pool", name, capacity, allow_zero=True)
+        self.active: int = 0
+        self.bytes_carried: float = 0.0
+        self._alloc: float = 0.0  # sum of the rates of its active transfers
+
+    def __repr__(self) -> str:
+        return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
+
+
+class _Transfer:
+    """Mutable state of one transfer inside the network (not part of the API)."""
+
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "base", "links", "pool", "event",
+                 "remaining", "tol", "demand", "rate", "due")
+
+    def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, base: float,
+                 links: tuple[Link, ...], pool: Pool | None, event: simpy.Event) -> None:
+        self.seq = seq
+        self.tag = tag
+        self.nbytes = nbytes
+        self.issue = issue
+        self.start = start
+        self.base = base
+        self.links = links
+        self.pool = pool
+        self.event = event
+        self.remaining = float(nbytes)
+        self.tol = max(_ABS_TOL, _REL_TOL * nbytes)
+        self.demand = 0.0
+        self.rate = 0.0
+        self.due = start  # completion cycle predicted at the last recompute
+
+
+class LinkNetwork:
+    """The set of links and pools of one simulated device, plus the transfers in flight.
+
+    One manager drives all transfers.  It keeps a single pending SimPy timeout for the next
+    interesting cycle: the earliest predicted completion, or the earliest end of a startup
+    latency.  A generation counter makes superseded timeouts no-ops.  So the event count is
+    O(transfers), independent of sizes and durations.
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.links: dict[str, Link] = {}
+        self.pools: dict[str, Pool] = {}
+        #: Called after a recompute with ``(now, {link name: allocated aggregate rate})`` for the
+        #: links whose allocated rate changed (a link that went idle reports 0.0).  It is not
+        #: called when no link rate changed.  Allocated rates can differ from the carried rates of
+        #: ``Link.bandwidth_series`` in a completion cycle (see the module docstring).
+        self.on_change: OnChange | None = None
+        #: Number of transfers completed so far, and number of rate recomputes (a cheap probe
+        #: to check that recomputes happen only at starts and completions).
+        self.completed: int = 0
+        self.recompute_count: int = 0
+
+        self._active: dict[int, _Transfer] = {}  # by seq; dicts keep insertion order
+        self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
+        self._seq = 0
+        self._gen = 0
+        self._wake_at: int | None = None
+        self._last = self._now()  # cycle of the last recompute; rates are valid since then
+        # Links and pools with active transfers, as returned by _allocate.
+        self._busy: dict[Link, list] = {}
+        self._busy_pools: dict[Pool, list] = {}
+
+    # -- construction -------------------------------------------------------------------------
+
+    def add_link(self, name: str, capacity: float) -> Link:
+        """Create a link of ``capacity`` bytes/cycle (> 0).  Names are unique per network."""
+        if name in self.links:
+            raise ValueError(f"link {name!r} already exists")
+        link = Link(name, capacity)
+        self.links[name] = link
+        return link
+
+    def add_pool(self, name: str, capacity: float) -> Pool:
+        """Create a bonus pool of ``capacity`` bytes/cycle (>= 0).  Names are unique per network."""
+        if name in self.pools:
+            raise ValueError(f"pool {name!r} already exists")
+        pool = Pool(name, capacity)
+        self.pools[name] = pool
+        return pool
+
+    # -- transfers ----------------------------------------------------------------------------
+
+    def transfer(self, nbytes: int, *, base_rate: float, links: Sequence[Link] = (),
+                 pool: Pool | None = None, startup: int = 0, tag: object = None) -> simpy.Event:
+        """Start moving ``nbytes`` over ``links``.  Returns an event that succeeds with a
+        :class:`TransferRecord` when the transfer completes.
+
+        ``base_rate`` (> 0) is the transfer's own rate limit without the pool bonus.  ``pool``,
+        if given, adds an equal share of the pool's capacity.  ``startup`` is a latency in whole
+        cycles before any byte moves.  A zero-byte transfer completes right after its startup.
+        """
+        try:
+            nb = operator.index(nbytes)
+        except TypeError:
+            raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
+        if nb < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+        try:
+            base = float(base_rate)
+        except (TypeError, ValueError):
+            raise TypeError(f"base_rate must be a number, got {base_rate!r}") from None
+        if not (math.isfinite(base) and base > 0.0):
+            raise ValueError(f"base_rate must be finite and > 0, got {base_rate!r}")
+        try:
+            st = operator.index(startup)
+        except TypeError:
+            raise TypeError(f"startup must be an integer number of cycles, got {startup!r}") from None
+        if st < 0:
+            raise ValueError(f"startup must be >= 0, got {startup!r}")
+        path = tuple(links)
+        for link in path:
+            if not isinstance(link, Link) or self.links.get(link.name) is not link:
+                raise ValueError(f"{link!r} is not a link of this network")
+        if len(set(map(id, path))) != len(path):
+            raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
+        if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
+            raise ValueError(f"{pool!r} is not a pool of this network")
+
+        now = self._now()
+        event = self.env.event()
+        seq = self._seq
+        self._seq += 1
+        t = _Transfer(seq, tag, nb, now, now + st, base, path, pool, event)
+        # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
+        # that start in one cycle are then activated by one recompute.
+        heapq.heappush(self._pending, (t.start, seq, t))
+        self._schedule(t.start)
+        return event
+
+    def active_count(self) -> int:
+        """Transfers currently moving bytes (startup paid, not yet completed)."""
+        return len(self._active)
+
+    def pending_count(self) -> int:
+        """Transfers still paying their startup latency."""
+        return len(self._pending)
+
+    def active_rates(self) -> list[tuple[object, float]]:
+        """``(tag, allocated rate)`` of each active transfer, in activation order."""
+        return [(t.tag, t.rate) for t in self._active.values()]
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _now(self) -> int:
+        now = self.env.now
+        if now != int(now):
+            raise ValueError(f"LinkNetwork needs integer simulation time, env.now = {now!r}")
+        return int(now)
+
+    def _schedule(self, when: int) -> None:
+        """Ensure a wake-up at ``when`` or earlier.  An earlier wake-up recomputes the next one."""
+        if self._wake_at is not None and self._wake_at <= when:
+            return
+        self._gen += 1
+        gen = self._gen
+        self._wake_at = when
+        timer = self.env.timeout(when - self._now())
+        timer.callbacks.append(lambda _ev, gen=gen: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen != self._gen:
+            return  # superseded by an earlier wake-up, which rescheduled
+        self._wake_at = None
+        self._recompute(self._now())
+
+    def _recompute(self, now: int) -> None:
+        """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
+        self.recompute_count += 1
+        elapsed = now - self._last
+        self._last = now
+        finished: list[_Transfer] = []
+        # Links whose open segment must close now even if their rate stays the same, because
+        # a transfer on them finished or started.  A segment then covers one set of transfers,
+        # and the shortfall of a transfer finishing mid-cycle is charged to the segment it
+        # finished in, not averaged over a longer span.
+        touched: dict[Link, None] = {}
+
+        # 1. Credit bytes moved since the last recompute.  Per link and pool this is the
+        #    aggregate rate times the elapsed time.  Each finished transfer then corrects it
+        #    by the difference between what it had left and what its rate would have moved.
+        #    Crediting per link, not per transfer and link, keeps this step O(links + active).
+        if elapsed > 0:
+            for link in self._busy:
+                moved = link._alloc * elapsed
+                link._open_bytes += moved
+                link.bytes_carried += moved
+            for pool in self._busy_pools:
+                pool.bytes_carried += pool._alloc * elapsed
+        for t in self._active.values():
+            rem = t.remaining
+            moved = t.rate * elapsed
+            if t.due <= now or rem - moved <= t.tol:
+                # Done.  Credit exactly what was left, so each transfer's credits add up to
+                # nbytes and float residue cannot leak into (or out of) the link totals.
+                fix = rem - moved
+                t.remaining = 0.0
+                finished.append(t)
+                for link in t.links:
+                    link._open_bytes += fix
+                    link.bytes_carried += fix
+                    touched[link] = None
+                if t.pool is not None:
+                    t.pool.bytes_carried += fix
+            else:
+                t.remaining = rem - moved
+
+        active = self._active
+        for t in finished:
+            del active[t.seq]
+
+        # 2. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
+        pending = self._pending
+        while pending and pending[0][0] <= now:
+            t = heapq.heappop(pending)[2]
+            if t.nbytes == 0:
+                finished.append(t)
+            else:
+                active[t.seq] = t
+                for link in t.links:
+                    touched[link] = None
+
+        # 3. Re-share bandwidth.
+        alloc, pool_alloc = self._allocate()
+
+        # 4. Segment bookkeeping.  A link's segment stays open while its rate and its set of
+        #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
+        #    rate, except in a segment where a transfer finished mid-cycle.
+        changed: dict[str, float] = {}
+        for link in self._busy:
+            if link not in alloc:
+                link._close(now)
+                link._alloc = 0.0
+                link.rate = 0.0
+                link.active = 0
+                changed[link.name] = 0.0
+        for link, (_, _, rate, n) in alloc.items():
+            link.active = n
+            if rate != link._alloc or link in touched or link._open_start is None:
+                link._close(now)
+                link._open(now)
+                if rate != link._alloc:
+                    link._alloc = rate
+                    # Water-filling keeps the sum within float rounding of capacity; report
+                    # it clamped so that "rate <= capacity" holds exactly for observers.
+                    link.rate = rate if rate < link.capacity else link.capacity
+                    changed[link.name] = link.rate
+        self._busy = alloc
+        for pool in self._busy_pools:
+            if pool not in pool_alloc:
+                pool._alloc = 0.0
+                pool.active = 0
+        for pool, (rate, n) in pool_alloc.items():
+            pool._alloc = rate
+            pool.active = n
+        self._busy_pools = pool_alloc
+
+        # 5. Predict completions; wake at the earliest completion or startup end.
+        next_wake: int | None = pending[0][0] if pending else None
+        ceil = math.ceil
+        for t in active.values():
+            # First integer cycle by which the remainder is within tolerance.  Subtracting
+            # the tolerance before ceil() absorbs rounding error that would add a cycle.
+            cycles = ceil((t.remaining - t.tol) / t.rate)
+            due = now + (cycles if cycles > 1 else 1)
+            t.due = due
+            if next_wake is None or due < next_wake:
+                next_wake = due
+        if next_wake is not None:
+            self._schedule(next_wake)
+
+        # 6. Report.  Event callbacks run later in the SimPy loop, so the state is already
+        #    consistent if they issue new transfers.
+        if len(finished) > 1:
+            finished.sort(key=lambda tr: tr.seq)
+        for t in finished:
+            self.completed += 1
+            t.event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+        if changed and self.on_change is not None:
+            self.on_change(now, changed)
+
+    def _allocate(self) -> tuple[dict[Link, list], dict[Pool, list]]:
+        """Set ``rate`` of every active transfer by max-min fair progressive filling.
+
+        All unfrozen transfers share one fill level.  Each round raises the level to the
+        smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
+        divided by its unfrozen transfers.  Then it freezes the transfers that reached their
+        demand and all transfers on the links that saturated.  Each round freezes at least one
+        transfer, and usually a whole link or demand class.  Cost per round is
+        O(unfrozen transfers x path length + links in use).
+
+        Returns ``{link: [left, unfrozen, aggregate rate, transfers]}`` and
+        ``{pool: [aggregate rate, transfers]}``, both in first-use order.
+        """
+        active = self._active.values()
+        # Pool membership first: demands depend on the number of active transfers per pool.
+        pools: dict[Pool, list] = {}
+        for t in active:
+            p = t.pool
+            if p is not None:
+                if p in pools:
+                    pools[p][1] += 1
+                else:
+                    pools[p] = [0.0, 1]
+
+        # One list per link instead of several dicts saves a hash lookup per field access.
+        # This loop is the simulator's hot spot.
+        unfrozen: list[_Transfer] = []
+        info: dict[Link, list] = {}
+        for t in active:
+            p = t.pool
+            if p is None:
+                d = t.base
+            else:
+                rec = pools[p]
+                d = t.base + p.capacity / rec[1]
+                rec[0] += d if not t.links else 0.0  # link-less: rate == demand, final now
+            t.demand = d
+            if not t.links:
+                t.rate = d  # nothing to share with
+                continue
+            unfrozen.append(t)
+            for link in t.links:
+                rec = info.get(link)
+                if rec is None:
+                    info[link] = [link.capacity, 1, 0.0, 1]
+                else:
+                    rec[1] += 1
+                    rec[3] += 1
+
+        while unfrozen:
+            level = min([t.demand for t in unfrozen])
+            for rec in info.values():
+                n = rec[1]
+                if n and rec[0] < level * n:
+                    level = rec[0] / n
+            thresh = level * (1.0 + _LEVEL_SLACK)
+            saturated = {link for link, rec in info.items() if rec[1] and rec[0] <= thresh * rec[1]}
+            still: list[_Transfer] = []
+            for t in unfrozen:
+                if t.demand <= thresh:
+                    rate = t.demand if t.demand < level else level
+                elif saturated and not saturated.isdisjoint(t.links):
+                    rate = level
+                else:
+                    still.append(t)
+                    continue
+                t.rate = rate
+                for link in t.links:
+                    rec = info[link]
+                    rec[0] -= rate
+                    rec[1] -= 1
+                    rec[2] += rate
+                if t.pool is not None:
+                    pools[t.pool][0] += rate
+            unfrozen = still
+        return info, pools

@@ -1,0 +1,73 @@
+"""The ACL host API: status codes, never an exception, copies and tensors."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator import acl
+from simulator.acl import AclRuntime
+
+
+def _rt(device="atlas-a2"):
+    rt = AclRuntime(device)
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    return rt
+
+
+def test_calls_before_init_or_device_return_codes():
+    rt = AclRuntime()
+    assert rt.aclrtSetDevice(0) == acl.ACL_ERROR_UNINITIALIZE
+    assert rt.aclInit() == 0 and rt.aclInit() == acl.ACL_ERROR_REPEAT_INITIALIZE
+    ptr, ret = rt.aclrtMalloc(64)
+    assert ret == acl.ACL_ERROR_RT_INVALID_DEVICEID and "aclrtSetDevice" in rt.aclGetRecentErrMsg()
+    assert rt.aclrtSetDevice(1) == acl.ACL_ERROR_RT_INVALID_DEVICEID and "id 1" in rt.aclGetRecentErrMsg()
+
+
+def test_unknown_device_is_a_status_not_a_traceback():
+    rt = AclRuntime("atlas-a9")
+    rt.aclInit()
+    assert rt.aclrtSetDevice(0) == acl.ACL_ERROR_INVALID_PARAM
+    assert "atlas-a9" in rt.aclGetRecentErrMsg()
+
+
+def test_memcpy_round_trip_and_bad_sizes():
+    rt = _rt()
+    host = np.arange(16, dtype=np.float32)
+    ptr, ret = rt.aclrtMalloc(host.nbytes)
+    assert ret == 0 and ptr % 32 == 0
+    assert rt.aclrtMemcpy(ptr, 64, host, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    back = np.zeros(16, np.float32)
+    assert rt.aclrtMemcpy(back, 64, ptr, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert np.array_equal(back, host)
+    assert rt.aclrtMemcpy(ptr, 32, host, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == acl.ACL_ERROR_INVALID_PARAM
+    assert rt.aclrtMemcpy(ptr + 64, 64, host, 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == acl.ACL_ERROR_INVALID_PARAM
+    assert "0x" in rt.aclGetRecentErrMsg()
+    assert rt.aclrtMemcpy(ptr, 64, host, 64, 7) == acl.ACL_ERROR_INVALID_PARAM
+    assert rt.aclrtMalloc(0)[1] == acl.ACL_ERROR_INVALID_PARAM
+    assert rt.aclrtFree(ptr) == 0 and rt.aclrtFree(ptr) == acl.ACL_ERROR_INVALID_PARAM
+
+
+def test_device_memory_exhaustion_is_bad_alloc():
+    rt = _rt("atlas-a2-910b4")
+    ptr, ret = rt.aclrtMalloc(40 << 30)  # 40 GiB on a 32 GiB part
+    assert ret == acl.ACL_ERROR_BAD_ALLOC and ptr == 0
+    msg = rt.aclGetRecentErrMsg()
+    assert "42949672960" in msg and "34359738368" in msg and "HBM" in msg
+
+
+def test_create_tensor_checks_alignment_dtype_and_storage():
+    rt = _rt()
+    ptr, _ = rt.aclrtMalloc(256)
+    assert rt.aclCreateTensor([4, 4], acl.ACL_FLOAT, [4, 1], 0, 2, [4, 4], ptr) is not None
+    assert rt.aclCreateTensor([4, 4], acl.ACL_FLOAT, [4, 1], 0, 2, [4, 4], ptr + 4) is None
+    assert "32 B aligned" in rt.aclGetRecentErrMsg()
+    assert rt.aclCreateTensor([4, 4], 99, None, 0, 2, [4, 4], ptr) is None
+    assert rt.aclCreateTensor([4, 4], acl.ACL_FLOAT, [4, 1], 1, 2, [4, 4], ptr) is None
+    assert "beyond storage" in rt.aclGetRecentErrMsg()
+    t = rt.aclCreateTensor([4, 4], acl.ACL_BF16, None, 0, 2, None, ptr)
+    assert t.dtype.name == "bf16" and t.strides == (4, 1)
+
+
+def test_deterministic_option_is_recorded():
+    rt = _rt()
+    assert rt.aclrtCtxSetSysParamOpt(acl.ACL_OPT_DETERMINISTIC, 1) == 0 and rt.deterministic
+    assert rt.aclrtCtxSetSysParamOpt(5, 1) == acl.ACL_ERROR_INVALID_PARAM

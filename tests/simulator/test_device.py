@@ -1,0 +1,254 @@
+"""The machine: launches on cores, core masks, streams, faults, deadlock, the vector unit's dtypes."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import devices
+from kernels.ascend import mse_backward as mse
+from kernels.common import TensorDesc
+from simulator import numerics as nx
+from simulator.device import Device
+from simulator.errors import CapacityError, DeadlockError, MemoryFault, UnsupportedInstruction
+from simulator.isa import Add, Cast, DataCopy, DataCopyPad, ScalarOp, SetFlag, WaitFlag
+from simulator.tile import GlobalTensor
+from traces.trace import Trace
+
+A2 = devices.load("atlas-a2")
+
+
+def _gm(dev, arr):
+    addr = dev.malloc(arr.nbytes)
+    dev.write(addr, arr)
+    return GlobalTensor.contiguous(dev, addr, nx.dtype(arr.dtype), arr.shape)
+
+
+def test_more_blocks_than_allowed_cores_wait_for_a_free_core():
+    def busy(ctx):
+        yield ScalarOp(1000)
+    dev = Device(A2, trace=Trace("launch", A2.clock_hz))
+    s = dev.create_stream()
+    launch = dev.launch(s, busy, 6, core_mask=0b11)
+    dev.synchronize(s)
+    starts = sorted(b[2] for b in launch.blocks)
+    assert len({b[1] for b in launch.blocks}) == 2            # only two cores used
+    assert starts[0] == starts[1] and starts[2] >= starts[0] + 1000 and starts[4] >= starts[0] + 2000
+    assert launch.cycles >= 3000 + A2.launch.overhead
+
+
+def test_core_mask_beyond_the_cores_is_refused():
+    dev = Device(A2)
+    with pytest.raises(Exception, match="core_mask"):
+        dev.launch(dev.create_stream(), lambda ctx: iter(()), 1, core_mask=1 << 48)
+
+
+def _mse_on(dev, stream, n, block_dim, offset_mask=None):
+    x = np.ones(n, np.float32)
+    t = {k: _gm(dev, x) for k in ("grad_output", "self", "target")}
+    t["out"] = GlobalTensor.contiguous(dev, dev.malloc(x.nbytes), nx.FP32, x.shape)
+    d = TensorDesc(x.shape, nx.FP32)
+    ov = {"block_dim": block_dim}
+    if offset_mask is not None:
+        ov["core_mask"] = offset_mask
+    tiling = mse.plan(A2, {"self": d, "out": d}, {"reduction": 0}, ov)
+    return mse.launch(dev, stream, t, tiling, {"reduction": 0})[0]
+
+
+def test_two_streams_run_concurrently_and_contend_for_bandwidth():
+    n = 1 << 20
+    lo, hi = (1 << 24) - 1, ((1 << 48) - 1) ^ ((1 << 24) - 1)
+    alone = Device(A2, functional=False)
+    s = alone.create_stream()
+    l_alone = _mse_on(alone, s, n, 24, lo)
+    alone.synchronize(s)
+
+    both = Device(A2, functional=False)
+    s1, s2 = both.create_stream(), both.create_stream()
+    l1 = _mse_on(both, s1, n, 24, lo)
+    l2 = _mse_on(both, s2, n, 24, hi)
+    both.synchronize()
+    assert l1.start == l2.start                              # concurrent, on disjoint cores
+    assert l1.cycles > l_alone.cycles and l2.cycles > l_alone.cycles   # each slower than alone
+    together = max(l1.end, l2.end) - min(l1.issue, l2.issue)
+    assert together < 2 * l_alone.cycles                     # faster than one after the other
+
+
+def test_same_stream_runs_launches_in_order():
+    dev = Device(A2, functional=False)
+    s = dev.create_stream()
+    a = _mse_on(dev, s, 4096, 2)
+    b = _mse_on(dev, s, 4096, 2)
+    dev.synchronize(s)
+    assert b.issue >= a.end
+
+
+def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
+    def kernel(ctx):
+        buf = ctx.tbuf(256, nx.BF16)
+        yield Add(buf[0:64], buf[0:64], buf[64:128], count=64)
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1)
+    with pytest.raises(UnsupportedInstruction) as ei:
+        dev.synchronize(s)
+    msg = str(ei.value)
+    assert "bf16" in msg and "Cast" in msg and "core0.veccore0" in msg and "VECTOR" in msg
+
+
+def test_bf16_cast_is_allowed_and_rounds_once():
+    x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -3.0e38], np.float32)
+
+    def kernel(ctx, src, dst):
+        f = ctx.tbuf(32, nx.FP32)
+        b = ctx.tbuf(32, nx.BF16)
+        q = ctx.queue("VECIN", 1, 32)
+        t = q.alloc(nx.FP32)
+        yield DataCopyPad(t[0:4], src[0:4], 4)
+        q.enque(t)
+        t = q.deque()
+        yield Cast(b[0:4], t[0:4], "rint", 4)
+        yield Cast(f[0:4], b[0:4], "none", 4)
+        o = ctx.queue("VECOUT", 1, 32)
+        ot = o.alloc(nx.FP32)
+        from simulator.isa import Copy
+        yield Copy(ot[0:4], f[0:4], 4)
+        o.enque(ot)
+        ot = o.deque()
+        yield DataCopyPad(dst[0:4], ot[0:4], 4)
+        q.free(t)
+        o.free(ot)
+    dev = Device(A2)
+    s = dev.create_stream()
+    src = _gm(dev, x)
+    dst = GlobalTensor.contiguous(dev, dev.malloc(16), nx.FP32, (4,))
+    dev.launch(s, kernel, 1, src, dst)
+    dev.synchronize(s)
+    got = dev.read(dst.addr, 16).view(np.float32)
+    assert np.array_equal(got, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_datacopy_length_must_be_whole_32_byte_blocks():
+    def kernel(ctx, src):
+        q = ctx.queue("VECIN", 1, 64)
+        t = q.alloc(nx.FP32)
+        yield DataCopy(t[0:3], src[0:3], 3)
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1, _gm(dev, np.ones(8, np.float32)))
+    with pytest.raises(MemoryFault, match="DataCopyPad"):
+        dev.synchronize(s)
+
+
+def test_out_of_bounds_gm_read_faults_with_core_pipe_instruction_and_address():
+    def kernel(ctx, src):
+        q = ctx.queue("VECIN", 1, 256)
+        t = q.alloc(nx.FP32)
+        yield DataCopyPad(t[0:16], src.tensor[4:], 16)
+    dev = Device(A2)
+    s = dev.create_stream()
+    src = _gm(dev, np.ones(8, np.float32))
+    dev.launch(s, kernel, 1, src[0:8])
+    with pytest.raises(MemoryFault) as ei:
+        dev.synchronize(s)
+    msg = str(ei.value)
+    assert "core0.veccore0" in msg and "MTE2" in msg and "DataCopyPad" in msg and hex(src.addr)[:6] in msg
+
+
+def test_faulting_store_leaves_memory_outside_outputs_untouched():
+    def kernel(ctx, src, dst):
+        q = ctx.queue("VECOUT", 1, 256)
+        t = q.alloc(nx.FP32)
+        yield DataCopyPad(t[0:16], src[0:16], 16)
+        q.enque(t)
+        t = q.deque()
+        yield DataCopyPad(dst, t[0:16], 16)   # dst is 8 elements: the store would overrun
+    dev = Device(A2)
+    s = dev.create_stream()
+    src = _gm(dev, np.arange(16, dtype=np.float32))
+    dst_t = _gm(dev, np.zeros(8, np.float32))
+    neighbour = _gm(dev, np.full(64, 7, np.float32))
+    before = dev.space.snapshot_digest()
+    dev.launch(s, kernel, 1, src, GlobalTensor.contiguous(dev, dst_t.addr, nx.FP32, (16,))[0:16])
+    with pytest.raises(MemoryFault):
+        dev.synchronize(s)
+    assert dev.space.snapshot_digest() == before
+    assert np.all(dev.read(neighbour.addr, 256).view(np.float32) == 7)
+
+
+def test_queue_larger_than_ub_raises_capacity_error_naming_ub():
+    def kernel(ctx):
+        ctx.queue("VECIN", 2, 128 * 1024)
+        yield ScalarOp()
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1)
+    with pytest.raises(CapacityError, match="UB"):
+        dev.synchronize(s)
+
+
+def test_wait_on_a_flag_nobody_sets_is_reported_as_deadlock():
+    def kernel(ctx):
+        yield WaitFlag("MTE2", "VECTOR", 3)
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1)
+    with pytest.raises(DeadlockError) as ei:
+        dev.synchronize(s)
+    assert "VECTOR" in str(ei.value) and "WaitFlag<MTE2_VECTOR>(3)" in str(ei.value)
+
+
+def test_flags_order_pipes_and_count_sets():
+    order = []
+
+    class Mark(ScalarOp):
+        def __init__(self, pipe, label):
+            super().__init__(10, label)
+            self._p = pipe
+
+        @property
+        def pipe(self):
+            return self._p
+
+        def complete(self, p):
+            order.append((self.label, p.core.env.now))
+
+    def kernel(ctx):
+        yield Mark("MTE2", "load")
+        yield SetFlag("MTE2", "VECTOR", 0)
+        yield WaitFlag("MTE2", "VECTOR", 0)
+        yield Mark("VECTOR", "compute")
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1)
+    dev.synchronize(s)
+    (l, tl), (c, tc) = order
+    assert l == "load" and c == "compute" and tc >= tl + 10
+
+
+def test_simulated_gm_bandwidth_never_exceeds_the_link_capacity():
+    dev = Device(A2, functional=False)
+    s = dev.create_stream()
+    _mse_on(dev, s, 1 << 21, 48)
+    dev.synchronize(s)
+    link = dev.gm_link
+    assert link.peak_rate() <= link.capacity * (1 + 1e-9)
+    times, rates = link.bandwidth_series()
+    assert np.all(rates <= link.capacity * (1 + 1e-9))
+    assert link.bytes_carried == pytest.approx(dev.bytes_read + dev.bytes_written - _l2_hits(dev))
+
+
+def _l2_hits(dev):
+    return dev.l2.hit_bytes if dev.l2 is not None else 0
+
+
+def test_same_inputs_and_seed_give_identical_outputs_and_traces():
+    import opsim
+    rng = np.random.default_rng(9)
+    x, y, g = (rng.standard_normal(30000).astype(np.float16) for _ in range(3))
+    a = opsim.run("mse_loss_backward", grad_output=g, self=x, target=y, reduction="mean", seed=3)
+    b = opsim.run("mse_loss_backward", grad_output=g, self=x, target=y, reduction="mean", seed=3)
+    assert np.array_equal(a.outputs["out"].view(np.uint16), b.outputs["out"].view(np.uint16))
+    assert a.cycles == b.cycles
+    import json
+    assert json.dumps(a.trace.to_chrome_json()) == json.dumps(b.trace.to_chrome_json())
