@@ -4,8 +4,10 @@ A DMA transfer moves bytes over one or more shared physical links (HBM, DDR, an 
 Rather than simulating bytes or bursts, every link is a *fluid* server: all transfers in flight
 share its bandwidth, and the sharing is recomputed only when the set of moving transfers changes
 (a transfer starts moving bytes or finishes).  Between two such moments every rate is constant.
-A run therefore costs two recomputes per transfer, each O(active transfers x path length).  The
-cost never grows with cycles or bytes.
+A run therefore costs two recomputes per transfer.  Transfers with the same base rate, pool and
+links always get the same rate, so a recompute works on these rate classes (usually two or
+three: loads, stores, L2 hits) and touches individual transfers only when they start or finish.
+The cost never grows with cycles or bytes.
 
 Rates
 -----
@@ -49,6 +51,7 @@ import heapq
 import math
 import operator
 from array import array
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -65,6 +68,10 @@ _REL_TOL = 1e-9
 _ABS_TOL = 1e-6
 # Relative slack used to decide that a link's fair share equals the current fill level.
 _LEVEL_SLACK = 1e-12
+# A rate class moves the origin of its per-member byte counter back to 0 once the counter
+# reaches this many bytes.  Remainders are differences against the counter, so the counter must
+# stay small for their rounding (about 1e-16 of it per recompute) to stay far below _ABS_TOL.
+_REBASE = 2.0 ** 16
 # Adjacent closed segments whose carried rates agree this closely are merged.  The merge adds
 # their bytes, not their rates, so it costs no conservation.
 _MERGE_REL = 1e-9
@@ -259,25 +266,61 @@ class Pool:
 class _Transfer:
     """Mutable state of one transfer inside the network (not part of the API)."""
 
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "base", "links", "pool", "event",
-                 "remaining", "tol", "demand", "rate", "due")
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "event", "tol",
+                 "threshold", "rank", "done", "cls")
 
-    def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, base: float,
-                 links: tuple[Link, ...], pool: Pool | None, event: simpy.Event) -> None:
+    def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
+                 links: tuple[Link, ...], event: simpy.Event) -> None:
         self.seq = seq
         self.tag = tag
         self.nbytes = nbytes
         self.issue = issue
         self.start = start
-        self.base = base
+        self.key = key  # (base rate, pool, links): the rate class
         self.links = links
-        self.pool = pool
         self.event = event
-        self.remaining = float(nbytes)
         self.tol = max(_ABS_TOL, _REL_TOL * nbytes)
+        self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
+        self.rank = 0  # activation order
+        self.done = False
+        self.cls: _Class | None = None
+
+
+class _Class:
+    """The active transfers that share one (base rate, pool, links) triple (not part of the API).
+
+    Such transfers always get the same demand and, under max-min fair filling, the same rate.
+    So the class is allocated as one unit with a multiplicity, and it tracks progress once for
+    all its members: ``served`` is the number of bytes each member has received since the
+    class's origin, and a member admitted when ``served`` was s finishes when ``served``
+    reaches ``s + nbytes``.  ``heap`` holds ``(s + nbytes - tol, seq, transfer)``: the head is
+    the next member to finish, and a recompute touches only the members that finish.
+    """
+
+    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "demand", "rate")
+
+    def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
+        self.base = base
+        self.pool = pool
+        self.links = links
+        self.n = 0  # active members
+        self.served = 0.0
+        self.heap: list[tuple[float, int, _Transfer]] = []
+        # Members in activation order.  Finished ones are dropped lazily from the front (and by
+        # a compaction when they pile up), so order[0] is the earliest active member.
+        self.order: deque[_Transfer] = deque()
         self.demand = 0.0
         self.rate = 0.0
-        self.due = start  # completion cycle predicted at the last recompute
+
+    def rebase(self) -> None:
+        """Move the origin of ``served`` to now, so it stays small and precise on long runs."""
+        s = self.served
+        self.served = 0.0
+        heap = [(k - s, q, t) for k, q, t in self.heap]
+        for _, _, t in heap:
+            t.threshold -= s
+        heapq.heapify(heap)  # equal shifts keep the order, up to ties created by rounding
+        self.heap = heap
 
 
 class LinkNetwork:
@@ -287,6 +330,11 @@ class LinkNetwork:
     interesting cycle: the earliest predicted completion, or the earliest end of a startup
     latency.  A generation counter makes superseded timeouts no-ops.  So the event count is
     O(transfers), independent of sizes and durations.
+
+    Active transfers with the same (base rate, pool, links) form a rate class (see
+    :class:`_Class`).  Allocation works on classes, and a recompute costs
+    O(classes x path length + finishing and starting transfers x log(active)), not
+    O(active transfers).
     """
 
     def __init__(self, env: simpy.Environment) -> None:
@@ -303,9 +351,11 @@ class LinkNetwork:
         self.completed: int = 0
         self.recompute_count: int = 0
 
-        self._active: dict[int, _Transfer] = {}  # by seq; dicts keep insertion order
+        self._active: dict[int, _Transfer] = {}  # by seq, in activation order
+        self._classes: dict[tuple, _Class] = {}  # rate classes with active members
         self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
         self._seq = 0
+        self._rank = 0
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
@@ -373,7 +423,7 @@ class LinkNetwork:
         event = self.env.event()
         seq = self._seq
         self._seq += 1
-        t = _Transfer(seq, tag, nb, now, now + st, base, path, pool, event)
+        t = _Transfer(seq, tag, nb, now, now + st, (base, pool, path), path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heapq.heappush(self._pending, (t.start, seq, t))
@@ -390,7 +440,7 @@ class LinkNetwork:
 
     def active_rates(self) -> list[tuple[object, float]]:
         """``(tag, allocated rate)`` of each active transfer, in activation order."""
-        return [(t.tag, t.rate) for t in self._active.values()]
+        return [(t.tag, t.cls.rate) for t in self._active.values()]
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -431,7 +481,6 @@ class LinkNetwork:
         # 1. Credit bytes moved since the last recompute.  Per link and pool this is the
         #    aggregate rate times the elapsed time.  Each finished transfer then corrects it
         #    by the difference between what it had left and what its rate would have moved.
-        #    Crediting per link, not per transfer and link, keeps this step O(links + active).
         if elapsed > 0:
             for link in self._busy:
                 moved = link._alloc * elapsed
@@ -439,43 +488,91 @@ class LinkNetwork:
                 link.bytes_carried += moved
             for pool in self._busy_pools:
                 pool.bytes_carried += pool._alloc * elapsed
-        for t in self._active.values():
-            rem = t.remaining
-            moved = t.rate * elapsed
-            if t.due <= now or rem - moved <= t.tol:
-                # Done.  Credit exactly what was left, so each transfer's credits add up to
-                # nbytes and float residue cannot leak into (or out of) the link totals.
-                fix = rem - moved
-                t.remaining = 0.0
-                finished.append(t)
-                for link in t.links:
+
+        # 2. Advance each class and retire its members that are done: those whose remainder is
+        #    within tolerance, or whose completion cycle predicted at the last recompute has
+        #    come.  Both tests are monotone in the heap key, so the done members are a prefix
+        #    of the heap.  The prediction is redone here from the state of the last recompute
+        #    (``served`` and ``rate`` have not changed since), exactly as step 5 made it.
+        classes = self._classes
+        active = self._active
+        ceil = math.ceil
+        heappop = heapq.heappop
+        emptied = False
+        for c in classes.values():
+            heap = c.heap
+            s_last = c.served
+            rate = c.rate
+            s = s_last + rate * elapsed
+            c.served = s
+            fix = 0.0
+            k = 0
+            while heap:
+                key = heap[0][0]
+                if key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed):
+                    t = heappop(heap)[2]
+                    # Credit exactly what was left (it is <= 0 if the last byte arrived before
+                    # now), so each transfer's credits add up to nbytes.
+                    fix += t.threshold - s
+                    t.done = True
+                    finished.append(t)
+                    del active[t.seq]
+                    k += 1
+                else:
+                    break
+            if k:
+                c.n -= k
+                for link in c.links:
                     link._open_bytes += fix
                     link.bytes_carried += fix
                     touched[link] = None
-                if t.pool is not None:
-                    t.pool.bytes_carried += fix
-            else:
-                t.remaining = rem - moved
+                if c.pool is not None:
+                    c.pool.bytes_carried += fix
+                if not c.n:
+                    emptied = True
+                    continue
+            if s >= _REBASE:
+                c.rebase()
+        if emptied:
+            for key in [key for key, c in classes.items() if not c.n]:
+                del classes[key]
 
-        active = self._active
-        for t in finished:
-            del active[t.seq]
-
-        # 2. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
+        # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
         pending = self._pending
         while pending and pending[0][0] <= now:
             t = heapq.heappop(pending)[2]
             if t.nbytes == 0:
                 finished.append(t)
-            else:
-                active[t.seq] = t
-                for link in t.links:
-                    touched[link] = None
+                continue
+            c = classes.get(t.key)
+            if c is None:
+                c = classes[t.key] = _Class(*t.key)
+            t.cls = c
+            t.rank = self._rank
+            self._rank += 1
+            t.threshold = threshold = c.served + t.nbytes
+            heapq.heappush(c.heap, (threshold - t.tol, t.seq, t))
+            c.order.append(t)
+            c.n += 1
+            active[t.seq] = t
+            for link in t.links:
+                touched[link] = None
 
-        # 3. Re-share bandwidth.
-        alloc, pool_alloc = self._allocate()
+        # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
+        #    links and pools appear in the order in which active transfers first use them.
+        ordered = []
+        for c in classes.values():
+            order = c.order
+            while order[0].done:
+                order.popleft()
+            if len(order) > 2 * c.n + 32:
+                c.order = order = deque([t for t in order if not t.done])
+            ordered.append(c)
+        if len(ordered) > 1:
+            ordered.sort(key=lambda c: c.order[0].rank)
+        alloc, pool_alloc = self._allocate(ordered)
 
-        # 4. Segment bookkeeping.  A link's segment stays open while its rate and its set of
+        # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
         #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
         #    rate, except in a segment where a transfer finished mid-cycle.
         changed: dict[str, float] = {}
@@ -486,7 +583,7 @@ class LinkNetwork:
                 link.rate = 0.0
                 link.active = 0
                 changed[link.name] = 0.0
-        for link, (_, _, rate, n) in alloc.items():
+        for link, (_, _, rate, n, _) in alloc.items():
             link.active = n
             if rate != link._alloc or link in touched or link._open_start is None:
                 link._close(now)
@@ -507,103 +604,120 @@ class LinkNetwork:
             pool.active = n
         self._busy_pools = pool_alloc
 
-        # 5. Predict completions; wake at the earliest completion or startup end.
+        # 6. Predict completions; wake at the earliest completion or startup end.  A class's
+        #    next completion is its heap head: the first integer cycle by which the head's
+        #    remainder is within tolerance.  The key already has the tolerance subtracted,
+        #    which absorbs rounding error that would add a cycle.
         next_wake: int | None = pending[0][0] if pending else None
-        ceil = math.ceil
-        for t in active.values():
-            # First integer cycle by which the remainder is within tolerance.  Subtracting
-            # the tolerance before ceil() absorbs rounding error that would add a cycle.
-            cycles = ceil((t.remaining - t.tol) / t.rate)
+        for c in ordered:
+            cycles = ceil((c.heap[0][0] - c.served) / c.rate)
             due = now + (cycles if cycles > 1 else 1)
-            t.due = due
             if next_wake is None or due < next_wake:
                 next_wake = due
         if next_wake is not None:
             self._schedule(next_wake)
 
-        # 6. Report.  Event callbacks run later in the SimPy loop, so the state is already
+        # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
         if len(finished) > 1:
             finished.sort(key=lambda tr: tr.seq)
         for t in finished:
             self.completed += 1
+            t.cls = None
             t.event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
         if changed and self.on_change is not None:
             self.on_change(now, changed)
 
-    def _allocate(self) -> tuple[dict[Link, list], dict[Pool, list]]:
-        """Set ``rate`` of every active transfer by max-min fair progressive filling.
+    def _allocate(self, classes: list[_Class]) -> tuple[dict[Link, list], dict[Pool, list]]:
+        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling.
 
         All unfrozen transfers share one fill level.  Each round raises the level to the
         smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
         divided by its unfrozen transfers.  Then it freezes the transfers that reached their
-        demand and all transfers on the links that saturated.  Each round freezes at least one
-        transfer, and usually a whole link or demand class.  Cost per round is
-        O(unfrozen transfers x path length + links in use).
+        demand and all transfers on the links that saturated.  The transfers of a class have
+        the same demand and links, so they always freeze together at the same rate: the
+        filling runs over classes, each counted with its number of members.  Each round
+        freezes at least one class.
 
-        Returns ``{link: [left, unfrozen, aggregate rate, transfers]}`` and
-        ``{pool: [aggregate rate, transfers]}``, both in first-use order.
+        Returns ``{link: [left, unfrozen, aggregate rate, transfers, aggregate demand]}`` and
+        ``{pool: [aggregate rate, transfers]}``, both in the order of ``classes``.
         """
-        active = self._active.values()
         # Pool membership first: demands depend on the number of active transfers per pool.
         pools: dict[Pool, list] = {}
-        for t in active:
-            p = t.pool
+        for c in classes:
+            p = c.pool
             if p is not None:
                 if p in pools:
-                    pools[p][1] += 1
+                    pools[p][1] += c.n
                 else:
-                    pools[p] = [0.0, 1]
+                    pools[p] = [0.0, c.n]
 
-        # One list per link instead of several dicts saves a hash lookup per field access.
-        # This loop is the simulator's hot spot.
-        unfrozen: list[_Transfer] = []
+        unfrozen: list[_Class] = []
         info: dict[Link, list] = {}
-        for t in active:
-            p = t.pool
+        for c in classes:
+            p = c.pool
+            m = c.n
             if p is None:
-                d = t.base
+                d = c.base
             else:
                 rec = pools[p]
-                d = t.base + p.capacity / rec[1]
-                rec[0] += d if not t.links else 0.0  # link-less: rate == demand, final now
-            t.demand = d
-            if not t.links:
-                t.rate = d  # nothing to share with
+                d = c.base + p.capacity / rec[1]
+            c.demand = d
+            if not c.links:
+                c.rate = d  # nothing to share with
+                if p is not None:
+                    rec[0] += d * m
                 continue
-            unfrozen.append(t)
-            for link in t.links:
+            unfrozen.append(c)
+            dm = d * m
+            for link in c.links:
                 rec = info.get(link)
                 if rec is None:
-                    info[link] = [link.capacity, 1, 0.0, 1]
+                    info[link] = [link.capacity, m, 0.0, m, dm]
                 else:
-                    rec[1] += 1
-                    rec[3] += 1
+                    rec[1] += m
+                    rec[3] += m
+                    rec[4] += dm
+
+        # Fast path: when no link is asked for more than its capacity, every transfer simply
+        # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
+        if all(rec[4] <= rec[0] for rec in info.values()):
+            for c in unfrozen:
+                c.rate = c.demand
+                if c.pool is not None:
+                    pools[c.pool][0] += c.demand * c.n
+            for rec in info.values():
+                rec[2] = rec[4]
+                rec[0] -= rec[4]
+                rec[1] = 0
+            return info, pools
 
         while unfrozen:
-            level = min([t.demand for t in unfrozen])
+            level = min([c.demand for c in unfrozen])
             for rec in info.values():
                 n = rec[1]
                 if n and rec[0] < level * n:
                     level = rec[0] / n
             thresh = level * (1.0 + _LEVEL_SLACK)
             saturated = {link for link, rec in info.items() if rec[1] and rec[0] <= thresh * rec[1]}
-            still: list[_Transfer] = []
-            for t in unfrozen:
-                if t.demand <= thresh:
-                    rate = t.demand if t.demand < level else level
-                elif saturated and not saturated.isdisjoint(t.links):
+            still: list[_Class] = []
+            for c in unfrozen:
+                if c.demand <= thresh:
+                    rate = c.demand if c.demand < level else level
+                elif saturated and not saturated.isdisjoint(c.links):
                     rate = level
                 else:
-                    still.append(t)
+                    still.append(c)
                     continue
-                t.rate = rate
-                for link in t.links:
+                c.rate = rate
+                m = c.n
+                total = rate * m
+                for link in c.links:
                     rec = info[link]
-                    rec[0] -= rate
-                    rec[1] -= 1
-                    rec[2] += rate
-                if t.pool is not None:
-                    pools[t.pool][0] += rate
+                    rec[0] -= total
+                    rec[1] -= m
+                    rec[2] += total
+                if c.pool is not None:
+                    pools[c.pool][0] += total
             unfrozen = still
         return info, pools
