@@ -143,3 +143,57 @@ def aclnnMseLossBackwardGetWorkspaceSize(gradOutput: AclTensor | None, self: Acl
 def aclnnMseLossBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
                          stream: AclStream | None) -> int:
     return execute(workspace, workspaceSize, executor, stream, "aclnnMseLossBackward")
+
+
+def aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(gradOutput: AclTensor | None, self: AclTensor | None,
+                                                    target: AclTensor | None,
+                                                    weightOptional: AclTensor | None, reduction: int,
+                                                    out: AclTensor | None) -> tuple[int, AclOpExecutor | None, int]:
+    return get_workspace_size("binary_cross_entropy_backward",
+                              {"grad_output": gradOutput, "self": self, "target": target,
+                               "weight": weightOptional, "out": out},
+                              {"reduction": reduction}, "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize")
+
+
+def aclnnBinaryCrossEntropyBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
+                                    stream: AclStream | None) -> int:
+    return execute(workspace, workspaceSize, executor, stream, "aclnnBinaryCrossEntropyBackward")
+
+
+def aclnnEmbeddingDenseBackwardGetWorkspaceSize(grad: AclTensor | None, indices: AclTensor | None,
+                                                numWeights: int, paddingIdx: int, scaleGradByFreq: bool,
+                                                out: AclTensor | None) -> tuple[int, AclOpExecutor | None, int]:
+    """paddingIdx is a uint64 in C: a negative value (or its two's-complement image) means none.
+    With ``aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1)`` the deterministic scheme is used."""
+    return get_workspace_size("embedding_dense_backward",
+                              {"grad": grad, "indices": indices, "out": out},
+                              {"num_weights": numWeights, "padding_idx": paddingIdx,
+                               "scale_grad_by_freq": scaleGradByFreq},
+                              "aclnnEmbeddingDenseBackwardGetWorkspaceSize")
+
+
+def aclnnEmbeddingDenseBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
+                                stream: AclStream | None) -> int:
+    return execute(workspace, workspaceSize, executor, stream, "aclnnEmbeddingDenseBackward")
+
+
+def aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+        grad: AclTensor | None, input: AclTensor | None, weight: AclTensor | None,
+        targetMask: AclTensor | None, maskedTarget: AclTensor | None, labelSmoothing: float,
+        logitsMaxOptional: AclTensor | None, sumExpLogitsOptional: AclTensor | None,
+        softmaxOptional: AclTensor | None, inputGradOut: AclTensor | None,
+        weightGradOut: AclTensor | None) -> tuple[int, AclOpExecutor | None, int]:
+    """The workspace holds the [BT, V] logit gradient (input dtype, NZ) and, without
+    softmaxOptional (memory-saving mode), the recomputed fp32 logits."""
+    return get_workspace_size("fused_linear_cross_entropy_loss_grad",
+                              {"grad": grad, "input": input, "weight": weight, "target_mask": targetMask,
+                               "masked_target": maskedTarget, "logits_max": logitsMaxOptional,
+                               "sum_exp_logits": sumExpLogitsOptional, "softmax": softmaxOptional,
+                               "input_grad": inputGradOut, "weight_grad": weightGradOut},
+                              {"label_smoothing": labelSmoothing},
+                              "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize")
+
+
+def aclnnFusedLinearCrossEntropyLossGrad(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
+                                         stream: AclStream | None) -> int:
+    return execute(workspace, workspaceSize, executor, stream, "aclnnFusedLinearCrossEntropyLossGrad")

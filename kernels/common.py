@@ -218,3 +218,15 @@ class OpDef:
     workspace: Callable[[Any], int] = lambda tiling: 0
     summary: str = ""
     required: frozenset = field(default_factory=frozenset)
+    # optional closed-form model for mode="estimate": (spec, descs, attrs, tiling) ->
+    # kernels.analytic.Estimate; without one, opsim falls back to a roofline bound
+    estimate: Callable[..., Any] | None = None
+    # optional data-dependent check of a functional run, before anything is launched:
+    # (device, {name: GlobalTensor}, attrs) -> None, raising OpError or a simulator fault
+    check_data: Callable[..., None] | None = None
+    # optional empty-tensor rule (descs) -> bool; default: any input has no elements
+    is_empty: Callable[..., bool] | None = None
+    # optional operand placement for opsim.run: (device, descs, attrs) -> {name: (addr, memory)}
+    # for the operands that do not live in GM (e.g. a DSP core's private memory); ``memory`` has
+    # write(addr, data) and read(addr, nbytes). Operands it leaves out are malloc'd in GM.
+    place: Callable[..., Mapping[str, tuple[int, Any]]] | None = None

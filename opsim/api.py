@@ -17,6 +17,8 @@ from kernels import registry
 from kernels.common import OpError, TensorDesc, desc_of
 from simulator import numerics as nx
 from simulator.device import Device
+from simulator.errors import CapacityError
+from simulator.memory import align_up
 from simulator.tile import GlobalTensor
 from traces.trace import LEVELS, Trace
 
@@ -150,14 +152,18 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
+    place = getattr(opdef, "place", None)
+    placed = dict(place(dev, descs, attrs)) if place is not None else {}
+    ws = opdef.workspace(tiling_obj)
+    _check_gm_capacity(op, spec, {n: d.nbytes for n, d in descs.items() if d is not None and n not in placed}, ws)
+    memory_of: dict[str, Any] = {}
     for name, d in descs.items():
         if d is None:
             continue
-        addr = dev.malloc(d.nbytes, name=name)
+        addr, memory_of[name] = placed[name] if name in placed else (dev.malloc(d.nbytes, name=name), dev)
         tensors[name] = GlobalTensor.contiguous(dev, addr, d.dtype, d.shape)
         if mode == "full" and name not in opdef.outputs:
-            dev.write(addr, np.ascontiguousarray(operands[name]))
-    ws = opdef.workspace(tiling_obj)
+            memory_of[name].write(addr, np.ascontiguousarray(operands[name]))
     if ws:
         tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
     launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
@@ -166,9 +172,24 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
-            outs[n] = dev.read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
+            outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
     stats = collect_stats(dev, launches, tiling_obj, ws)
     return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj)
+
+
+def _check_gm_capacity(op: str, spec: DeviceSpec, buffers: Mapping[str, int], workspace: int) -> None:
+    """Refuse, with the numbers, a call whose GM buffers (operands, outputs, workspace) exceed
+    the device memory, before anything is allocated."""
+    align = spec.gm.alignment
+    sizes = dict(buffers)
+    if workspace:
+        sizes["workspace"] = workspace
+    need = sum(align_up(max(int(n), 1), align) for n in sizes.values())
+    if need > spec.gm.capacity:
+        parts = ", ".join(f"{n} {b} B" for n, b in sizes.items())
+        raise CapacityError(f"{op} needs {need} B of {spec.gm.kind} ({parts}); {spec.name} has "
+                            f"{spec.gm.capacity} B", buffer=spec.gm.kind, needed=need,
+                            available=spec.gm.capacity)
 
 
 def _is_empty(opdef: Any, descs: Mapping[str, TensorDesc | None]) -> bool:
@@ -218,10 +239,12 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     pipe_total: dict[str, int] = {}
     busiest: dict[str, str] = {}
     ub_peak = 0
+    instructions = 0
     for c in dev.all_cores():
         busy = c.pipe_busy()
         if c.blocks_run == 0:
             continue
+        instructions += sum(p.instructions for p in c.pipes.values())
         per_core[c.name] = busy
         for p, b in busy.items():
             pipe_total[p] = pipe_total.get(p, 0) + b
@@ -269,7 +292,10 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         "per_core": per_core,
         "ub_peak_bytes": int(ub_peak),
         "workspace_bytes": int(workspace),
+        # bytes allocated in GM at the peak: operands, outputs and workspace
+        "gm_footprint_bytes": int(dev.gm.peak_allocated_bytes),
         "launches": len(launches), "launch_overhead_cycles": launch_overhead,
+        "instructions": instructions,
         "bound": bound, "bound_reason": reason,
     }
     if dev.l2 is not None:

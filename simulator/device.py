@@ -10,17 +10,23 @@ stream; when the stream reaches the launch it pays the launch overhead, then eac
 the lowest-numbered free core its core mask allows (blocks beyond the free cores wait for one)
 and runs ``kernel(ctx, *args)`` there. ``device.synchronize()`` advances simulated time until
 the stream is idle.
+
+Mixed launches (``unit="mix"``, split AIC/AIV parts only) take a :class:`MixKernel`: block i
+runs ``kernel.aic`` on a cube core and ``kernel.aiv`` on each of that core's vector cores
+(aivNum = 2 x aicNum on Atlas A2/A3). The programs synchronise through the device-level
+:class:`CrossCoreFlags` table (``CrossCoreSetFlag`` / ``CrossCoreWaitFlag`` in simulator/cube.py).
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import simpy
 
-from devices.spec import DeviceSpec
+from devices.spec import DeviceSpec, DmaModel
+from simulator.atomics import AtomicCommitter
 from simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
 from simulator.errors import DeadlockError, MemoryFault, SimulatorError
@@ -33,6 +39,59 @@ from traces.trace import Trace
 Kernel = Callable[..., Iterator[Any]]
 
 
+@dataclass(frozen=True)
+class MixKernel:
+    """A mixed AIC/AIV kernel: per block, ``aic(ctx, *args)`` runs on a cube core and
+    ``aiv(ctx, *args)`` on each of its vector cores. On the AIVs ``ctx.block_idx`` is the AIV
+    index (block x ratio + sub-block), ``ctx.block_dim`` the AIV count and
+    ``ctx.sub_block_idx`` / ``ctx.sub_block_num`` are GetSubBlockIdx / GetTaskRation."""
+
+    aic: Kernel
+    aiv: Kernel
+    name: str = "mix_kernel"
+
+
+class CrossCoreFlags:
+    """The device-level table of cross-core flags of mixed launches.
+
+    A flag is a counter per key; ``set`` adds to it and ``wait`` passes once the counter has
+    reached ``per`` x (number of waits this waiter has made on the key), so a flag set by
+    several cores works as a barrier and repeated use of one flag id needs no reset. The keys
+    (built by the instructions in simulator/cube.py) carry the launch, so launches never see
+    each other's flags.
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._count: dict[tuple, int] = {}
+        self._done: dict[tuple, int] = {}
+        self._waiters: dict[tuple, list[tuple[int, simpy.Event]]] = {}
+
+    def set(self, key: tuple) -> None:
+        n = self._count.get(key, 0) + 1
+        self._count[key] = n
+        waiters = self._waiters.get(key)
+        if waiters:
+            ready = [w for w in waiters if w[0] <= n]
+            if ready:
+                self._waiters[key] = [w for w in waiters if w[0] > n]
+                for _, ev in ready:
+                    ev.succeed()
+
+    def wait(self, key: tuple, waiter: str, per: int) -> simpy.Event | None:
+        done = self._done.get((key, waiter), 0) + 1
+        self._done[(key, waiter)] = done
+        need = done * per
+        if self._count.get(key, 0) >= need:
+            return None
+        ev = self.env.event()
+        self._waiters.setdefault(key, []).append((need, ev))
+        return ev
+
+    def count(self, key: tuple) -> int:
+        return self._count.get(key, 0)
+
+
 @dataclass
 class Launch:
     """One kernel launch and what happened to it."""
@@ -40,7 +99,7 @@ class Launch:
     name: str
     kernel: Kernel
     block_dim: int
-    unit: str                         # "vector" | "cube" | "dsp"
+    unit: str                         # "vector" | "cube" | "dsp" | "mix"
     core_mask: int | None
     args: tuple = ()
     stream: "Stream | None" = None
@@ -48,6 +107,7 @@ class Launch:
     start: int = -1                   # first block may start (after launch overhead)
     end: int = -1                     # last block finished
     blocks: list[tuple[int, str, int, int]] = field(default_factory=list)  # (block, core, start, end)
+    roles: dict[str, tuple[int, int]] = field(default_factory=dict)  # mix: core -> (block, sub-block)
 
     @property
     def cycles(self) -> int:
@@ -109,6 +169,8 @@ class Device:
         self.functional = functional
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+        # atomic-add DMAs commit here; the seed orders commits that complete in the same cycle
+        self.atomics = AtomicCommitter(self.env, self.rng)
         self.space = AddressSpace()
         gm = spec.gm
         self.gm = Region(gm.kind, kind="global", base=gm.base, size=gm.window, capacity=gm.capacity,
@@ -132,10 +194,18 @@ class Device:
                 self.pools[name] = self.net.add_pool(name, model.shared)
         if trace is not None and trace.records("tile"):
             self.net.on_change = self._record_bandwidth
+        self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
         self.bytes_read = 0
         self.bytes_written = 0
         self.cores: dict[str, list[Core]] = {}
         self._build_cores()
+        if trace is not None:
+            # what a summary needs to judge the run from the trace alone (capacities, peaks)
+            trace.metadata.update(self.trace_facts())
+            if trace.records("tile"):
+                for core in self.all_cores():
+                    for region in core.memories.values():
+                        region.observer = self._occupancy_counter(core.name, region.name)
         self._free: dict[str, simpy.FilterStore] = {}
         for unit, cores in self.cores.items():
             store = simpy.FilterStore(self.env)
@@ -143,6 +213,7 @@ class Device:
             self._free[unit] = store
         self.streams: list[Stream] = []
         self.launches: list[Launch] = []
+        self.cross_flags = CrossCoreFlags(self.env)
         self.faulted: SimulatorError | None = None
 
     # -- construction --------------------------------------------------------------------------
@@ -229,13 +300,21 @@ class Device:
 
     # -- DMA timing ----------------------------------------------------------------------------
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
-                    startup_extra: int = 0) -> simpy.Event:
+                    startup_extra: int = 0, model: DmaModel | None = None,
+                    ranges: Sequence[tuple[int, int]] | None = None) -> simpy.Event:
         """Move ``nbytes`` between GM at ``addr`` and a core; returns the completion event.
 
         Ascend loads use the calibrated MTE2 model (per-transfer ``base`` plus a share of the
         ``shared`` pool) on the HBM link for L2 misses, and the L2 rate on the L2 link for hits;
         stores use the MTE3 model on the HBM link and allocate in L2. DSP transfers use the
         core's DMA engine rate on the DDR link.
+
+        ``model`` replaces the MTE2/MTE3 model for a path with its own rate (a cube core's
+        GM->L1 load, Fixpipe's L0C->GM store): its ``base`` is the per-transfer rate, with no
+        pool share. ``ranges`` lists the (address, bytes) runs a strided transfer touches, for
+        the L2 model (default: the one run [addr, addr + nbytes)); if they cover fewer bytes
+        than ``nbytes`` (a sample of a huge strided transfer), the sample's hit fraction applies
+        to all ``nbytes``.
         """
         spec = self.spec
         net = self.net
@@ -248,25 +327,66 @@ class Device:
             m = spec.dma
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("DMA"), startup=m.startup + startup_extra, tag=tag)
+        runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:
-            m = spec.mte3
+            m = model or spec.mte3
             if self.l2 is not None:
-                self.l2.access(addr, nbytes, write=True)
+                for a, n in runs:
+                    self.l2.access(a, n, write=True)
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
-                                pool=self.pools.get("MTE3"), startup=m.startup + startup_extra, tag=tag)
-        m = spec.mte2
-        hit = self.l2.access(addr, nbytes, write=False) if self.l2 is not None else 0
+                                pool=self.pools.get("MTE3") if model is None else None,
+                                startup=m.startup + startup_extra, tag=tag)
+        m = model or spec.mte2
+        hit = sum(self.l2.access(a, n, write=False) for a, n in runs) if self.l2 is not None else 0
+        covered = sum(n for _, n in runs) if ranges is not None else nbytes
+        if covered and covered != nbytes:
+            hit = min(nbytes, round(hit * nbytes / covered))
+        if self._trace_l2:
+            self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit
         startup = m.startup + startup_extra
+        pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
             return net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
-                                pool=self.pools.get("MTE2"), startup=startup, tag=tag)
+                                pool=pool, startup=startup, tag=tag)
         events = [net.transfer(hit, base_rate=spec.rates.l2_read, links=(self.l2_link,),
                                startup=startup, tag=tag)]
         if miss:
             events.append(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
-                                       pool=self.pools.get("MTE2"), startup=startup, tag=tag))
+                                       pool=pool, startup=startup, tag=tag))
         return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+
+    def trace_facts(self) -> dict[str, Any]:
+        """Device facts a trace carries in its metadata: link capacities, peaks, core counts."""
+        spec = self.spec
+        clk = spec.clock_hz
+        peak: dict[str, float] = {}
+        for op, by_dtype in spec.vector.cost.items():
+            if op.startswith("Cast"):
+                continue
+            for dt, (k, _) in by_dtype.items():
+                if k > 0:   # elements per cycle per core of the cheapest op in this dtype
+                    peak[dt] = max(peak.get(dt, 0.0), 1.0 / k)
+        vector_cores = self.cores.get("vector") or self.cores.get("dsp") or []
+        return {
+            "gm_link": spec.gm.kind,
+            "gm_peak_GBps": spec.gm.bandwidth / 1e9,
+            "link_capacity_GBps": {n: l.capacity * clk / 1e9 for n, l in self.net.links.items()},
+            "launch_overhead_cycles": int(spec.launch.overhead),
+            "vector_cores": len(vector_cores),
+            "cube_cores": len(self.cores.get("cube") or []),
+            "vector_peak_elements_per_cycle": peak,
+            "cube_macs_per_cycle": dict(spec.cube.macs_per_cycle) if spec.cube is not None else {},
+            "local_memory_bytes": (spec.ub.size if spec.ub is not None else
+                                   spec.private.capacity if spec.private is not None else 0),
+        }
+
+    def _occupancy_counter(self, core: str, memory: str) -> Callable[[int], None]:
+        trace, env, series = self.trace, self.env, f"{memory} bytes"
+
+        def record(nbytes: int) -> None:
+            trace.add_counter(core, series, int(env.now), nbytes)
+        return record
 
     def _record_bandwidth(self, now: int, rates: dict[str, float]) -> None:
         clk = self.spec.clock_hz
@@ -282,7 +402,14 @@ class Device:
     def launch(self, stream: Stream, kernel: Kernel, block_dim: int, *args: Any, unit: str = "vector",
                core_mask: int | None = None, name: str | None = None) -> Launch:
         """Queue ``block_dim`` blocks of ``kernel`` on ``stream``; returns the Launch record."""
-        cores = self.units(unit)
+        if unit == "mix":
+            if self.spec.cores.architecture != "split":
+                raise SimulatorError(f"a mixed AIC/AIV launch needs separate cube and vector cores; "
+                                     f"{self.spec.name} is {self.spec.cores.architecture}")
+            if not isinstance(kernel, MixKernel):
+                raise SimulatorError(f"unit='mix' takes a MixKernel(aic=..., aiv=...), got "
+                                     f"{type(kernel).__name__}")
+        cores = self.units("cube" if unit == "mix" else unit)
         if block_dim < 1:
             raise SimulatorError(f"block_dim must be >= 1, got {block_dim}")
         if core_mask is not None:
@@ -290,8 +417,8 @@ class Device:
                 raise SimulatorError(f"core_mask {core_mask:#x} selects no core or cores beyond the "
                                      f"{len(cores)} {unit} cores of {self.spec.name} "
                                      f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})")
-        launch = Launch(name or getattr(kernel, "__name__", "kernel"), kernel, block_dim, unit,
-                        core_mask, args, stream)
+        launch = Launch(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel"),
+                        kernel, block_dim, unit, core_mask, args, stream)
         stream.launches.append(launch)
         self.launches.append(launch)
         stream.enqueue(lambda: self._run_launch(launch))
@@ -304,7 +431,8 @@ class Device:
         if overhead:
             yield env.timeout(overhead)
         launch.start = env.now
-        blocks = [env.process(self._run_block(launch, b)) for b in range(launch.block_dim)]
+        run_block = self._run_mix_block if launch.unit == "mix" else self._run_block
+        blocks = [env.process(run_block(launch, b)) for b in range(launch.block_dim)]
         yield simpy.AllOf(env, blocks)
         launch.end = env.now
         if self.trace is not None and self.trace.enabled:
@@ -319,15 +447,54 @@ class Device:
             core = yield store.get()
         else:
             core = yield store.get(lambda c: (mask >> c.index) & 1)
+        yield from self._execute_block(launch, core, b, launch.kernel, KernelContext(core, b, launch.block_dim))
+        store.put(core)
+
+    @property
+    def mix_ratio(self) -> int:
+        """Vector cores per cube core (GetTaskRation of a mixed launch; 2 on Atlas A2/A3)."""
+        return max(1, self.spec.cores.aiv // max(1, self.spec.cores.aic))
+
+    def _run_mix_block(self, launch: Launch, b: int) -> Iterator[simpy.Event]:
+        """Block ``b`` of a mixed launch: a cube core and its vector cores, one program each."""
+        mask = launch.core_mask
+        cube_store, vec_store = self._free["cube"], self._free["vector"]
+        if mask is None:
+            aic = yield cube_store.get()
+        else:
+            aic = yield cube_store.get(lambda c: (mask >> c.index) & 1)
+        ratio = self.mix_ratio
+        aivs = []
+        for sub in range(ratio):   # the vector cores of the same AI core (coreN.veccore0/1)
+            aivs.append((yield vec_store.get(lambda c, w=aic.index * ratio + sub: c.index == w)))
+        parts = []
+        launch.roles[aic.name] = (b, 0)
+        ctx = KernelContext(aic, b, launch.block_dim)
+        parts.append(self.env.process(self._execute_block(launch, aic, b, launch.kernel.aic, ctx)))
+        for sub, core in enumerate(aivs):
+            launch.roles[core.name] = (b, sub)
+            ctx = KernelContext(core, b * ratio + sub, launch.block_dim * ratio)
+            ctx.sub_block_idx, ctx.sub_block_num = sub, ratio
+            parts.append(self.env.process(
+                self._execute_block(launch, core, b * ratio + sub, launch.kernel.aiv, ctx)))
+        yield simpy.AllOf(self.env, parts)
+        cube_store.put(aic)
+        for core in aivs:
+            vec_store.put(core)
+
+    def _execute_block(self, launch: Launch, core: Core, b: int, kernel: Kernel,
+                       ctx: KernelContext) -> Iterator[simpy.Event]:
         core.begin_block(launch, b)
-        ctx = KernelContext(core, b, launch.block_dim)
         t0 = self.env.now
-        yield from core.dispatch(launch.kernel(ctx, *launch.args), ctx.pending)
+        yield from core.dispatch(kernel(ctx, *launch.args), ctx.pending)
         launch.blocks.append((b, core.name, t0, self.env.now))
         if self.trace is not None and self.trace.enabled:
             self.trace.add_slice(self.trace.track(core.name, "BLOCK"), f"{launch.name} block {b}",
                                  t0, self.env.now, tile=b)
-        store.put(core)
+            for region in core.memories.values():
+                # the block's buffers die with it (the region itself is reset at the next block)
+                if region.observer is not None and region.allocated_bytes:
+                    region.observer(0)
 
     def synchronize(self, stream: Stream | None = None) -> None:
         """Run simulated time until ``stream`` (or every stream) has finished its work."""
@@ -342,7 +509,10 @@ class Device:
             self.env.run(until=until)
         except SimulatorError as exc:
             # SimPy re-raises a copy of a process's exception; the original keeps the context
-            original = exc.__cause__ if isinstance(exc.__cause__, SimulatorError) else exc
+            # (one copy per level of process nesting: a mixed launch runs a process per core)
+            original = exc
+            while isinstance(original.__cause__, SimulatorError):
+                original = original.__cause__
             self.faulted = original
             raise original from None
         except RuntimeError as exc:

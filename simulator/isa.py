@@ -177,6 +177,47 @@ class ScalarOp(Instruction):
         return f"SCALAR({self.label or self.ops})"
 
 
+class ScalarCompute(Instruction):
+    """Scalar-unit arithmetic on one value in local memory: load ``src[0]``, widen it to fp32,
+    apply ``op`` (``"div"``, ``"mul"``, ``"add"``, or None for a plain conversion) with the
+    constant ``operand`` (rounded to fp32, as C converts an int to float), round once to
+    ``dst``'s dtype and store it in ``dst[0]``. Costs the load, the operation and the store in
+    SCALAR cycles. A DSP computes a kernel's scalars (e.g. ``dloss[0] / N``) this way before the
+    vector unit uses them."""
+
+    __slots__ = ("dst", "src", "op", "operand")
+    pipe = "SCALAR"
+    name = "ScalarCompute"
+    _FNS: ClassVar[dict[str, Callable[..., np.ndarray]]] = {"div": np.divide, "mul": np.multiply, "add": np.add}
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, op: str | None = None, operand: float = 0.0) -> None:
+        super().__init__()
+        if op is not None and op not in self._FNS:
+            raise SimulatorError(f"ScalarCompute op {op!r} is not one of {', '.join(self._FNS)} or None")
+        self.dst, self.src, self.op, self.operand = dst, src, op, operand
+
+    def issue(self, pipe: "Pipe") -> int:
+        self.dst.check(1, write=True)
+        self.src.check(1, write=False)
+        ops = 2 + (self.op is not None)
+        return max(1, math.ceil(ops * pipe.core.device.spec.scalar.cycles_per_op))
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        v = nx.to_f32(self.src.array(1)).astype(np.float32, copy=True)
+        if self.op is not None:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                v = self._FNS[self.op](v, np.float32(nx.const(self.operand, nx.FP32))).astype(np.float32)
+        self.dst.array(1)[...] = v if self.dst.dtype == nx.FP32 else nx.round_to(v, self.dst.dtype)
+
+    def describe(self) -> str:
+        return f"ScalarCompute({self.src.dtype}->{self.dst.dtype}{f' {self.op} {self.operand:g}' if self.op else ''})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return 1, 0, self.dst.addr, f"{self.op or 'convert'} {self.operand:g}" if self.op else "convert"
+
+
 # ---------------------------------------------------------------------------------------------
 # Data movement
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +228,7 @@ class DataCopy(Instruction):
     any length. With atomic add set, a GM write adds (fp32 compute, one rounding) at completion.
     """
 
-    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "_nbytes")
+    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "_nbytes", "_atomic")
     name: ClassVar[str] = "DataCopy"
     pad: ClassVar[bool] = False
 
@@ -204,6 +245,7 @@ class DataCopy(Instruction):
         local = src if self._to_gm else dst
         self._pipe = local.core.store_pipe if self._to_gm else local.core.load_pipe
         self._nbytes = self.count * local.dtype.itemsize
+        self._atomic = False   # set at issue: a GM write while SetAtomicAdd is in effect
 
     @property
     def pipe(self) -> str:  # type: ignore[override]
@@ -236,6 +278,7 @@ class DataCopy(Instruction):
         device = pipe.core.device
         lo, hi = glob.check(self.count, write=self._to_gm)
         nbytes = glob.span_bytes(self.count)
+        self._atomic = self._to_gm and pipe.core.atomic == "add"
         return device.gm_transfer(pipe, lo, nbytes, write=self._to_gm, startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:
@@ -244,15 +287,18 @@ class DataCopy(Instruction):
             return
         if self._to_gm:
             values = self.src.array(self.count)  # type: ignore[union-attr]
-            if core.atomic == "add":
-                self.dst.atomic_add(values)  # type: ignore[union-attr]
+            if self._atomic:
+                # applied at this cycle; simultaneous commits in a seeded order (simulator/atomics.py)
+                core.device.atomics.commit(self.dst, values)
             else:
                 self.dst.write(values)  # type: ignore[union-attr]
         else:
             self.dst.array(self.count)[...] = self.src.read(self.count)  # type: ignore[union-attr]
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        return self.count, self._nbytes, self.glob.byte_range()[0], ""
+        # the detail is the dtype, as for vector instructions (an atomic store says so instead)
+        return (self.count, self._nbytes, self.glob.byte_range()[0],
+                "atomic add" if self._atomic else str(self.local.dtype))
 
 
 class DataCopyPad(DataCopy):
@@ -283,13 +329,18 @@ def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
 
 
 class VectorOp(Instruction):
-    """Base of element-wise vector instructions on local tensors of one dtype."""
+    """Base of element-wise vector instructions on local tensors of one dtype.
+
+    ``scalar`` is a constant, or a LocalTensor whose element 0 is read when the instruction
+    executes (a scalar register loaded from local memory: a DSP scalar load, ``GetValue`` in
+    Ascend C), for a scalar that only exists on the device, such as ``dloss[0] / N``.
+    """
 
     __slots__ = ("dst", "srcs", "scalar", "count")
     pipe = "VECTOR"
     fn: ClassVar[Callable[..., np.ndarray]]
 
-    def __init__(self, dst: LocalTensor, *srcs: LocalTensor, scalar: float | None = None,
+    def __init__(self, dst: LocalTensor, *srcs: LocalTensor, scalar: float | LocalTensor | None = None,
                  count: int | None = None) -> None:
         super().__init__()
         self.dst, self.srcs, self.scalar = dst, srcs, scalar
@@ -305,6 +356,11 @@ class VectorOp(Instruction):
         self.dst.check(n, write=True)
         for s in self.srcs:
             s.check(n, write=False)
+        if isinstance(self.scalar, LocalTensor):
+            if self.scalar.dtype != dt:
+                raise SimulatorError(f"{self.name} scalar operand is {self.scalar.dtype}, the tensors "
+                                     f"are {dt}; Cast first")
+            self.scalar.check(1, write=False)
         return _vector_cycles(pipe, self.name, dt.name, n)
 
     def complete(self, pipe: "Pipe") -> None:
@@ -313,7 +369,9 @@ class VectorOp(Instruction):
         n = self.count
         dt = self.dst.dtype
         args = [nx.to_f32(s.array(n)) for s in self.srcs]
-        if self.scalar is not None:
+        if isinstance(self.scalar, LocalTensor):
+            args.append(np.float32(nx.to_f32(self.scalar.array(1))[0]))
+        elif self.scalar is not None:
             # Ascend C scalar operands have the tensor's type: round the constant to it first.
             args.append(np.float32(nx.const(self.scalar, dt)))
         out = self.dst.array(n)
@@ -450,3 +508,123 @@ class Cast(Instruction):
 
     def trace_args(self) -> tuple[int, int, int, str]:
         return self.count, 0, self.dst.addr, f"{self.src.dtype}->{self.dst.dtype} {self.mode}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Sorting (the AI-Core Sort step of aclnnEmbeddingDenseBackward, kernels.md 3b)
+# ---------------------------------------------------------------------------------------------
+
+def _sort_passes(n: int) -> int:
+    """MrgSort passes (4 queues each) that turn ceil(n/32) Sort32 groups into one sorted list."""
+    groups, passes = max(1, -(-n // 32)), 0
+    while groups > 1:
+        groups = -(-groups // 4)
+        passes += 1
+    return passes
+
+
+def _check_sort_operands(name: str, keys: LocalTensor, pos: LocalTensor, n: int, *, write: bool) -> None:
+    if keys.dtype != nx.FP32:
+        raise SimulatorError(f"{name} keys are {keys.dtype}; sort keys are fp32 (reinterpret int32 "
+                             f"keys as fp32 first)")
+    if pos.dtype.itemsize != 4 or pos.dtype.is_float:
+        raise SimulatorError(f"{name} positions are {pos.dtype}; they are 32-bit integers")
+    keys.check(n, write=write)
+    pos.check(n, write=write)
+
+
+class Sort(Instruction):
+    """Ascending, stable sort of ``count`` fp32 keys in local memory, with their positions.
+
+    Models the AI-Core Sort of one UB tile: ``Sort32`` over 32-element groups, then ``MrgSort``
+    passes of 4 queues inside UB, priced as ``Sort32(N) + ceil(log4(N/32)) x MrgSort(N)`` from the
+    vector cost table. Positions are ``first_position, first_position + 1, ...`` (the index
+    vector Ascend C builds with CreateVecIndex, fused in). Equal keys keep position order, so
+    non-negative int32 keys below 0x7F800000 reinterpreted as fp32 sort like the integers
+    (kernels.md 3b). ``tmp`` is the scratch of the 8 B (score, index) structures, double
+    buffered: 16 B per element. Ascend C sorts descending; the ascending order here is the
+    operator's (kernels.md 3b), the cost is the same.
+    """
+
+    __slots__ = ("dst_keys", "dst_pos", "src", "tmp", "count", "first")
+    pipe = "VECTOR"
+    name = "Sort"
+
+    def __init__(self, dst_keys: LocalTensor, dst_pos: LocalTensor, src: LocalTensor, tmp: LocalTensor,
+                 count: int, first_position: int = 0) -> None:
+        super().__init__()
+        self.dst_keys, self.dst_pos, self.src, self.tmp = dst_keys, dst_pos, src, tmp
+        self.count, self.first = int(count), int(first_position)
+
+    def issue(self, pipe: "Pipe") -> int:
+        n = self.count
+        _check_sort_operands(self.name, self.dst_keys, self.dst_pos, n, write=True)
+        if self.src.dtype != nx.FP32:
+            raise SimulatorError(f"Sort source is {self.src.dtype}; reinterpret int32 keys as fp32 first")
+        self.src.check(n, write=False)
+        need = 16 * n
+        if self.tmp.count * self.tmp.dtype.itemsize < need:
+            raise MemoryFault(f"Sort of {n} elements needs {need} B of scratch, tmp has "
+                              f"{self.tmp.count * self.tmp.dtype.itemsize} B", address=self.tmp.addr)
+        self.tmp.check(self.tmp.count, write=True)
+        cycles = _vector_cycles(pipe, "Sort32", "fp32", n)   # pays the pipe head, if due
+        passes = _sort_passes(n)
+        if passes:
+            cycles += passes * _vector_cycles(pipe, "MrgSort", "fp32", n)
+        return cycles
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        keys = self.src.array(n).copy()
+        order = np.argsort(keys, kind="stable")
+        self.dst_keys.array(n)[...] = keys[order]
+        self.dst_pos.array(n)[...] = (order + self.first).astype(self.dst_pos.dtype.np_dtype)
+
+    def describe(self) -> str:
+        return f"Sort({self.count} x fp32)"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, 0, self.dst_keys.addr, f"fp32 ascending, {_sort_passes(self.count)} merge passes"
+
+
+class MrgSort(Instruction):
+    """Merge up to 4 sorted (key, position) queues in local memory into one, ascending by
+    (key, position): ``MrgSort(dst_keys, dst_pos, [(keys, pos, count), ...])``. Costed by the
+    ``MrgSort`` entry over the merged length."""
+
+    __slots__ = ("dst_keys", "dst_pos", "srcs", "count")
+    pipe = "VECTOR"
+    name = "MrgSort"
+
+    def __init__(self, dst_keys: LocalTensor, dst_pos: LocalTensor,
+                 srcs: "list[tuple[LocalTensor, LocalTensor, int]]") -> None:
+        super().__init__()
+        if not 1 <= len(srcs) <= 4:
+            raise SimulatorError(f"MrgSort merges 1 to 4 queues, got {len(srcs)}")
+        self.dst_keys, self.dst_pos = dst_keys, dst_pos
+        self.srcs = tuple((k, p, int(c)) for k, p, c in srcs)
+        self.count = sum(c for _, _, c in self.srcs)
+
+    def issue(self, pipe: "Pipe") -> int:
+        _check_sort_operands(self.name, self.dst_keys, self.dst_pos, self.count, write=True)
+        for k, p, c in self.srcs:
+            _check_sort_operands(self.name, k, p, c, write=False)
+        return _vector_cycles(pipe, "MrgSort", "fp32", self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        keys = np.concatenate([k.array(c) for k, _, c in self.srcs if c])
+        pos = np.concatenate([p.array(c) for _, p, c in self.srcs if c])
+        order = np.lexsort((pos, keys))
+        n = self.count
+        self.dst_keys.array(n)[...] = keys[order]
+        self.dst_pos.array(n)[...] = pos[order]
+
+    def describe(self) -> str:
+        return f"MrgSort({len(self.srcs)} queues, {self.count} x fp32)"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, 0, self.dst_keys.addr, f"fp32 {len(self.srcs)} queues"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 
 from simulator import numerics as nx
-from simulator.errors import MemoryFault, SimulatorError
+from simulator.errors import CapacityError, MemoryFault, SimulatorError
 from simulator.memory import align_up
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -323,6 +323,12 @@ class KernelContext:
         self.block_dim = block_dim
         self.pending: list = []
         self._event_ids: dict[tuple[str, str], int] = {}
+        # mixed AIC/AIV launches: which vector core of its group this is (GetSubBlockIdx) and
+        # how many vector cores a group has (GetTaskRation); 0 and 1 everywhere else
+        self.sub_block_idx = 0
+        self.sub_block_num = 1
+        self._work_area: tuple["Region", int, int] | None = None   # (region, base, end)
+        self._work_next = 0
 
     # Ascend C spellings
     def get_block_idx(self) -> int:
@@ -330,6 +336,9 @@ class KernelContext:
 
     def get_block_num(self) -> int:
         return self.block_dim
+
+    def get_sub_block_idx(self) -> int:
+        return self.sub_block_idx
 
     @property
     def tile(self) -> int:
@@ -344,13 +353,41 @@ class KernelContext:
         return self.device.functional
 
     def next_event_id(self, src: str, dst: str) -> int:
-        k = (src, dst)
+        # Count per unordered pipe pair: on a DSP core loads and stores share the DMA pipe, so
+        # VECIN (DMA->VECTOR) and VECOUT (VECTOR->DMA) use the same two flag directions and
+        # their ids must not collide. On Ascend the pairs differ and the ids are unchanged.
+        k = (src, dst) if src <= dst else (dst, src)
         i = self._event_ids.get(k, 0)
         self._event_ids[k] = i + 1
         return i
 
+    def use_work_area(self, memory: str, base: int, nbytes: int) -> None:
+        """Place this block's queues and TBufs of ``memory`` in the fixed range
+        [base, base + nbytes) by bump allocation instead of the region's allocator.
+
+        A DSP library owns a fixed working area of each core's private memory: bare-metal
+        callers put their data at addresses of their choosing, which the region's allocator
+        knows nothing about, so the library must not hand out buffers from it.
+        """
+        region = self.core.memory(memory)
+        region.check(base, nbytes, write=False)
+        self._work_area = (region, base, base + nbytes)
+        self._work_next = base
+
     def allocate(self, region: "Region", nbytes: int, name: str) -> int:
-        return region.allocate(nbytes, name=name).addr
+        wa = self._work_area
+        if wa is None or region is not wa[0]:
+            return region.allocate(nbytes, name=name).addr
+        area, base, end = wa
+        addr = align_up(self._work_next, max(area.alignment, 32))
+        if addr + nbytes > end:
+            raise CapacityError(
+                f"{area.name} work area [{base:#x}, {end:#x}) cannot hold {name} of {nbytes} B "
+                f"({addr - base} B already in use)", buffer=f"{area.name} work area",
+                needed=addr + nbytes - base, available=end - base, core=self.core.name)
+        self._work_next = addr + nbytes
+        area.peak_allocated_bytes = max(area.peak_allocated_bytes, self._work_next - base)
+        return addr
 
     def queue(self, position: str, depth: int, nbytes: int) -> TQue:
         return TQue(self, position, depth, nbytes)
@@ -389,29 +426,51 @@ ComputeFn = Callable[[KernelContext, list[LocalTensor], LocalTensor, int], Itera
 
 def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], output: GlobalTensor,
                          start: int, length: int, tile_length: int, buffer_num: int,
-                         compute: ComputeFn) -> Iterator[Any]:
+                         compute: ComputeFn, prefetch: bool | None = None) -> Iterator[Any]:
     """CopyIn → Compute → CopyOut over flat elements [start, start+length) of ``output``.
 
     All inputs of a tile share one VECIN buffer (slots of ``tile_length`` elements, each 32 B
     aligned), the result goes through one VECOUT buffer; both queues have ``buffer_num``
     buffers, so with 2 the load of tile i+1 overlaps the compute of tile i. ``compute(ctx, ins,
     out, n)`` yields the vector instructions of one tile (it may use TBufs it allocated).
+
+    ``prefetch`` issues the CopyIn of tile i+1 before the Compute and CopyOut of tile i. A core
+    whose loads and stores share one in-order queue (the DSP's DMA pipe) needs it, or the store
+    of tile i, which waits for its compute, holds back the next loads and double buffering
+    overlaps nothing. The default switches it on exactly there (with two or more buffers).
     """
     if length <= 0:
         return
+    if prefetch is None:
+        prefetch = ctx.core.load_pipe == ctx.core.store_pipe
+    prefetch = prefetch and buffer_num >= 2
     in_dt = inputs[0].dtype
     slot = align_up(tile_length * in_dt.itemsize, 32) // in_dt.itemsize
     inq = ctx.queue("VECIN", buffer_num, slot * in_dt.itemsize * len(inputs))
     outq = ctx.queue("VECOUT", buffer_num, tile_length * output.dtype.itemsize)
     ntiles = -(-length // tile_length)
-    for t in range(ntiles):
-        ctx.tile = t
+
+    def span(t: int) -> tuple[int, int]:
         off = start + t * tile_length
-        n = min(tile_length, start + length - off)
+        return off, min(tile_length, start + length - off)
+
+    def copy_in(t: int) -> Iterator[Any]:
+        ctx.tile = t
+        off, n = span(t)
         buf = inq.alloc(in_dt)
         for j, g in enumerate(inputs):
             yield _copy_in(buf[j * slot: j * slot + n], g[off:off + n], n)
         inq.enque(buf)
+
+    if prefetch:
+        yield from copy_in(0)
+    for t in range(ntiles):
+        if not prefetch:
+            yield from copy_in(t)
+        elif t + 1 < ntiles:
+            yield from copy_in(t + 1)
+        ctx.tile = t
+        off, n = span(t)
         buf = inq.deque()
         out = outq.alloc(output.dtype)
         yield from compute(ctx, [buf[j * slot: j * slot + n] for j in range(len(inputs))], out, n)

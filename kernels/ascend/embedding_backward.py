@@ -1,0 +1,1190 @@
+"""aclnnEmbeddingDenseBackward: out[k] = sum of the grad rows i with indices[i] = k (k != paddingIdx),
+times 1/count[k] when scaleGradByFreq is set.
+
+Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: reference/kernels.md §3.
+Numerics and determinism: reference/numerics.md §1c and §5.
+
+Atlas A2 (the V2 Ascend C path, kernels.md 3b/3c) runs as launches on one stream:
+
+- ``ZerosLike``: zero the accumulation target (``out``, or an fp32 copy in the workspace) and
+  the counts;
+- ``CastGrad``: fp16/bf16 grad -> fp32 in the workspace when (numel(grad) + numel(out)) x 2 B
+  < 100 MiB, gradRow < 512 or scaleGradByFreq (and, opsim's choice, in deterministic mode, whose
+  documented scheme is the fp32 one);
+- ``SortIndices``: indices -> int32 (Cast), reinterpreted as fp32 and sorted ascending with
+  their positions (stable) — one UB tile per core; ``MergeSortedRuns`` merges 4 sorted runs at a
+  time when gradRow does not fit one tile;
+- ``EmbeddingCount`` (scaleGradByFreq): the length of each run of equal indices is atomically
+  added, as fp32, into counts in the workspace;
+- ``EmbeddingDenseGradV2``: block_dim = min(cores, gradRow) (capped by numWeights with scale);
+  each core takes a contiguous slice of the sorted rows, gathers grad[pos] row by row with
+  DataCopyPad, sums runs of equal index in two fp32 UB accumulators and flushes an accumulator
+  into GM with an atomic-add DMA when the index changes, every 10 rows and at the last row;
+  padding rows are skipped; embeddingDim is processed in chunks of maxFormerNum elements;
+- ``EmbeddingDenseGradScale`` (scaleGradByFreq): each row x fp32(1/count), count 0 -> 1;
+- ``CastOut``: fp32 -> out's dtype (RINT).
+
+Determinism (kernels.md 3d): by default partial sums of one index from several cores meet in GM
+through atomic adds, and the order of adds that complete in the same cycle is drawn from the
+seed (simulator/atomics.py). With ``deterministic`` each core walks its slice backwards, leaves
+the rows that share the previous core's last index to that core, and continues past its own end
+while the index is unchanged (ContinueCompute): every output row is summed by one core in a
+fixed order, whatever the seed.
+
+Atlas training series: the real kernel is the V1 TIK ``EmbeddingDenseGrad`` whose UB plan is in
+kernels.md 3e; its loop structure is not published, so the kernels here are opsim's model of it,
+sized by that plan: ``ZerosLike``, ``CastGrad`` (fp16 grad is always cast there), ``CastIndices``
+(indices other than int32/int64 -> int32), ``EmbeddingDenseGrad`` (each core a contiguous range
+of positions: a block of ub_indices indices and their grad rows in UB, each row atomically added
+into out[index]; deterministic: each core owns a range of out rows and adds its rows in position
+order), ``EmbeddingDenseGradScale`` (counts in UB, row x fp32(1/count)), ``CastOut``. The Atlas
+training series has no Sort32/MrgSort (Ascend C API docs), so this path does not sort.
+
+Data-dependent control flow: on hardware the scalar unit reads the sorted indices (or the counts)
+from UB and decides which row to gather and when to flush. A kernel here is a generator that runs
+ahead of simulated time, so it reads those values from GM when its block starts — an earlier
+launch on the stream wrote them — and still issues the DataCopyPads that bring them to UB and the
+SCALAR work that scans them, so timing and trace are those of the real kernel. In timing mode (no
+data) the kernels assume row i has index i mod numWeights (every index distinct when gradRow <=
+numWeights).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from devices.spec import DeviceSpec
+from kernels.ascend.elementwise import ElementwiseTiling, plan_elementwise
+from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
+                            check_format_nd, check_max_dims, check_not_null,
+                            check_product, check_same_dtype, tiling_error)
+from simulator import numerics as nx
+from simulator.errors import MemoryFault
+from simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp,
+                           SetAtomicAdd, SetAtomicNone, Sort)
+from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+
+NAME = "embedding_dense_backward"
+API = "aclnnEmbeddingDenseBackward"
+PRODUCTS = ("training", "a2")
+INDEX_DTYPES = ("fp32", "fp16", "fp64", "int32", "int64", "int16", "int8", "uint8", "bool")
+
+LIMIT_COUNT_NUM = 10               # rows summed per accumulator before a flush (kernels.md 3c)
+INT32_MAX = 2 ** 31 - 1
+INT32_INF = 2139095040             # 0x7F800000, +inf as an fp32 bit pattern (kernels.md 3b)
+CAST_BYTES_LIMIT = 100 * 1024 * 1024   # DAV_2201 casts fp16/bf16 grad below this (kernels.md 3b)
+CAST_ROW_LIMIT = 512                   # ... or when gradRow is below this
+V2_INDEX_RESERVE = 20480           # UB the V2 kernel keeps out of maxFormerNum (kernels.md 3c)
+V2_UB_SPARE = 96
+INDEX_BATCH = V2_INDEX_RESERVE // 8    # sorted rows per UB batch: int32 key + int32 position (D)
+V1_RESERVE = 16384                 # RESERVE_SIZE of the V1 UB plan (kernels.md 3e)
+V1_GRAD_BYTES = 4                  # the V1 kernel computes in fp32 (kernels.md 3e)
+SORT_SCRATCH = 1024                # UB the sort tile keeps spare (assumption)
+SORT_BYTES = 28                    # per sorted element: int32 key 4 + (score, index) scratch 16
+                                   # + sorted key 4 + position 4, plus the raw index (assumption)
+MERGE_BLOCK = 2048                 # merged elements per MrgSort (<= 4095 per queue, Ascend C docs)
+ZERO_BUF_BYTES = 32768             # UB zero buffer of ZerosLike (assumption)
+WS_ALIGN = 512                     # alignment of workspace regions
+OVERRIDE_KEYS = ("block_dim", "e_chunk", "cast_grad")
+
+
+def _align(x: int, a: int) -> int:
+    return -(-int(x) // a) * a
+
+
+def _pad8(n: int) -> int:
+    """fp32/int32 elements rounded up to a whole 32 B block."""
+    return _align(n, 8)
+
+
+def _slot(n: int, itemsize: int) -> int:
+    return _align(max(n, 1) * itemsize, 32)
+
+
+def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
+    """grad/out: FLOAT16, FLOAT; BFLOAT16 on DAV_2201 (A2, and 910_93) (seed, kernels.md 3a)."""
+    return ("fp32", "fp16", "bf16") if spec.series in ("a2", "a3") else ("fp32", "fp16")
+
+
+# ---------------------------------------------------------------------------------------------
+# attributes
+# ---------------------------------------------------------------------------------------------
+
+def _num_weights(attrs: Mapping[str, Any]) -> int:
+    v = attrs.get("num_weights")
+    if v is None:
+        raise OpError(ACLNN_ERR_PARAM_INVALID, "numWeights is required: the first dimension of out")
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise OpError(ACLNN_ERR_PARAM_INVALID, f"numWeights is {v!r}; it must be an integer (uint64)")
+    if v < 0:
+        raise OpError(ACLNN_ERR_PARAM_INVALID, f"numWeights is {int(v)}; it is a uint64 and must be >= 0")
+    return int(v)
+
+
+def _padding_idx(attrs: Mapping[str, Any]) -> int:
+    """paddingIdx as the kernel sees it; any negative value (or its uint64 image) means none."""
+    v = attrs.get("padding_idx", -1)
+    if v is None:
+        return -1
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise OpError(ACLNN_ERR_PARAM_INVALID, f"paddingIdx is {v!r}; it must be an integer")
+    v = int(v)
+    if v >= 2 ** 63:           # a negative int64 passed through the uint64 parameter
+        v -= 2 ** 64
+    return -1 if v < 0 else v
+
+
+def _flag(attrs: Mapping[str, Any], key: str) -> bool:
+    return bool(attrs.get(key) or False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the UB-derived limit of the Atlas training series (kernels.md 3e)
+# ---------------------------------------------------------------------------------------------
+
+def ub_budget(spec: DeviceSpec) -> int:
+    """UB bytes this operator's kernel plans with: ``[kernels.embedding_dense_backward] ub_budget``
+    of the device file (the V1 kernel's 192 KiB on the Atlas training series), else the UB size."""
+    table = spec.kernels.get(NAME, {})
+    return int(table.get("ub_budget", spec.ub.size))
+
+
+def counts_size(num_weights: int, core_num: int) -> int:
+    """countsSize = numWeights / coreNum + numWeights % coreNum (seed, integer division).
+
+    The V1 source computes it from core_used = ceil(numWeights / ceil(numWeights / coreNum))
+    instead (kernels.md 3e), which can be smaller; the seed's formula is the documented contract
+    and is the one used here.
+    """
+    return num_weights // core_num + num_weights % core_num
+
+
+def _index_bytes(index_dtype: Any) -> int:
+    # V1 keeps int64 indices and casts every other dtype to int32 (kernels.md 3b)
+    return 8 if nx.dtype(index_dtype) == nx.INT64 else 4
+
+
+def scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: Any) -> int:
+    """The largest embeddingDim the scaleGradByFreq path accepts (it must be strictly below the
+    bound): ``E < (budget - 16416 - countsSize*b) / (4n + 4)`` with b = index bytes (4 or 8),
+    n = 32/b indices per 32 B block, budget = :func:`ub_budget`, coreNum = AI cores.
+
+    16416 = RESERVE_SIZE 16384 + one 32 B block of indices; 4n + 4 = one fp32 grad row per index
+    of the block plus the extra row buffer (kernels.md 3e). With the 196608 B budget this is the
+    seed's ``(180192 - countsSize*4)/36`` (int32) and ``(180192 - countsSize*8)/20`` (int64).
+    validate() enforces it on the Atlas training series only (where the seed documents it); on
+    other devices the function evaluates the same formula with their numbers, for what-if studies.
+    """
+    b = _index_bytes(index_dtype)
+    avail = ub_budget(spec) - V1_RESERVE - 32 - counts_size(num_weights, spec.cores.aic) * b
+    per_e = V1_GRAD_BYTES * (32 // b) + V1_GRAD_BYTES
+    return -(-avail // per_e) - 1      # largest E with E * per_e < avail
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+# ---------------------------------------------------------------------------------------------
+
+def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+    """The documented checks in the documented order (kernels.md 3a), product support, then the
+    Atlas training series' scaleGradByFreq limit (seed)."""
+    g, idx, out = t.get("grad"), t.get("indices"), t.get("out")
+    check_not_null(grad=g, indices=idx, out=out)
+    nw = _num_weights(attrs)
+    _padding_idx(attrs)
+    check_dtype_in(supported_dtypes(spec), spec.product, grad=g)
+    check_dtype_in(INDEX_DTYPES, spec.product, indices=idx)
+    check_dtype_in(supported_dtypes(spec), spec.product, out=out)
+    check_max_dims(grad=g, indices=idx, out=out)
+    if g.ndim < 2:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"grad has {g.ndim} dimension(s) (shape {list(g.shape)}); it must have 2 to 8")
+    if idx.ndim < 1:
+        raise OpError(ACLNN_ERR_PARAM_INVALID, "indices has 0 dimensions; it must have 1 to 8")
+    emb = int(g.shape[-1])
+    rows = int(np.prod(g.shape[:-1], dtype=np.int64))
+    if emb != 0 and rows != idx.numel:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"grad shape {list(g.shape)} is not match with indices shape {list(idx.shape)}: "
+                      f"grad has {rows} rows once its dimensions except the last are merged, indices "
+                      f"has {idx.numel} elements")
+    if out.ndim != 2 or tuple(out.shape) != (nw, emb):
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"out shape {list(out.shape)} must be 2-D [numWeights, embeddingDim] = [{nw}, {emb}]")
+    check_same_dtype("grad", g, out=out)
+    check_format_nd(grad=g, indices=idx, out=out)
+    check_product(spec, API, PRODUCTS)
+    if spec.series == "training" and _flag(attrs, "scale_grad_by_freq") and emb > 0:
+        limit = scale_limit(spec, nw, idx.dtype)
+        if emb > limit:
+            b = _index_bytes(idx.dtype)
+            cores = spec.cores.aic
+            cs = counts_size(nw, cores)
+            budget = ub_budget(spec)
+            avail = budget - V1_RESERVE - 32 - cs * b
+            per_e = V1_GRAD_BYTES * (32 // b) + V1_GRAD_BYTES
+            raise OpError(ACLNN_ERR_PARAM_INVALID,
+                          f"embeddingDim (grad's last dimension) {emb} is out of range for scaleGradByFreq on "
+                          f"{spec.product} with {'int64' if b == 8 else 'int32'} indices: it must be < "
+                          f"({budget - V1_RESERVE - 32} - countsSize * {b}) / {per_e} = {avail}/{per_e} = "
+                          f"{avail / per_e:.3f} (UB budget {budget} B, countsSize = numWeights/coreNum + "
+                          f"numWeights%coreNum = {nw}//{cores} + {nw}%{cores} = {cs}); the largest allowed "
+                          f"is {max(limit, 0)}")
+    return {"out": TensorDesc((nw, emb), g.dtype)}
+
+
+def is_empty(t: Mapping[str, TensorDesc | None]) -> bool:
+    """Never short-cut: an empty grad or indices still zero-fills out (kernels.md 3a), which the
+    launch does."""
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EmbeddingTiling:
+    """The launches of one call and their sizes (a pure function of spec, shapes and attributes)."""
+
+    path: str                 # "v2" (Atlas A2), "v1" (Atlas training series), "empty"
+    n_rows: int               # gradRow = numel(indices)
+    emb_dim: int              # embeddingDim = grad's last dimension
+    num_weights: int
+    padding_idx: int          # -1: none
+    scale: bool
+    deterministic: bool
+    grad_dtype: str
+    index_dtype: str
+    cast_grad: bool           # the kernel reads an fp32 copy of grad from the workspace
+    acc_dtype: str            # dtype the rows are summed into in GM
+    block_dim: int            # blocks of the accumulation kernel
+    e_chunk: int              # embeddingDim elements per UB pass (maxFormerNum on V2)
+    ub_bytes: int             # UB the accumulation kernel allocates per core
+    ub_budget: int
+    zero_block_dim: int = 1
+    # V2 sort
+    sort_tile: int = 0        # indices sorted per UB tile
+    sort_runs: int = 0        # sorted runs after SortIndices
+    merge_passes: int = 0
+    merge_block: int = 0      # merged elements per MrgSort
+    # V1
+    ub_indices: int = 0       # indices (and grad rows) per UB block
+    counts_size: int = 0
+    rows_per_owner: int = 0   # index_not_last_core = ceil(numWeights / coreNum)
+    owners: int = 0           # core_used
+    scale_block_dim: int = 0
+    workspace: int = 0
+    layout: tuple[tuple[str, int, int], ...] = ()      # (region, byte offset, bytes)
+    cast_grad_tiling: ElementwiseTiling | None = None
+    cast_index_tiling: ElementwiseTiling | None = None
+    cast_out_tiling: ElementwiseTiling | None = None
+
+    def region(self, name: str) -> tuple[int, int] | None:
+        for n, off, nbytes in self.layout:
+            if n == name:
+                return off, nbytes
+        return None
+
+
+def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    ov = dict(overrides or {})
+    unknown = set(ov) - set(OVERRIDE_KEYS)
+    if unknown:
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
+    for key in ("block_dim", "e_chunk"):
+        if key in ov and (isinstance(ov[key], bool) or not isinstance(ov[key], int) or ov[key] < 1):
+            raise tiling_error(f"{key} {ov[key]!r} must be a positive integer")
+    if "cast_grad" in ov and not isinstance(ov["cast_grad"], bool):
+        raise tiling_error(f"cast_grad {ov['cast_grad']!r} must be True or False")
+    return ov
+
+
+def _layout(parts: Sequence[tuple[str, int]]) -> tuple[tuple[tuple[str, int, int], ...], int]:
+    out, off = [], 0
+    for name, nbytes in parts:
+        if nbytes > 0:
+            out.append((name, off, int(nbytes)))
+            off = _align(off + nbytes, WS_ALIGN)
+    return tuple(out), off
+
+
+def _zero_block_dim(spec: DeviceSpec, nbytes: int) -> int:
+    return max(1, min(spec.vector_cores, -(-nbytes // ZERO_BUF_BYTES)))
+
+
+def sort_tile_capacity(spec: DeviceSpec, index_dtype: Any) -> int:
+    """Indices one core sorts in UB at once (raw index + int32 key + Sort scratch + output)."""
+    per = SORT_BYTES + nx.dtype(index_dtype).itemsize
+    return (spec.ub.size - SORT_SCRATCH) // per // 32 * 32
+
+
+def _merge_passes(runs: int) -> int:
+    passes = 0
+    while runs > 1:
+        runs = -(-runs // 4)
+        passes += 1
+    return passes
+
+
+def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any],
+         overrides: Mapping[str, Any] | None = None) -> EmbeddingTiling:
+    """Tiling of the whole call. Overrides: ``block_dim`` (accumulation kernel), ``e_chunk``
+    (embeddingDim elements per UB pass), ``cast_grad`` (A2, fp16/bf16 grad: force the fp32 copy
+    on or off). A tiling that does not fit the UB is refused with 561002 and the numbers."""
+    ov = _check_overrides(overrides)
+    g, idx = t["grad"], t["indices"]
+    nw = _num_weights(attrs)
+    pad = _padding_idx(attrs)
+    scale = _flag(attrs, "scale_grad_by_freq")
+    det = _flag(attrs, "deterministic")
+    emb = int(g.shape[-1])
+    n_rows = int(idx.numel)
+    common = dict(n_rows=n_rows, emb_dim=emb, num_weights=nw, padding_idx=pad, scale=scale,
+                  deterministic=det, grad_dtype=g.dtype.name, index_dtype=idx.dtype.name,
+                  ub_budget=ub_budget(spec))
+    out_bytes = nw * emb * g.dtype.itemsize
+    if n_rows == 0 or emb == 0 or nw == 0:
+        return EmbeddingTiling(path="empty", cast_grad=False, acc_dtype=g.dtype.name, block_dim=0,
+                               e_chunk=0, ub_bytes=0, zero_block_dim=_zero_block_dim(spec, out_bytes),
+                               **common)
+    if spec.series == "training":
+        return _plan_v1(spec, g, idx, nw, scale, det, ov, common)
+    return _plan_v2(spec, g, idx, nw, scale, det, ov, common)
+
+
+def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: bool, det: bool,
+             ov: Mapping[str, Any], common: dict) -> EmbeddingTiling:
+    n_rows, emb = common["n_rows"], common["emb_dim"]
+    if nw > INT32_INF or n_rows > INT32_INF:
+        raise tiling_error(
+            f"numWeights {nw} / gradRow {n_rows} exceeds INT32_INF {INT32_INF} (0x7F800000, +inf as a float32 "
+            f"bit pattern): the V2 kernel sorts int32 indices as float32 bit patterns, which orders them "
+            f"correctly only below that value; opsim models only that path")
+    half = g.dtype in (nx.FP16, nx.BF16)
+    cast = half and ((g.numel + nw * emb) * 2 < CAST_BYTES_LIMIT or n_rows < CAST_ROW_LIMIT or scale or det)
+    if "cast_grad" in ov:
+        if not half:
+            raise tiling_error(f"cast_grad applies to fp16/bf16 grad; grad is {g.dtype}")
+        if det and not ov["cast_grad"]:
+            raise tiling_error("deterministic mode sums in fp32 (kernels.md 3d): cast_grad must stay on")
+        cast = ov["cast_grad"]
+    kdt = nx.FP32 if (cast or not half) else g.dtype
+    k = 3 if kdt == nx.FP32 else 4
+    ub = spec.ub.size
+    max_former = ((ub - V2_INDEX_RESERVE - V2_UB_SPARE) // (64 * k)) * 16
+    e_chunk = ov.get("e_chunk", min(emb, max_former))
+    if e_chunk > max_former:
+        raise tiling_error(f"e_chunk {e_chunk} does not fit the UB: maxFormerNum = ((UB {ub} - 20480 - 96) "
+                           f"/ (64 x {k})) x 16 = {max_former} elements for {kdt} rows")
+    e_chunk = min(e_chunk, emb)
+    cores = spec.vector_cores
+    block_dim = min(cores, n_rows)
+    if scale:
+        block_dim = min(block_dim, nw)
+    block_dim = max(1, min(ov.get("block_dim", block_dim), n_rows))
+    if kdt == nx.FP32:
+        ub_bytes = V2_INDEX_RESERVE + 3 * _slot(e_chunk, 4)
+    else:
+        ub_bytes = V2_INDEX_RESERVE + 2 * _slot(e_chunk, kdt.itemsize) + 3 * _slot(e_chunk, 4)
+    cap = sort_tile_capacity(spec, idx.dtype)
+    if n_rows <= cap:
+        sort_tile, runs = n_rows, 1
+    else:
+        sort_tile, runs = cap, -(-n_rows // cap)
+    passes = _merge_passes(runs)
+    # MergeSortedRuns: 2 input buffers of 4 queues x (key + position) + 2 output buffers = 80 B/element
+    merge_block = min(MERGE_BLOCK, (ub - SORT_SCRATCH) // 80 // 32 * 32)
+    acc_is_ws = cast and g.dtype != nx.FP32
+    acc_dtype = "fp32" if (cast or not half) else g.dtype.name
+    layout, ws = _layout([
+        ("grad32", n_rows * emb * 4 if cast else 0),
+        ("acc32", nw * emb * 4 if acc_is_ws else 0),
+        ("keys0", n_rows * 4), ("pos0", n_rows * 4),
+        ("keys1", n_rows * 4 if passes else 0), ("pos1", n_rows * 4 if passes else 0),
+        ("counts", nw * 4 if scale else 0),
+    ])
+    zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale else 0)
+    return EmbeddingTiling(
+        path="v2", cast_grad=cast, acc_dtype=acc_dtype, block_dim=block_dim, e_chunk=e_chunk,
+        ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, zero_bytes), sort_tile=sort_tile,
+        sort_runs=runs, merge_passes=passes, merge_block=merge_block, scale_block_dim=max(1, min(cores, nw)), workspace=ws,
+        layout=layout,
+        cast_grad_tiling=(plan_elementwise(spec, n_rows * emb, n_inputs=1, in_itemsize=2, out_itemsize=4,
+                                           calc_bytes=0) if cast else None),
+        cast_out_tiling=(plan_elementwise(spec, nw * emb, n_inputs=1, in_itemsize=4, out_itemsize=2,
+                                          calc_bytes=0) if acc_is_ws else None),
+        **common)
+
+
+def _plan_v1(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: bool, det: bool,
+             ov: Mapping[str, Any], common: dict) -> EmbeddingTiling:
+    n_rows, emb = common["n_rows"], common["emb_dim"]
+    if "cast_grad" in ov:
+        raise tiling_error("cast_grad applies to the Atlas A2 path; the Atlas training series always "
+                           "computes in fp32 (kernels.md 3b)")
+    cast = g.dtype != nx.FP32               # "on other non-950 platforms grad is always cast"
+    b = _index_bytes(idx.dtype)
+    n = 32 // b
+    budget = ub_budget(spec)
+    core_num = spec.cores.aic
+    cs = counts_size(nw, core_num) if scale else 0
+    if scale:
+        e_chunk = emb                       # a whole row stays in UB: hence the documented limit
+        if "e_chunk" in ov and ov["e_chunk"] != emb:
+            raise tiling_error(f"e_chunk {ov['e_chunk']}: the scaleGradByFreq path keeps whole rows of "
+                               f"{emb} elements in UB")
+        row = 4 * _pad8(emb)
+        ub_indices = (budget - V1_RESERVE - cs * b - row) // (row + b) // n * n
+        # validate() accepted E by the seed's formula on unpadded rows; rows padded to 32 B can
+        # overshoot it by < 36 x 7 B, which the 16 KiB reserve absorbs
+        ub_indices = max(ub_indices, n)
+    else:
+        ec_max = ((budget - V1_RESERVE) // n - b) // 4 // 8 * 8
+        e_chunk = ov.get("e_chunk", min(emb, ec_max))
+        if e_chunk > ec_max:
+            raise tiling_error(f"e_chunk {e_chunk} does not fit the UB budget: {n} indices of {b} B and "
+                               f"their rows need {n} x ({e_chunk} x 4 + {b}) B of {budget} - {V1_RESERVE} B; "
+                               f"at most {ec_max}")
+        e_chunk = min(e_chunk, emb)
+        ub_indices = (budget - V1_RESERVE) // (4 * _pad8(e_chunk) + b) // n * n
+    ub_indices = max(n, min(ub_indices, _align(n_rows, n)))
+    ub_bytes = ub_indices * (4 * _pad8(e_chunk) + b) + (cs * b + 4 * _pad8(emb) if scale else 0)
+    per_owner = -(-nw // core_num)
+    owners = -(-nw // per_owner)
+    if det:
+        block_dim = owners
+    else:
+        block_dim = max(1, min(ov.get("block_dim", min(spec.vector_cores, n_rows)), n_rows))
+    index_cast = idx.dtype not in (nx.INT32, nx.INT64)
+    acc_is_ws = cast
+    layout, ws = _layout([
+        ("grad32", n_rows * emb * 4 if cast else 0),
+        ("acc32", nw * emb * 4 if acc_is_ws else 0),
+        ("idx32", n_rows * 4 if index_cast else 0),
+    ])
+    return EmbeddingTiling(
+        path="v1", cast_grad=cast, acc_dtype="fp32", block_dim=block_dim, e_chunk=e_chunk,
+        ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, nw * emb * 4),
+        ub_indices=ub_indices, counts_size=cs, rows_per_owner=per_owner, owners=owners,
+        scale_block_dim=owners, workspace=ws, layout=layout,
+        cast_grad_tiling=(plan_elementwise(spec, n_rows * emb, n_inputs=1, in_itemsize=2, out_itemsize=4,
+                                           calc_bytes=0) if cast else None),
+        cast_index_tiling=(plan_elementwise(spec, n_rows, n_inputs=1, in_itemsize=idx.dtype.itemsize,
+                                            out_itemsize=4, calc_bytes=0) if index_cast else None),
+        cast_out_tiling=(plan_elementwise(spec, nw * emb, n_inputs=1, in_itemsize=4, out_itemsize=2,
+                                          calc_bytes=0) if acc_is_ws else None),
+        **common)
+
+
+# ---------------------------------------------------------------------------------------------
+# index checks (what would make the real kernel write outside out)
+# ---------------------------------------------------------------------------------------------
+
+def index_values(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 row each index selects, mask of indices that select a row at all).
+
+    Float indices are cast to int32 by truncation (assumption: CANN's float -> int32 Cast rounds
+    toward zero, as C and torch do); NaN and ±inf select nothing sensible and are flagged. Bool
+    indices are 0/1.
+    """
+    a = np.asarray(indices).reshape(-1)
+    if a.dtype.kind == "f" or a.dtype == nx.BF16.np_dtype:
+        f = a.astype(np.float64)
+        ok = np.isfinite(f)
+        with np.errstate(invalid="ignore"):
+            v = np.where(ok, np.trunc(np.where(ok, f, 0.0)), 0.0)
+        big = np.abs(v) > 2.0 ** 62
+        return np.where(big, -1, v).astype(np.int64), ok & ~big
+    return a.astype(np.int64), np.ones(a.shape, dtype=bool)
+
+
+def first_bad_index(indices: np.ndarray, num_weights: int, padding_idx: int) -> int:
+    """Flat position of the first index outside [0, numWeights) that is not paddingIdx, or -1."""
+    v, ok = index_values(indices)
+    # an index equal to paddingIdx is skipped by the kernel, provided it survives the int32 cast
+    is_pad = (v == padding_idx) if 0 <= padding_idx <= INT32_MAX else np.zeros(v.shape, bool)
+    bad = ~ok | (((v < 0) | (v >= num_weights)) & ~is_pad)
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else -1
+
+
+def _bad_index_fault(indices: np.ndarray, shape: Sequence[int], pos: int, num_weights: int,
+                     padding_idx: int, out_addr: int, row_bytes: int) -> MemoryFault:
+    raw = np.asarray(indices).reshape(-1)[pos].item()
+    v, ok = index_values(np.asarray([raw]))
+    where = np.unravel_index(pos, tuple(shape)) if len(shape) else ()
+    pad = f"paddingIdx {padding_idx}" if padding_idx >= 0 else "no paddingIdx"
+    if ok[0]:
+        row = int(v[0])
+        addr = out_addr + row * row_bytes
+        what = (f"the kernel would add grad row {pos} into out row {row}, "
+                f"{'before' if row < 0 else 'beyond'} out")
+    else:
+        addr, what = None, "it selects no row"
+    return MemoryFault(f"indices[{', '.join(str(int(i)) for i in where)}] (flat position {pos}) = {raw!r} is "
+                       f"outside [0, numWeights={num_weights}) and is not the padding index ({pad}): {what}; "
+                       f"nothing was written", address=addr, instruction=API)
+
+
+def check_data(device: Any, tensors: Mapping[str, GlobalTensor], attrs: Mapping[str, Any]) -> None:
+    """Refuse a call whose indices would make the kernel write outside out, naming the first
+    offending position (MemoryFault; 361001 through aclnn), before anything is launched."""
+    idx, out = tensors.get("indices"), tensors.get("out")
+    if idx is None or out is None or idx.numel == 0 or not device.functional:
+        return
+    nw, pad = _num_weights(attrs), _padding_idx(attrs)
+    values = idx[0:idx.numel].read(idx.numel)
+    pos = first_bad_index(values, nw, pad)
+    if pos >= 0:
+        emb = out.shape[-1] if out.shape else 0
+        raise _bad_index_fault(values, idx.shape, pos, nw, pad, out.addr, emb * out.dtype.itemsize)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------------------------
+
+def _slice(total: int, parts: int, i: int) -> tuple[int, int]:
+    """Contiguous share i of ``total``: total/parts each, one more for the first total%parts."""
+    q, r = divmod(total, parts)
+    lo = i * q + min(i, r)
+    return lo, lo + q + (1 if i < r else 0)
+
+
+def _peek(t: GlobalTensor, start: int, count: int) -> np.ndarray:
+    """Values an earlier launch left in GM, as the scalar unit reads them (functional runs)."""
+    if count <= 0:
+        return np.zeros(0, t.dtype.np_dtype)
+    return np.array(t[start:start + count].read(count), copy=True)
+
+
+def _assumed_indices(n_rows: int, num_weights: int) -> np.ndarray:
+    """Timing mode has no data: row i is assumed to have index i mod numWeights."""
+    return np.arange(n_rows, dtype=np.int64) % max(num_weights, 1)
+
+
+@lru_cache(maxsize=4)
+def _assumed_sorted(n_rows: int, num_weights: int) -> tuple[np.ndarray, np.ndarray]:
+    # shared by the blocks of a timing run (read-only arrays; a pure function of its arguments)
+    v = _assumed_indices(n_rows, num_weights)
+    order = np.argsort(v, kind="stable")
+    keys = v[order]
+    keys.flags.writeable = False
+    order.flags.writeable = False
+    return keys, order
+
+
+def _sorted_rows(ctx: KernelContext, tiling: EmbeddingTiling, keys: GlobalTensor, pos: GlobalTensor,
+                 lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted keys and positions [lo, hi): from GM, or the assumed pattern in timing mode."""
+    if ctx.functional:
+        return _peek(keys, lo, hi - lo).astype(np.int64), _peek(pos, lo, hi - lo).astype(np.int64)
+    k, p = _assumed_sorted(tiling.n_rows, tiling.num_weights)
+    return k[lo:hi], p[lo:hi]
+
+
+class _ScalarFeed:
+    """Brings rows [lo, hi) of GM arrays (sorted keys and positions, or counts) to UB in batches
+    of INDEX_BATCH, handing each batch to the SCALAR pipe, which scans it (MTE2 -> SCALAR flag)
+    and releases the buffer for the next batch (SCALAR -> MTE2 flag)."""
+
+    def __init__(self, ctx: KernelContext, gms: Sequence[GlobalTensor], lo: int, hi: int,
+                 label: str, batch: int = INDEX_BATCH) -> None:
+        self.ctx, self.gms, self.lo, self.hi, self.label, self.batch = ctx, gms, lo, hi, label, batch
+        self.bufs = [ctx.tbuf(batch * g.dtype.itemsize, g.dtype) for g in gms]
+        self.to_scalar = ctx.next_event_id("MTE2", "SCALAR")
+        self.released = ctx.next_event_id("SCALAR", "MTE2")
+        self.loaded = -1
+        self.owe = False
+
+    def reset(self) -> None:
+        self.loaded = -1
+
+    def need(self, j: int) -> Iterator[Any]:
+        """Make row j's batch resident (yields its loads and scan when it is not)."""
+        b = (j - self.lo) // self.batch
+        if b == self.loaded:
+            return
+        ctx = self.ctx
+        if self.owe:
+            ctx.emit_wait("SCALAR", "MTE2", self.released)
+        s = self.lo + b * self.batch
+        n = min(self.batch, self.hi - s)
+        for buf, g in zip(self.bufs, self.gms):
+            yield DataCopyPad(buf, g[s:s + n], n)
+        ctx.emit_set("MTE2", "SCALAR", self.to_scalar)
+        ctx.emit_wait("MTE2", "SCALAR", self.to_scalar)
+        yield ScalarOp(n, self.label)
+        ctx.emit_set("SCALAR", "MTE2", self.released)
+        self.owe = True
+        self.loaded = b
+
+
+def _zero_kernel(ctx: KernelContext, targets: Sequence[GlobalTensor]) -> Iterator[Any]:
+    """ZerosLike: one UB buffer of zeros, copied over this block's share of every target."""
+    ub = ctx.core.memory(ctx.core.local_memory).capacity
+    q = ctx.queue("VECOUT", 1, min(ZERO_BUF_BYTES, ub // 2 // 32 * 32))
+    buf = q.alloc(nx.FP32)
+    yield Duplicate(buf, 0.0)
+    q.enque(buf)
+    buf = q.deque()
+    for t in targets:
+        zeros = buf.reinterpret(t.dtype)       # all-zero bits are 0 in every dtype used here
+        lo, hi = _slice(t.numel, ctx.block_dim, ctx.block_idx)
+        for off in range(lo, hi, zeros.count):
+            n = min(zeros.count, hi - off)
+            yield DataCopyPad(t[off:off + n], zeros, n)
+    q.free(buf)
+
+
+def _cast_kernel(ctx: KernelContext, tiling: ElementwiseTiling, src: GlobalTensor, dst: GlobalTensor,
+                 mode: str) -> Iterator[Any]:
+    start, length = tiling.core_range(ctx.block_idx)
+
+    def compute(ctx: KernelContext, ins: list[LocalTensor], o: LocalTensor, n: int) -> Iterator[Any]:
+        yield Cast(o, ins[0], mode, n)
+
+    yield from elementwise_pipeline(ctx, inputs=[src], output=dst, start=start, length=length,
+                                    tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
+                                    compute=compute)
+
+
+def _sort_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, keys: GlobalTensor,
+                 pos: GlobalTensor) -> Iterator[Any]:
+    """SortIndices: per UB tile, cast the indices to int32 keys, sort them as fp32 bit patterns
+    (stable, ascending) with their positions, and store the sorted run."""
+    n_rows, tile = tiling.n_rows, tiling.sort_tile
+    idt = idx.dtype
+    tp = _pad8(tile)
+    inq = ctx.queue("VECIN", 1, _slot(tile, idt.itemsize))
+    k32 = ctx.tbuf(tp * 4, nx.INT32) if idt != nx.INT32 else None
+    tmp = ctx.tbuf(16 * tp, nx.FP32)
+    outq = ctx.queue("VECOUT", 1, 2 * tp * 4)
+    for c in range(ctx.block_idx, tiling.sort_runs, ctx.block_dim):
+        ctx.tile = c
+        s = c * tile
+        n = min(tile, n_rows - s)
+        raw = inq.alloc(idt)
+        yield DataCopyPad(raw, idx[s:s + n], n)
+        inq.enque(raw)
+        raw = inq.deque()
+        if k32 is not None:
+            yield Cast(k32, raw, "trunc", n)
+            src = k32
+        else:
+            src = raw
+        o = outq.alloc(nx.INT32)
+        ok, op = o[0:tp], o[tp:2 * tp]
+        yield Sort(ok.reinterpret(nx.FP32), op, src.reinterpret(nx.FP32), tmp, n, first_position=s)
+        inq.free(raw)
+        outq.enque(o)
+        o = outq.deque()
+        yield DataCopyPad(keys[s:s + n], ok, n)
+        yield DataCopyPad(pos[s:s + n], op, n)
+        outq.free(o)
+
+
+def _merge_sources(ctx: KernelContext, keys: GlobalTensor, pos: GlobalTensor, start: int,
+                   lens: Sequence[int]) -> np.ndarray:
+    """Run index of each element of the merged group, in merged order: what the scalar unit's
+    queue bookkeeping decides. Timing mode assumes the runs interleave evenly."""
+    total = int(sum(lens))
+    run_id = np.repeat(np.arange(len(lens)), lens)
+    if ctx.functional:
+        k = _peek(keys, start, total).view(np.float32)
+        p = _peek(pos, start, total)
+        order = np.lexsort((p, k))
+    else:
+        frac = np.concatenate([np.arange(n) / max(n, 1) for n in lens])
+        order = np.lexsort((run_id, frac))
+    return run_id[order]
+
+
+def _merge_kernel(ctx: KernelContext, tiling: EmbeddingTiling, run_len: int, src_keys: GlobalTensor,
+                  src_pos: GlobalTensor, dst_keys: GlobalTensor, dst_pos: GlobalTensor) -> Iterator[Any]:
+    """MergeSortedRuns: each group of 4 sorted runs becomes one, MERGE_BLOCK elements at a time:
+    load the next elements of each run that the block takes, MrgSort, store."""
+    n_rows, m_blk = tiling.n_rows, tiling.merge_block
+    groups = -(-(-(-n_rows // run_len)) // 4)
+    inq = ctx.queue("VECIN", 2, 8 * m_blk * 4)
+    outq = ctx.queue("VECOUT", 2, 2 * m_blk * 4)
+    tile = 0
+    for gi in range(ctx.block_idx, groups, ctx.block_dim):
+        g0 = gi * 4 * run_len
+        starts = [g0 + i * run_len for i in range(4) if g0 + i * run_len < n_rows]
+        lens = [min(run_len, n_rows - s) for s in starts]
+        total = sum(lens)
+        src_run = _merge_sources(ctx, src_keys, src_pos, g0, lens)
+        cur = list(starts)
+        for j0 in range(0, total, m_blk):
+            ctx.tile = tile
+            tile += 1
+            m = min(m_blk, total - j0)
+            takes = np.bincount(src_run[j0:j0 + m], minlength=len(lens))
+            buf = inq.alloc(nx.INT32)
+            srcs = []
+            for i, tk in enumerate(int(x) for x in takes):
+                if tk == 0:
+                    continue
+                kk, pp = buf[2 * i * m_blk:(2 * i + 1) * m_blk], buf[(2 * i + 1) * m_blk:(2 * i + 2) * m_blk]
+                yield DataCopyPad(kk, src_keys[cur[i]:cur[i] + tk], tk)
+                yield DataCopyPad(pp, src_pos[cur[i]:cur[i] + tk], tk)
+                cur[i] += tk
+                srcs.append((kk.reinterpret(nx.FP32), pp, tk))
+            inq.enque(buf)
+            buf = inq.deque()
+            o = outq.alloc(nx.INT32)
+            ok, op = o[0:m_blk], o[m_blk:2 * m_blk]
+            yield MrgSort(ok.reinterpret(nx.FP32), op, srcs)
+            inq.free(buf)
+            outq.enque(o)
+            o = outq.deque()
+            yield DataCopyPad(dst_keys[g0 + j0:g0 + j0 + m], ok, m)
+            yield DataCopyPad(dst_pos[g0 + j0:g0 + j0 + m], op, m)
+            outq.free(o)
+
+
+def _owned_range(keys: np.ndarray, lo: int, hi: int, base: int) -> tuple[int, int]:
+    """Deterministic mode: rows of the slice [lo, hi) this core sums (keys = sorted keys from
+    ``base``): leave the leading rows that share the previous core's last index to that core,
+    continue past hi while the index is that of row hi - 1 (ContinueCompute)."""
+    if lo >= hi:
+        return lo, lo
+    olo = lo
+    if lo > base:
+        olo = min(hi, base + int(np.searchsorted(keys, keys[lo - 1 - base], side="right")))
+    if olo >= hi:
+        return hi, hi
+    ohi = base + int(np.searchsorted(keys, keys[hi - 1 - base], side="right"))
+    return olo, max(ohi, hi)
+
+
+def _count_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor,
+                  counts: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingCount: per run of equal index in this core's slice (padding skipped), atomically
+    add its length as fp32 into counts[index]."""
+    lo, hi = _slice(tiling.n_rows, ctx.block_dim, ctx.block_idx)
+    if lo >= hi:
+        return
+    keys, _ = _sorted_rows(ctx, tiling, skeys, skeys, lo, hi)
+    starts = np.flatnonzero(np.diff(keys, prepend=keys[0] - 1))
+    lengths = np.diff(np.append(starts, keys.size))
+    feed = _ScalarFeed(ctx, [skeys], lo, hi, "count runs")
+    q = ctx.queue("VECOUT", 2, 32)
+    yield SetAtomicAdd(nx.FP32)
+    for s, n in zip(starts, lengths):
+        yield from feed.need(lo + int(s))
+        key = int(keys[s])
+        if key == tiling.padding_idx:
+            continue
+        c = q.alloc(nx.FP32)
+        yield Duplicate(c, float(n), count=8)
+        q.enque(c)
+        c = q.deque()
+        yield DataCopyPad(counts[key:key + 1], c, 1)
+        q.free(c)
+    yield SetAtomicNone()
+
+
+def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
+               grad: GlobalTensor, acc: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingDenseGradV2 (kernels.md 3c): one core's slice of the sorted rows."""
+    n_rows, emb = tiling.n_rows, tiling.emb_dim
+    lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
+    if tiling.deterministic:
+        keys_all, pos_all = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
+        lo, hi = _owned_range(keys_all, lo, hi, 0)
+        keys, pos = keys_all[lo:hi], pos_all[lo:hi]
+        walk = np.arange(hi - 1, lo - 1, -1)          # the deterministic path walks backwards
+    else:
+        keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
+        walk = np.arange(lo, hi)
+    if walk.size:
+        walk = walk[keys[walk - lo] != tiling.padding_idx]
+    if walk.size == 0:
+        return
+    wkeys = keys[walk - lo]
+    flush_on_key = np.append(wkeys[1:] != wkeys[:-1], True)     # index changes next, or last row
+    kdt = nx.FP32 if grad.dtype == nx.FP32 else grad.dtype       # fp16/bf16 only when not cast
+    ec = tiling.e_chunk
+    rowq = ctx.queue("VECIN", 1, _slot(ec, kdt.itemsize))
+    if kdt == nx.FP32:
+        accq = ctx.queue("VECOUT", 2, _slot(ec, 4))
+    else:
+        tmp = ctx.tbuf(_slot(ec, 4), nx.FP32)
+        accs = [ctx.tbuf(_slot(ec, 4), nx.FP32), ctx.tbuf(_slot(ec, 4), nx.FP32)]
+        outq = ctx.queue("VECOUT", 1, _slot(ec, kdt.itemsize))
+    feed = _ScalarFeed(ctx, [skeys, spos], lo, hi, "sorted index scan")
+    yield SetAtomicAdd(acc.dtype)
+    flushes = 0
+    for c0 in range(0, emb, ec):
+        n = min(ec, emb - c0)
+        feed.reset()
+        count, which, acc_t = 0, 0, None
+        for t in range(walk.size):
+            j = int(walk[t])
+            yield from feed.need(j)
+            ctx.tile = flushes
+            key, p = int(wkeys[t]), int(pos[j - lo])
+            row = rowq.alloc(kdt)
+            yield DataCopyPad(row, grad[p * emb + c0:p * emb + c0 + n], n)
+            rowq.enque(row)
+            row = rowq.deque()
+            if kdt == nx.FP32:
+                if count == 0:
+                    acc_t = accq.alloc(nx.FP32)
+                    yield Copy(acc_t, row, n)
+                else:
+                    yield Add(acc_t, acc_t, row, count=n)
+            else:
+                if count == 0:
+                    acc_t = accs[which]
+                    yield Cast(acc_t, row, "none", n)
+                else:
+                    yield Cast(tmp, row, "none", n)
+                    yield Add(acc_t, acc_t, tmp, count=n)
+            rowq.free(row)
+            count += 1
+            if count == LIMIT_COUNT_NUM or flush_on_key[t]:
+                dst = acc[key * emb + c0:key * emb + c0 + n]
+                if kdt == nx.FP32:
+                    accq.enque(acc_t)
+                    acc_t = accq.deque()
+                    yield DataCopyPad(dst, acc_t, n)
+                    accq.free(acc_t)
+                else:
+                    o = outq.alloc(kdt)
+                    yield Cast(o, acc_t, "rint", n)
+                    outq.enque(o)
+                    o = outq.deque()
+                    yield DataCopyPad(dst, o, n)
+                    outq.free(o)
+                    which ^= 1
+                count = 0
+                flushes += 1
+    yield SetAtomicNone()
+
+
+def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,
+                  acc: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingDenseGradScale (A2): rows of this core x fp32(1/count), count 0 treated as 1."""
+    emb = tiling.emb_dim
+    lo, hi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+    if lo >= hi:
+        return
+    cvals = _peek(counts, lo, hi - lo) if ctx.functional else np.ones(hi - lo, np.float32)
+    ub = ctx.core.memory(ctx.core.local_memory).capacity
+    per_buf = (ub - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8           # fp32 elements, 2 in + 2 out buffers
+    ep = _pad8(emb)
+    chunk = min(ep, per_buf)
+    rows_per_tile = max(1, per_buf // ep) if ep <= per_buf else 1
+    one_dma = emb % 8 == 0 and ep <= per_buf                      # rows of a tile are contiguous and aligned
+    inq = ctx.queue("VECIN", 2, per_buf * 4)
+    outq = ctx.queue("VECOUT", 2, per_buf * 4)
+    feed = _ScalarFeed(ctx, [counts], lo, hi, "reciprocal of counts")
+    tile = 0
+    for r0 in range(lo, hi, rows_per_tile):
+        rows = range(r0, min(hi, r0 + rows_per_tile))
+        for c0 in range(0, emb, chunk):
+            n = min(chunk, emb - c0)
+            ctx.tile = tile
+            tile += 1
+            yield from feed.need(r0)
+            ib = inq.alloc(nx.FP32)
+            if one_dma:
+                yield DataCopyPad(ib[0:len(rows) * emb], acc[r0 * emb:(r0 + len(rows)) * emb], len(rows) * emb)
+            else:
+                for k, r in enumerate(rows):
+                    yield DataCopyPad(ib[k * ep:k * ep + n], acc[r * emb + c0:r * emb + c0 + n], n)
+            inq.enque(ib)
+            ib = inq.deque()
+            ob = outq.alloc(nx.FP32)
+            stride = emb if one_dma else ep
+            for k, r in enumerate(rows):
+                c = float(cvals[r - lo])
+                rcp = np.float32(1.0) / np.float32(c if c != 0.0 else 1.0)
+                yield Muls(ob[k * stride:k * stride + n], ib[k * stride:k * stride + n], scalar=float(rcp), count=n)
+            inq.free(ib)
+            outq.enque(ob)
+            ob = outq.deque()
+            if one_dma:
+                yield DataCopyPad(acc[r0 * emb:(r0 + len(rows)) * emb], ob[0:len(rows) * emb], len(rows) * emb)
+            else:
+                for k, r in enumerate(rows):
+                    yield DataCopyPad(acc[r * emb + c0:r * emb + c0 + n], ob[k * ep:k * ep + n], n)
+            outq.free(ob)
+
+
+def _index_host(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor) -> np.ndarray:
+    if ctx.functional:
+        return _peek(idx, 0, tiling.n_rows).astype(np.int64)
+    return _assumed_indices(tiling.n_rows, tiling.num_weights)
+
+
+def _v1_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, grad: GlobalTensor,
+               acc: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingDenseGrad (Atlas training series, opsim's model of V1): blocks of ub_indices
+    indices and their grad rows in UB; each row atomically added into acc[index]."""
+    n_rows, emb, nb = tiling.n_rows, tiling.emb_dim, tiling.ub_indices
+    ec = tiling.e_chunk
+    ecp = _pad8(ec)
+    vals = _index_host(ctx, tiling, idx)
+    if tiling.deterministic:        # each core owns a range of out rows and scans every index
+        o_lo = ctx.block_idx * tiling.rows_per_owner
+        o_hi = min(tiling.num_weights, o_lo + tiling.rows_per_owner)
+        lo, hi = 0, n_rows
+        mine = (vals >= o_lo) & (vals < o_hi)
+    else:                           # each core takes a contiguous range of positions
+        lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
+        mine = np.ones(n_rows, dtype=bool)
+    mine &= vals != tiling.padding_idx
+    if lo >= hi:
+        return
+    ibuf = ctx.tbuf(nb * idx.dtype.itemsize, idx.dtype)
+    rows = ctx.tbuf(nb * ecp * 4, nx.FP32)
+    to_scalar = ctx.next_event_id("MTE2", "SCALAR")
+    scanned = ctx.next_event_id("SCALAR", "MTE2")
+    loaded = ctx.next_event_id("MTE2", "MTE3")
+    stored = ctx.next_event_id("MTE3", "MTE2")
+    owe_scan = owe_store = False
+    block_dma = not tiling.deterministic and ec == emb and emb % 8 == 0
+    yield SetAtomicAdd(acc.dtype)
+    for c0 in range(0, emb, ec):
+        n = min(ec, emb - c0)
+        for bi, s in enumerate(range(lo, hi, nb)):
+            ctx.tile = bi
+            bn = min(nb, hi - s)
+            sel = s + np.flatnonzero(mine[s:s + bn])
+            if owe_scan:
+                ctx.emit_wait("SCALAR", "MTE2", scanned)
+            if owe_store:
+                ctx.emit_wait("MTE3", "MTE2", stored)
+                owe_store = False
+            yield DataCopyPad(ibuf[0:bn], idx[s:s + bn], bn)
+            ctx.emit_set("MTE2", "SCALAR", to_scalar)
+            ctx.emit_wait("MTE2", "SCALAR", to_scalar)
+            yield ScalarOp(bn, "index scan")
+            ctx.emit_set("SCALAR", "MTE2", scanned)
+            owe_scan = True
+            if sel.size == 0:
+                continue
+            if block_dma:
+                yield DataCopyPad(rows[0:bn * emb], grad[s * emb:(s + bn) * emb], bn * emb)
+                slots = [rows[(q - s) * emb:(q - s) * emb + n] for q in sel]
+            else:
+                slots = []
+                for k, q in enumerate(sel):
+                    slot = rows[k * ecp:k * ecp + n]
+                    yield DataCopyPad(slot, grad[q * emb + c0:q * emb + c0 + n], n)
+                    slots.append(slot)
+            ctx.emit_set("MTE2", "MTE3", loaded)
+            ctx.emit_wait("MTE2", "MTE3", loaded)
+            for q, slot in zip(sel, slots):
+                v = int(vals[q])
+                yield DataCopyPad(acc[v * emb + c0:v * emb + c0 + n], slot, n)
+            ctx.emit_set("MTE3", "MTE2", stored)
+            owe_store = True
+    yield SetAtomicNone()
+
+
+def _v1_scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor,
+                     acc: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingDenseGradScale (V1 model): count this core's out rows over all indices in UB,
+    then each row x fp32(1/count) in the extra row buffer."""
+    n_rows, emb, nb = tiling.n_rows, tiling.emb_dim, tiling.ub_indices
+    o_lo = ctx.block_idx * tiling.rows_per_owner
+    o_hi = min(tiling.num_weights, o_lo + tiling.rows_per_owner)
+    if o_lo >= o_hi:
+        return
+    vals = _index_host(ctx, tiling, idx)
+    inside = vals[(vals >= o_lo) & (vals < o_hi)]
+    counts = np.bincount(inside - o_lo, minlength=o_hi - o_lo)
+    ibuf = ctx.tbuf(nb * idx.dtype.itemsize, idx.dtype)
+    ctx.tbuf(max(tiling.counts_size, 1) * idx.dtype.itemsize, idx.dtype)   # the counts in UB
+    row = ctx.tbuf(_pad8(emb) * 4, nx.FP32)
+    to_scalar = ctx.next_event_id("MTE2", "SCALAR")
+    scanned = ctx.next_event_id("SCALAR", "MTE2")
+    loaded = ctx.next_event_id("MTE2", "VECTOR")
+    scaled = ctx.next_event_id("VECTOR", "MTE3")
+    stored = ctx.next_event_id("MTE3", "MTE2")
+    owe_scan = owe_store = False
+    for bi, s in enumerate(range(0, n_rows, nb)):
+        ctx.tile = bi
+        bn = min(nb, n_rows - s)
+        if owe_scan:
+            ctx.emit_wait("SCALAR", "MTE2", scanned)
+        yield DataCopyPad(ibuf[0:bn], idx[s:s + bn], bn)
+        ctx.emit_set("MTE2", "SCALAR", to_scalar)
+        ctx.emit_wait("MTE2", "SCALAR", to_scalar)
+        yield ScalarOp(bn, "count")
+        ctx.emit_set("SCALAR", "MTE2", scanned)
+        owe_scan = True
+    for r in range(o_lo, o_hi):
+        if owe_store:
+            ctx.emit_wait("MTE3", "MTE2", stored)
+        yield DataCopyPad(row[0:emb], acc[r * emb:(r + 1) * emb], emb)
+        ctx.emit_set("MTE2", "VECTOR", loaded)
+        ctx.emit_wait("MTE2", "VECTOR", loaded)
+        c = int(counts[r - o_lo])
+        rcp = np.float32(1.0) / np.float32(c if c else 1)
+        yield Muls(row[0:emb], row[0:emb], scalar=float(rcp), count=emb)
+        ctx.emit_set("VECTOR", "MTE3", scaled)
+        ctx.emit_wait("VECTOR", "MTE3", scaled)
+        yield DataCopyPad(acc[r * emb:(r + 1) * emb], row[0:emb], emb)
+        ctx.emit_set("MTE3", "MTE2", stored)
+        owe_store = True
+
+
+# ---------------------------------------------------------------------------------------------
+# launch
+# ---------------------------------------------------------------------------------------------
+
+def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling: EmbeddingTiling,
+           attrs: Mapping[str, Any]) -> list:
+    """Queue the launches of one call (module docstring). Indices that would make the kernel
+    write outside out are refused first, before anything is queued."""
+    grad, idx, out = tensors["grad"], tensors["indices"], tensors["out"]
+    check_data(device, tensors, attrs)
+    ws = tensors.get("workspace")
+    launches: list = []
+
+    def region(name: str, dtype: nx.DType, count: int) -> GlobalTensor:
+        off, _ = tiling.region(name)  # type: ignore[misc]
+        return GlobalTensor.contiguous(device, ws.addr + off, dtype, (count,))  # type: ignore[union-attr]
+
+    def go(kernel: Any, block_dim: int, *args: Any, name: str) -> None:
+        launches.append(device.launch(stream, kernel, block_dim, *args, unit="vector", name=name))
+
+    n_rows, emb, nw = tiling.n_rows, tiling.emb_dim, tiling.num_weights
+    if tiling.path == "empty":
+        if out.numel:
+            go(_zero_kernel, tiling.zero_block_dim, [out], name="ZerosLike")
+        return launches
+    acc = region("acc32", nx.FP32, nw * emb) if tiling.region("acc32") else out
+    counts = region("counts", nx.FP32, nw) if tiling.region("counts") else None
+    go(_zero_kernel, tiling.zero_block_dim, [acc] + ([counts] if counts is not None else []), name="ZerosLike")
+    g_src = grad
+    if tiling.cast_grad:
+        g_src = region("grad32", nx.FP32, n_rows * emb)
+        ct = tiling.cast_grad_tiling
+        go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
+    if tiling.path == "v2":
+        keys = [region("keys0", nx.INT32, n_rows), region("keys1", nx.INT32, n_rows) if tiling.merge_passes else None]
+        pos = [region("pos0", nx.INT32, n_rows), region("pos1", nx.INT32, n_rows) if tiling.merge_passes else None]
+        go(_sort_kernel, max(1, min(device.spec.vector_cores, tiling.sort_runs)), tiling, idx, keys[0], pos[0],
+           name="SortIndices")
+        src, run_len, runs = 0, tiling.sort_tile, tiling.sort_runs
+        for _ in range(tiling.merge_passes):
+            groups = -(-runs // 4)
+            go(_merge_kernel, max(1, min(device.spec.vector_cores, groups)), tiling, run_len, keys[src], pos[src],
+               keys[1 - src], pos[1 - src], name="MergeSortedRuns")
+            src, run_len, runs = 1 - src, run_len * 4, groups
+        if counts is not None:
+            go(_count_kernel, tiling.block_dim, tiling, keys[src], counts, name="EmbeddingCount")
+        go(_v2_kernel, tiling.block_dim, tiling, keys[src], pos[src], g_src, acc, name="EmbeddingDenseGradV2")
+        if counts is not None:
+            go(_scale_kernel, tiling.scale_block_dim, tiling, counts, acc, name="EmbeddingDenseGradScale")
+    else:
+        i_src = idx
+        if tiling.cast_index_tiling is not None:
+            i_src = region("idx32", nx.INT32, n_rows)
+            ct = tiling.cast_index_tiling
+            go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
+        go(_v1_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGrad")
+        if tiling.scale:
+            go(_v1_scale_kernel, tiling.scale_block_dim, tiling, i_src, acc, name="EmbeddingDenseGradScale")
+    if acc is not out:
+        ct = tiling.cast_out_tiling
+        go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
+    return launches
+
+
+# ---------------------------------------------------------------------------------------------
+# golden: plain numpy in the documented op order, independent of the simulator
+# ---------------------------------------------------------------------------------------------
+
+def _golden_inputs(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]):
+    g = np.asarray(a["grad"])
+    idx = np.asarray(a["indices"])
+    nw, pad = _num_weights(attrs), _padding_idx(attrs)
+    emb = g.shape[-1]
+    pos = first_bad_index(idx, nw, pad)
+    if pos >= 0:
+        raise _bad_index_fault(idx, idx.shape, pos, nw, pad, 0, emb * g.dtype.itemsize)
+    v, _ = index_values(idx)
+    keep = (v >= 0) & (v < nw) & (v != pad)
+    return g.reshape(-1, emb) if emb else g.reshape(v.size, 0), v, keep, nw, emb
+
+
+def golden(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Sequential fp32 accumulation in (index, position) order, padding rows skipped, then
+    x fp32(1/count) (counts over all indices, 0 -> 1), one rounding to grad's dtype
+    (numerics.md §5)."""
+    g2, v, keep, nw, emb = _golden_inputs(a, attrs)
+    acc = np.zeros((nw, emb), np.float32)
+    rows = np.flatnonzero(keep)
+    rows = rows[np.argsort(v[rows], kind="stable")]
+    np.add.at(acc, v[rows], g2[rows].astype(np.float32))    # unbuffered: one fp32 add at a time
+    if _flag(attrs, "scale_grad_by_freq"):
+        inside = v[(v >= 0) & (v < nw)]
+        counts = np.bincount(inside, minlength=nw).astype(np.float32)
+        counts[counts == 0] = 1.0
+        acc *= (np.float32(1.0) / counts)[:, None]
+    return {"out": acc.astype(np.asarray(a["grad"]).dtype)}
+
+
+def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """fp64 reference for the precision standard: exact-ish sums, scaled by 1/count in fp64."""
+    g2, v, keep, nw, emb = _golden_inputs(a, attrs)
+    acc = np.zeros((nw, emb), np.float64)
+    np.add.at(acc, v[keep], g2[keep].astype(np.float64))
+    if _flag(attrs, "scale_grad_by_freq"):
+        counts = np.bincount(v[(v >= 0) & (v < nw)], minlength=nw).astype(np.float64)
+        acc /= np.maximum(counts, 1.0)[:, None]
+    return {"out": acc}
+
+
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+    """The out opsim.run allocates when the caller gives none: [numWeights, embeddingDim], grad's dtype."""
+    g = t.get("grad")
+    nw = attrs.get("num_weights")
+    if g is None or g.ndim < 1 or isinstance(nw, bool) or not isinstance(nw, (int, np.integer)) or nw < 0:
+        return {"out": None}
+    return {"out": TensorDesc((int(nw), int(g.shape[-1])), g.dtype)}
+
+
+def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
+            shape: tuple[int, ...] = (512, 64)) -> dict[str, Any]:
+    """A heavy-duplicate (Zipf) index set over numWeights = rows/8 rows."""
+    rows, emb = int(np.prod(shape[:-1])), int(shape[-1])
+    nw = max(8, rows // 8)
+    dt = nx.dtype(dtype).np_dtype
+    idx = ((rng.zipf(1.3, rows) - 1) % nw).astype(np.int32).reshape(shape[:-1])
+    return {"grad": rng.standard_normal(shape).astype(np.float32).astype(dt), "indices": idx,
+            "num_weights": nw, "padding_idx": -1, "scale_grad_by_freq": False}
+
+
+OP = OpDef(
+    name=NAME,
+    inputs=("grad", "indices"),
+    outputs=("out",),
+    attrs={"num_weights": None, "padding_idx": -1, "scale_grad_by_freq": False, "deterministic": None},
+    products=PRODUCTS,
+    validate=validate,
+    plan=plan,
+    launch=launch,
+    golden=golden,
+    example=example,
+    infer=infer,
+    dtypes=supported_dtypes,
+    workspace=lambda tiling: tiling.workspace,
+    summary="embedding gradient: scatter-add of grad rows by index (sorted, atomic flushes)",
+    required=frozenset({"num_weights"}),
+    check_data=check_data,
+    is_empty=is_empty,
+)
