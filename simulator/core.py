@@ -200,14 +200,21 @@ class Core:
                 pipe.flow_from = -1
             pipe.last_slice = idx
         elif level == 2:  # tile: merge a tile's instructions on this pipe
-            elements, nbytes, _, _ = instr.trace_args()
+            elements, nbytes, _, detail = instr.trace_args()
             if pipe._tile_index == instr.tile and pipe._tile_slice >= 0:
                 trace.extend_slice(pipe._tile_slice, end, elements=elements, nbytes=nbytes)
             else:
                 name = f"tile {instr.tile}" if instr.tile >= 0 else instr.name
                 pipe._tile_slice = trace.add_slice(pipe.track, name, start, end, elements=elements,
-                                                   nbytes=nbytes, tile=instr.tile)
+                                                   nbytes=nbytes, tile=instr.tile, detail=detail)
                 pipe._tile_index = instr.tile
+            ff = pipe.flow_from
+            if ff >= 0:
+                # one arrow per producer tile -> consumer tile hand-off (skip repeats)
+                to = pipe._tile_slice
+                if ff != to and not (trace.f_from and trace.f_from[-1] == ff and trace.f_to[-1] == to):
+                    trace.add_flow(ff, to)
+                pipe.flow_from = -1
             pipe.last_slice = pipe._tile_slice
 
     # -- running a block -----------------------------------------------------------------------

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -300,6 +300,9 @@ class Region:
         self.read_only = read_only
         self._init_state()
         self.peak_allocated_bytes = 0
+        # Called with allocated_bytes after every allocate/free/reset when set (the trace's
+        # occupancy counter); allocations happen per buffer, not per access, so this is cheap.
+        self.observer: Callable[[int], None] | None = None
 
     def _init_state(self) -> None:
         # Free list: sorted, coalesced, disjoint [start, end) blocks of address space.
@@ -367,6 +370,8 @@ class Region:
         self._allocs.insert(i, alloc)
         self.allocated_bytes += size
         self.peak_allocated_bytes = max(self.peak_allocated_bytes, self.allocated_bytes)
+        if self.observer is not None:
+            self.observer(self.allocated_bytes)
         return alloc
 
     def _largest_free(self, addr_align: int) -> int:
@@ -394,6 +399,8 @@ class Region:
         del self._alloc_starts[i]
         self._retire(alloc)
         self._release(alloc.addr, alloc.addr + alloc.size)
+        if self.observer is not None:
+            self.observer(self.allocated_bytes)
 
     def _retire(self, alloc: Allocation) -> None:
         alloc.alive = False
@@ -424,6 +431,8 @@ class Region:
             alloc.alive = False
             alloc._store = None
             self._freed[alloc.addr] = alloc
+        if self.observer is not None:
+            self.observer(self.allocated_bytes)
 
     @property
     def allocations(self) -> tuple[Allocation, ...]:

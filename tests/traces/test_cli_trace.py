@@ -1,0 +1,79 @@
+"""`opsim trace summary|plot|convert` on a trace file written by a real run."""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+
+import pytest
+
+from opsim import cli_trace
+from traces.loader import load_chrome
+
+
+def _main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="opsim")
+    cli_trace.register(ap.add_subparsers(dest="command", required=True))
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def trace_file(mse_runs, tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "mse.json"
+    mse_runs["instruction"].trace.to_chrome_json(str(path))
+    return str(path)
+
+
+def test_summary_prints_the_tables_and_the_bound(trace_file, capsys, mse_runs):
+    assert _main(["trace", "summary", trace_file]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("mse_loss_backward on atlas-a2 (instruction level)")
+    assert f"run        {mse_runs['instruction'].cycles} cycles" in out
+    assert "bound      memory: MTE2 busy" in out and "achieved GB/s" in out
+
+
+def test_summary_as_json(trace_file, capsys):
+    assert _main(["trace", "summary", trace_file, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["bound"] == "memory" and d["ub_peak_bytes"] > 0 and d["roofline"]["ops"] == 3 * 8192
+
+
+@pytest.mark.parametrize("kind", ["timeline", "bandwidth", "utilisation", "roofline"])
+def test_plot_writes_a_png_of_each_kind(trace_file, tmp_path, kind, capsys):
+    out = tmp_path / f"{kind}.png"
+    assert _main(["trace", "plot", trace_file, "--kind", kind, "-o", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert f"{kind} -> {out}" in capsys.readouterr().out
+
+
+def test_plot_timeline_window_and_bad_window(trace_file, tmp_path, capsys):
+    out = tmp_path / "w.png"
+    assert _main(["trace", "plot", trace_file, "--window", "0:1.5", "-o", str(out)]) == 0
+    assert out.exists()
+    assert _main(["trace", "plot", trace_file, "--window", "3:1", "-o", str(out)]) == 2
+    assert "END must be greater than START" in capsys.readouterr().err
+    assert _main(["trace", "plot", trace_file, "--kind", "roofline", "--window", "0:1",
+                  "-o", str(out)]) == 2
+    assert "--window applies to --kind timeline" in capsys.readouterr().err
+
+
+def test_a_missing_or_foreign_file_is_an_error_not_a_traceback(tmp_path, capsys):
+    assert _main(["trace", "summary", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json: not a readable JSON trace" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    assert _main(["trace", "summary", str(other)]) == 2
+    assert "no traceEvents array" in capsys.readouterr().err
+
+
+def test_convert_to_gzip_json_round_trips_and_to_protobuf(trace_file, tmp_path):
+    gz = tmp_path / "t.json.gz"
+    assert _main(["trace", "convert", trace_file, "-o", str(gz)]) == 0
+    with gzip.open(gz, "rt", encoding="utf-8") as fh:
+        assert fh.read() == open(trace_file, encoding="utf-8").read()
+    assert len(load_chrome(str(gz))) == len(load_chrome(trace_file))
+    pytest.importorskip("perfetto", reason="the optional 'perfetto' extra is not installed")
+    pb = tmp_path / "t.pftrace"
+    assert _main(["trace", "convert", trace_file, "-o", str(pb)]) == 0
+    assert pb.stat().st_size > 0

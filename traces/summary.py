@@ -1,0 +1,327 @@
+"""What a trace says about a run, computed from the trace alone.
+
+Per core and pipe: busy cycles and busy % of the run. Per link: bytes carried (the integral of the
+bandwidth counter), achieved vs peak GB/s, the highest rate seen. Per core: the peak occupancy
+of the local memory (UB, or the DSP's private memory). The L2 hit rate. And the bound — memory,
+vector, cube, scalar or launch — with the reason, by the same rule ``opsim.run`` applies to the
+live device: a run is launch bound when the launch overhead is at least half of its time, else
+bound by the category of its busiest pipe (MTE*/DMA/FIXP memory, VECTOR vector, CUBE cube,
+SCALAR scalar). Everything that rule needs beyond the slices (link capacities, launch overhead,
+clock, peak rates) travels in the trace's metadata.
+
+At ``tile`` level a slice covers a whole tile of one pipe including short waits inside it, so busy
+figures are upper bounds; at ``launch`` level there are no pipe slices and only the launch rule
+can decide.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from traces.layout import GM_PIPES, PIPES, process_sort_key
+from traces.trace import PIPE_ORDER, Trace
+
+BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory",
+                 "DMA": "memory", "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}
+LOCAL_MEMORIES = ("UB", "PRIVATE")
+
+
+@dataclass(frozen=True)
+class PipeUse:
+    core: str
+    pipe: str
+    busy_cycles: int
+    busy_pct: float
+    slices: int
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    name: str
+    bytes: float
+    achieved_GBps: float
+    peak_GBps: float | None
+    max_GBps: float
+
+    @property
+    def utilisation(self) -> float | None:
+        return self.achieved_GBps / self.peak_GBps if self.peak_GBps else None
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """Where the run sits: operations per GM byte and per second, against the roofs.
+
+    A run with cube work (``Mmad``) is placed by its cube flops (2 per multiply-accumulate)
+    against the cube peak; otherwise by its vector element-operations (one per element per
+    vector instruction) against the vector peak of the dtype that did most of them.
+    """
+
+    ops: float                  # operations of ``unit``
+    gm_bytes: float             # bytes moved by the GM pipes (MTE2, MTE3, DMA, FIXP)
+    seconds: float
+    dtype: str                  # dtype whose peak makes the compute roof
+    peak_ops_per_s: float | None
+    peak_bytes_per_s: float | None   # GM link
+    l2_bytes_per_s: float | None = None
+    unit: str = "vector element-ops"
+
+    @property
+    def intensity(self) -> float:
+        return self.ops / self.gm_bytes if self.gm_bytes else float("inf")
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds if self.seconds else 0.0
+
+    def roof(self, intensity: float) -> float | None:
+        """Attainable ops/s at ``intensity`` under the GM roof and the compute roof."""
+        if self.peak_ops_per_s is None or self.peak_bytes_per_s is None:
+            return None
+        return min(self.peak_ops_per_s, intensity * self.peak_bytes_per_s)
+
+
+@dataclass(frozen=True)
+class Summary:
+    operator: str
+    device: str
+    level: str
+    clock_hz: float
+    start: int
+    end: int
+    launches: int
+    pipes: tuple[PipeUse, ...]
+    links: tuple[LinkUse, ...]
+    local_peak: dict[str, int]          # core -> peak bytes of its UB / private memory
+    ub_peak_bytes: int
+    l2_hit_rate: float | None
+    bound: str
+    bound_reason: str
+    roofline: Roofline | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def cycles(self) -> int:
+        return self.end - self.start
+
+    @property
+    def time_us(self) -> float:
+        return self.cycles * 1e6 / self.clock_hz
+
+    def pipe_busy(self) -> dict[str, int]:
+        """Busiest core's busy cycles per pipe (what ``stats['pipe_busy']`` reports)."""
+        out: dict[str, int] = {}
+        for p in self.pipes:
+            out[p.pipe] = max(out.get(p.pipe, 0), p.busy_cycles)
+        return out
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cycles"], d["time_us"] = self.cycles, self.time_us
+        if self.roofline is not None:
+            d["roofline"].update(intensity=self.roofline.intensity, ops_per_s=self.roofline.ops_per_s)
+        return d
+
+    def table(self) -> str:
+        """The summary as plain-text tables (what ``opsim trace summary`` prints)."""
+        return format_summary(self)
+
+
+def summarize(trace: Trace) -> Summary:
+    meta = trace.metadata
+    clk = trace.clock_hz
+    start, end = trace.run_window()
+    cycles = end - start
+    notes: list[str] = []
+    cols = trace.columns()
+    tracks = trace.tracks
+    dur = cols["end"] - cols["start"]
+
+    # pipes: busy = sum of slice durations on each (core, pipe) row
+    pipe_rows = [t for t, (p, th) in enumerate(tracks) if th in PIPES]
+    busy = np.bincount(cols["track"], weights=dur, minlength=len(tracks)) if len(trace) else np.zeros(len(tracks))
+    count = np.bincount(cols["track"], minlength=len(tracks)) if len(trace) else np.zeros(len(tracks), int)
+    pipes = []
+    for t in pipe_rows:
+        if count[t] == 0:
+            continue
+        core, pipe = tracks[t]
+        b = int(busy[t])
+        pipes.append(PipeUse(core, pipe, b, 100.0 * b / cycles if cycles else 0.0, int(count[t])))
+    pipes.sort(key=lambda u: (process_sort_key(u.core), PIPE_ORDER.index(u.pipe)))
+    launches = sum(int(count[t]) for t, (p, _) in enumerate(tracks) if p == "host")
+    if trace.level == "tile":
+        notes.append("tile level: a slice spans a whole tile of a pipe, so busy % is an upper bound")
+    if trace.level == "launch":
+        notes.append("launch level: no pipe slices; only the launch rule can decide the bound")
+
+    # counters: links (GB/s step functions), L2 hit rate, local-memory occupancy
+    series: dict[tuple[str, str], tuple[list[int], list[float]]] = {}
+    for proc, name, time, value in trace.counters():
+        ts, vs = series.setdefault((proc, name), ([], []))
+        ts.append(time)
+        vs.append(value)
+    caps = meta.get("link_capacity_GBps") or {}
+    seconds = cycles / clk if cycles else 0.0
+    links = []
+    for (proc, name), (ts, vs) in series.items():
+        if proc != "memory" or not name.endswith(" GB/s"):
+            continue
+        link = name[:-len(" GB/s")]
+        carried = _integral(np.asarray(ts), np.asarray(vs), end) * 1e9 / clk   # GB/s x cycles -> bytes
+        links.append(LinkUse(link, carried, carried / seconds / 1e9 if seconds else 0.0,
+                             caps.get(link), float(max(vs)) if vs else 0.0))
+    for link, cap in caps.items():
+        if not any(u.name == link for u in links):
+            links.append(LinkUse(link, 0.0, 0.0, cap, 0.0))
+    links.sort(key=lambda u: u.name)
+    hit = series.get(("memory", "L2 hit rate %"))
+    l2_hit_rate = hit[1][-1] / 100.0 if hit else None
+    local_peak = {}
+    for (proc, name), (_, vs) in series.items():
+        if name.split(" ")[0] in LOCAL_MEMORIES and name.endswith(" bytes"):
+            local_peak[proc] = max(local_peak.get(proc, 0), int(max(vs)))
+    ub_peak = max(local_peak.values(), default=0)
+
+    bound, reason = _bound(trace, pipes, cycles, launches, links, meta)
+    return Summary(
+        operator=str(meta.get("operator", "")), device=str(meta.get("device", "")), level=trace.level,
+        clock_hz=clk, start=start, end=end, launches=launches, pipes=tuple(pipes), links=tuple(links),
+        local_peak=local_peak, ub_peak_bytes=ub_peak, l2_hit_rate=l2_hit_rate, bound=bound,
+        bound_reason=reason, roofline=_roofline(trace, cols, seconds, meta), notes=tuple(notes))
+
+
+def _integral(times: np.ndarray, values: np.ndarray, end: int) -> float:
+    """∫ of a step function (value i holds from times[i] to times[i+1], the last one to ``end``)."""
+    if not len(times):
+        return 0.0
+    edges = np.append(times, max(end, int(times[-1])))
+    return float(np.sum(values * np.diff(edges)))
+
+
+def _bound(trace: Trace, pipes: list[PipeUse], cycles: int, launches: int, links: list[LinkUse],
+           meta: dict[str, Any]) -> tuple[str, str]:
+    overhead = int(meta.get("launch_overhead_cycles", 0)) * launches
+    if cycles and overhead * 2 >= cycles:
+        return "launch", (f"launch overhead {overhead} of {cycles} cycles "
+                          f"({100 * overhead / cycles:.0f}%)")
+    by_cat: dict[str, PipeUse] = {}
+    for u in pipes:
+        cat = BOUND_OF_PIPE.get(u.pipe, "memory")
+        best = by_cat.get(cat)
+        if best is None or u.busy_cycles > best.busy_cycles:
+            by_cat[cat] = u
+    if not by_cat or max(u.busy_cycles for u in by_cat.values()) == 0:
+        if trace.level == "launch":
+            return "unknown", "launch-level trace: no pipe slices to tell which pipe limits the run"
+        return "none", "no work"
+    cat, u = max(by_cat.items(), key=lambda kv: kv[1].busy_cycles)
+    gm = meta.get("gm_link")
+    gm_use = next((l for l in links if l.name == gm), None)
+    tail = ""
+    if gm_use is not None and gm_use.peak_GBps:
+        tail = f"; {gm} {gm_use.achieved_GBps:.1f} of {gm_use.peak_GBps:.1f} GB/s"
+    return cat, (f"{u.pipe} busy {u.busy_cycles} of {cycles} cycles "
+                 f"({100 * u.busy_cycles / max(cycles, 1):.0f}%) on {u.core}{tail}")
+
+
+def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
+              meta: dict[str, Any]) -> Roofline | None:
+    if not len(trace) or not seconds:
+        return None
+    tracks = trace.tracks
+    gm = np.array([th in GM_PIPES for _, th in tracks], dtype=bool)
+    gm_bytes = float(cols["bytes"][gm[cols["track"]]].sum())
+    caps = meta.get("link_capacity_GBps") or {}
+    gm_link = meta.get("gm_link")
+    peak_bw = caps.get(gm_link) * 1e9 if gm_link in caps else None
+    l2 = caps.get("L2") * 1e9 if "L2" in caps else None
+
+    cube = np.array([th == "CUBE" for _, th in tracks], dtype=bool)[cols["track"]]
+    if cols["elements"][cube].sum() > 0:
+        # Mmad slices carry m*k*n multiply-accumulates and a "MxKxN dtype" detail
+        macs = _by_dtype(trace, cols, cube, lambda d: d.split(" ")[1] if " " in d else "")
+        dtype = max(macs, key=macs.get)
+        peaks = meta.get("cube_macs_per_cycle") or {}
+        cores = int(meta.get("cube_cores", 0))
+        per_core = peaks.get(dtype) or (max(peaks.values()) if peaks else None)
+        peak = 2 * per_core * cores * trace.clock_hz if per_core and cores else None
+        return Roofline(2.0 * sum(macs.values()), gm_bytes, seconds, dtype, peak, peak_bw, l2,
+                        unit="cube flops")
+
+    vec = np.array([th == "VECTOR" for _, th in tracks], dtype=bool)[cols["track"]]
+    # the compute roof is the peak of the dtype that did most of the vector work
+    ops = _by_dtype(trace, cols, vec, lambda d: d.split(" ")[0].split("->")[-1])
+    peaks = meta.get("vector_peak_elements_per_cycle") or {}
+    cores = int(meta.get("vector_cores", 0))
+    dtype = max(ops, key=ops.get) if ops else ""
+    if dtype not in peaks and peaks:
+        dtype = max(peaks, key=peaks.get)
+    per_core = peaks.get(dtype)
+    peak = per_core * cores * trace.clock_hz if per_core and cores else None
+    return Roofline(float(sum(ops.values())), gm_bytes, seconds, dtype, peak, peak_bw, l2)
+
+
+def _by_dtype(trace: Trace, cols: dict[str, np.ndarray], sel: np.ndarray, dtype_of) -> dict[str, float]:
+    """Elements of the selected slices summed per dtype (parsed from the slice detail)."""
+    out: dict[str, float] = {}
+    for d, e in zip(cols["detail"][sel].tolist(), cols["elements"][sel].tolist()):
+        key = dtype_of(trace.string(d)) if d >= 0 else ""
+        out[key] = out.get(key, 0.0) + e
+    return out
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths)))
+    out = [line, "-" * len(line)]
+    for r in rows:
+        out.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(out)
+
+
+def busy_matrix(s: Summary) -> tuple[list[str], list[str], np.ndarray]:
+    """(cores, pipes, busy % matrix with NaN where a core has no such pipe row)."""
+    cores = sorted({u.core for u in s.pipes}, key=process_sort_key)
+    pipes = [p for p in PIPE_ORDER if any(u.pipe == p for u in s.pipes)]
+    m = np.full((len(cores), len(pipes)), np.nan)
+    for u in s.pipes:
+        m[cores.index(u.core), pipes.index(u.pipe)] = u.busy_pct
+    return cores, pipes, m
+
+
+def format_summary(s: Summary) -> str:
+    head = [f"{s.operator or 'run'} on {s.device or '?'} ({s.level} level)",
+            f"run        {s.cycles} cycles = {s.time_us:.3f} us at {s.clock_hz / 1e9:g} GHz, "
+            f"{s.launches} launch{'es' if s.launches != 1 else ''}",
+            f"bound      {s.bound}: {s.bound_reason}"]
+    if s.ub_peak_bytes:
+        head.append(f"UB peak    {s.ub_peak_bytes} B")
+    if s.l2_hit_rate is not None:
+        head.append(f"L2 hits    {100 * s.l2_hit_rate:.1f}% of bytes read")
+    r = s.roofline
+    if r is not None and r.peak_ops_per_s:
+        head.append(f"roofline   {r.ops_per_s / 1e9:.2f} G {r.dtype} {r.unit}/s at "
+                    f"{r.intensity:.3f} per GM byte; roof there {r.roof(r.intensity) / 1e9:.2f} G/s")
+    parts = ["\n".join(head)]
+    cores, pipes, m = busy_matrix(s)
+    if cores:
+        rows = [[c] + ["" if np.isnan(v) else f"{v:.1f}" for v in m[i]] for i, c in enumerate(cores)]
+        parts.append("busy % of the run per core and pipe\n" + _table(["core"] + pipes, rows))
+    if s.links:
+        rows = [[u.name, f"{u.bytes:.0f}", f"{u.achieved_GBps:.2f}",
+                 "" if u.peak_GBps is None else f"{u.peak_GBps:.1f}",
+                 "" if u.utilisation is None else f"{100 * u.utilisation:.2f}", f"{u.max_GBps:.2f}"]
+                for u in s.links]
+        parts.append("links\n" + _table(["link", "bytes", "achieved GB/s", "peak GB/s", "util %",
+                                         "max GB/s"], rows))
+    if s.local_peak:
+        rows = [[c, str(v)] for c, v in sorted(s.local_peak.items(), key=lambda kv: process_sort_key(kv[0]))]
+        parts.append("local memory peak per core\n" + _table(["core", "peak bytes"], rows))
+    if s.notes:
+        parts.append("\n".join(f"note: {n}" for n in s.notes))
+    return "\n\n".join(parts) + "\n"
