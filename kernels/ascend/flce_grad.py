@@ -1,0 +1,847 @@
+"""aclnnFusedLinearCrossEntropyLossGrad: the gradient of a vocabulary-parallel linear + CE.
+
+Seed: seeds/aclnnFusedLinearCrossEntropyLossGrad.txt. Checks, codes and kernel structure:
+reference/kernels.md §4 (ops-nn matmul/fused_linear_cross_entropy_loss_grad); semantics:
+reference/numerics.md §1d (Megatron VocabParallelCrossEntropy backward).
+
+    S = softmax                                   (high-performance mode: softmaxOptional given)
+      | exp(input · weightᵀ − logitsMax) / sumExpLogits            (memory-saving mode: recomputed)
+    S[row, maskedTarget[row]] −= 1 − targetMask[row]
+    S *= grad[:, None];  S → input dtype (RINT)
+    input_grad = S · weight        [BT, H]
+    weight_grad = Sᵀ · input       [V, H]
+
+One mixed AIC/AIV launch (aivNum = 2 × aicNum). Memory-saving mode first forms the logits on
+the cube cores (fp32, ND, into the workspace) and waits for every cube core; the vector cores
+then turn each row into the logit gradient — Adds(−logitsMax), Exp, a true Div(sumExpLogits) in
+memory-saving mode, the target update, Muls(grad), Cast RINT — and write it in NZ into the
+workspace; after every vector core is done the cube cores form both gradients with the
+documented Matmul tiles (baseM/N/K 128/256/64, 256×128 when BT ≥ 23296, stepKa = stepKb = 4,
+depthA1 = depthB1 = 8 = two L1 buffers of stepK tiles) and double-buffered L0A/L0B.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from devices.spec import DeviceSpec
+from kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, OpDef, OpError, TensorDesc,
+                            check_dtype_in, check_format_nd, check_not_null, check_product,
+                            check_same_dtype, popcount, tiling_error)
+from simulator import numerics as nx
+from simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
+                            LoadData, Mmad, align16, ceil_div, nz_bytes)
+from simulator.device import MixKernel
+from simulator.errors import MemoryFault
+from simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls
+from simulator.memory import align_up
+from simulator.tile import GlobalTensor, KernelContext, LocalTensor
+
+NAME = "fused_linear_cross_entropy_loss_grad"
+API = "aclnnFusedLinearCrossEntropyLossGrad"
+PRODUCTS = ("a2", "a3")
+HIGH_PERFORMANCE = "high_performance"
+MEMORY_SAVING = "memory_saving"
+
+# Matmul tiles (kernels.md 4c): baseM/N/K = 128/256/64, swapped to 256x128 when BT >= 23296.
+BASE_M, BASE_N, BASE_K = 128, 256, 64
+SWAP_BT = 23296
+STEP_K = 4            # stepKa = stepKb = 4: one MTE2 copy brings 4 base-K tiles into L1
+L1_BUFFERS = 2        # depthA1 = depthB1 = 8 base tiles = 2 buffers of stepK tiles (double buffering)
+L0_BUFFERS = 2        # L0A/L0B ping-pong
+MIN_V_WITH_SOFTMAX = 128
+ROW_ALIGN = 64        # a softmax row occupies V*4 B padded to 64 B (kernels.md 4c)
+# Assumption: the vector side's fixed buffer (TBUF: per-row grad, maskedTarget, targetMask,
+# logitsMax, sumExpLogits of a batch of rows) is 8 KiB; the row buffers get (UB - TBUF)/2 each.
+TBUF_BYTES = 8192
+META_ROWS = 256       # rows whose scalars one TBUF batch holds (<= 21 B per row + alignment)
+# Timing mode: above this many L1 chunks in total the cube side issues coarse instructions (each
+# standing for several back-to-back base instructions, simulator/cube.py) to bound the number of
+# simulation events; numeric runs never coarsen.
+FINE_CHUNK_BUDGET = 4096
+COARSE_L2_SAMPLE = 64  # runs of a coarse transfer the L2 model sees
+
+# cross-core flag ids
+FLAG_LOGITS_ALL, FLAG_LOGITS_READY, FLAG_S_ALL, FLAG_S_READY = 0, 1, 2, 3
+
+OVERRIDE_KEYS = ("block_dim", "base_m", "base_n", "base_k", "step_k", "l0c_depth", "vec_chunk", "coarsen",
+                 "core_mask")
+
+# aclnn parameter names of the operands
+PARAM = {"grad": "grad", "input": "input", "weight": "weight", "target_mask": "targetMask",
+         "masked_target": "maskedTarget", "logits_max": "logitsMaxOptional",
+         "sum_exp_logits": "sumExpLogitsOptional", "softmax": "softmaxOptional",
+         "input_grad": "inputGradOut", "weight_grad": "weightGradOut"}
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+# ---------------------------------------------------------------------------------------------
+
+def _bad(message: str) -> OpError:
+    return OpError(ACLNN_ERR_PARAM_INVALID, message)
+
+
+def _shape_is(name: str, d: TensorDesc, shape: tuple[int, ...], what: str) -> None:
+    if tuple(d.shape) != tuple(shape):
+        raise _bad(f"{name} has shape {list(d.shape)}; it must be {list(shape)} ({what})")
+
+
+def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+    """The documented checks in the documented order (kernels.md 4b): null -> dtype -> format ->
+    attribute -> shape, then the platform."""
+    g, x, w = t.get("grad"), t.get("input"), t.get("weight")
+    tm, mt = t.get("target_mask"), t.get("masked_target")
+    lm, se, sm = t.get("logits_max"), t.get("sum_exp_logits"), t.get("softmax")
+    ig, wg = t.get("input_grad"), t.get("weight_grad")
+    # null
+    check_not_null(grad=g, input=x, weight=w, targetMask=tm, maskedTarget=mt, inputGradOut=ig, weightGradOut=wg)
+    if sm is None and (lm is None or se is None):
+        missing = " and ".join(n for n, d in (("logitsMaxOptional", lm), ("sumExpLogitsOptional", se)) if d is None)
+        raise OpError(ACLNN_ERR_PARAM_NULLPTR,
+                      f"softmaxOptional is null and {missing} {'is' if ' and ' not in missing else 'are'} null; "
+                      f"without softmaxOptional both logitsMaxOptional and sumExpLogitsOptional are required "
+                      f"to recompute the softmax")
+    # dtype
+    check_dtype_in(("fp32",), API, grad=g)
+    check_dtype_in(("fp16", "bf16"), API, input=x)
+    check_same_dtype("input", x, weight=w)
+    check_dtype_in(("bool", "uint8"), API, targetMask=tm)
+    check_dtype_in(("int32", "int64"), API, maskedTarget=mt)
+    check_dtype_in(("fp32",), API, logitsMaxOptional=lm, sumExpLogitsOptional=se, softmaxOptional=sm)
+    check_same_dtype("input", x, inputGradOut=ig, weightGradOut=wg)
+    # format
+    check_format_nd(grad=g, input=x, weight=w, targetMask=tm, maskedTarget=mt, logitsMaxOptional=lm,
+                    sumExpLogitsOptional=se, softmaxOptional=sm, inputGradOut=ig, weightGradOut=wg)
+    # attribute
+    ls = attrs.get("label_smoothing", 0.0)
+    if isinstance(ls, (bool, np.bool_)) or not isinstance(ls, (int, float, np.integer, np.floating)) or ls != 0:
+        raise _bad(f"labelSmoothing is {ls!r}; only 0 is supported")
+    # shape
+    if x.ndim != 2:
+        raise _bad(f"input has shape {list(x.shape)}; it must be 2-D [BT, H]")
+    bt, h = x.shape
+    if w.ndim != 2:
+        raise _bad(f"weight has shape {list(w.shape)}; it must be 2-D [V, H]")
+    v = w.shape[0]
+    if w.shape[1] != h:
+        raise _bad(f"weight has shape {list(w.shape)}; its second dimension must equal input's H = {h}")
+    _shape_is("grad", g, (bt,), f"[BT] with BT = {bt} from input")
+    if tm.dtype == nx.BOOL:
+        _shape_is("targetMask", tm, (bt,), f"BOOL [BT] with BT = {bt} from input")
+    elif tm.ndim != 1 or tm.numel * 8 < bt:
+        raise _bad(f"targetMask is UINT8 with shape {list(tm.shape)}; a bit-packed mask must be 1-D with "
+                   f"size * 8 >= BT = {bt} (at least {ceil_div(bt, 8)} bytes)")
+    _shape_is("maskedTarget", mt, (bt,), f"[BT] with BT = {bt} from input")
+    if lm is not None:
+        _shape_is("logitsMaxOptional", lm, (bt,), f"[BT] with BT = {bt} from input")
+    if se is not None:
+        _shape_is("sumExpLogitsOptional", se, (bt,), f"[BT] with BT = {bt} from input")
+    if sm is not None:
+        _shape_is("softmaxOptional", sm, (bt, v), f"[BT, V] with BT = {bt} from input and V = {v} from weight")
+        if v < MIN_V_WITH_SOFTMAX:
+            raise _bad(f"V = {v} (weight's first dimension) is below {MIN_V_WITH_SOFTMAX}; with softmaxOptional "
+                       f"the vocabulary partition must have V >= {MIN_V_WITH_SOFTMAX}")
+    _shape_is("inputGradOut", ig, (bt, h), "[BT, H] like input")
+    _shape_is("weightGradOut", wg, (v, h), "[V, H] like weight")
+    # platform
+    check_product(spec, API, PRODUCTS)
+    return {"input_grad": TensorDesc((bt, h), x.dtype), "weight_grad": TensorDesc((v, h), x.dtype)}
+
+
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
+    """The outputs opsim.run allocates when the caller gives none: input's and weight's shapes
+    in the input dtype."""
+    x, w = t.get("input"), t.get("weight")
+    return {"input_grad": TensorDesc(x.shape, x.dtype) if x is not None else None,
+            "weight_grad": (TensorDesc(w.shape, x.dtype) if w is not None and x is not None else None)}
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    """One of the cube's matmuls: C[m, n] = A[m, k] · B[k, n] in base tiles."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    base_m: int
+    base_n: int
+    base_k: int
+    step_k: int
+
+    @property
+    def tiles_m(self) -> int:
+        return ceil_div(self.m, self.base_m)
+
+    @property
+    def tiles_n(self) -> int:
+        return ceil_div(self.n, self.base_n)
+
+    @property
+    def tiles(self) -> int:
+        return self.tiles_m * self.tiles_n
+
+    @property
+    def chunk_k(self) -> int:
+        """K extent of one L1 buffer (stepK base-K tiles)."""
+        return self.base_k * self.step_k
+
+    @property
+    def chunks(self) -> int:
+        """L1 chunks per output tile."""
+        return ceil_div(self.k, self.chunk_k)
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class FlceTiling:
+    """The plan of one call (a pure function of the spec, shapes, dtypes and overrides)."""
+
+    mode: str                    # high_performance | memory_saving
+    bt: int
+    h: int
+    v: int
+    dtype: str                   # input dtype
+    block_dim: int               # cube cores (aicNum)
+    aiv_num: int                 # vector cores = ratio x block_dim
+    matmuls: tuple[MatmulTiling, ...]   # (logits,) in memory-saving mode, then input_grad, weight_grad
+    assignment: tuple[tuple[tuple[int, int, int], ...], ...]  # per cube core: (matmul, tile_m, tile_n)
+    l0c_depth: int
+    l1_bytes: int                # L1 one cube core allocates (A1 + B1)
+    l0a_bytes: int
+    l0b_bytes: int
+    l0c_bytes: int
+    vec_chunk: int               # softmax elements per vector task (a row is split above this)
+    ub_bytes: int
+    ws_s_offset: int             # the logit gradient S [BT, V] in the input dtype, NZ
+    ws_s_bytes: int
+    ws_logits_offset: int        # memory-saving mode: the recomputed logits [BT, V] fp32, ND
+    ws_logits_bytes: int
+    workspace: int
+    gm_footprint: int            # operands + outputs + workspace
+    coarsen: int                 # L1 chunks per cube instruction in timing mode (1 = exact)
+    core_mask: int | None = None
+    tile_length: int = 0         # (stats) the vector task length, as for the element-wise ops
+    buffer_num: int = 2
+
+    @property
+    def flops(self) -> int:
+        """Cube floating-point operations (2 per MAC) of all the matmuls."""
+        return 2 * sum(mm.macs for mm in self.matmuls)
+
+    def rows_of(self, aiv: int) -> tuple[int, int]:
+        """(first row, rows) of vector core ``aiv`` (balanced split of BT)."""
+        base, rem = divmod(self.bt, self.aiv_num)
+        start = aiv * base + min(aiv, rem)
+        return start, base + (1 if aiv < rem else 0)
+
+
+def _check_overrides(ov: Mapping[str, Any] | None) -> dict[str, Any]:
+    ov = dict(ov or {})
+    unknown = set(ov) - set(OVERRIDE_KEYS)
+    if unknown:
+        raise _bad(f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
+    for k, val in ov.items():
+        if k != "core_mask" and (isinstance(val, bool) or not isinstance(val, int) or val <= 0):
+            raise tiling_error(f"tiling override {k} = {val!r} must be a positive integer")
+    for k in ("base_m", "base_n", "base_k"):
+        if k in ov and ov[k] % 16:
+            raise tiling_error(f"tiling override {k} = {ov[k]} must be a multiple of 16 (the cube fractal)")
+    return ov
+
+
+def _matmul(name: str, m: int, n: int, k: int, ov: Mapping[str, Any], swap: bool) -> MatmulTiling:
+    bm, bn = (BASE_N, BASE_M) if swap else (BASE_M, BASE_N)
+    bm, bn, bk = ov.get("base_m", bm), ov.get("base_n", bn), ov.get("base_k", BASE_K)
+    return MatmulTiling(name, m, n, k, min(bm, align16(m)), min(bn, align16(n)), min(bk, align16(k)),
+                        ov.get("step_k", STEP_K))
+
+
+def _assign(matmuls: tuple[MatmulTiling, ...], phases: tuple[tuple[int, ...], ...],
+            cores: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Tiles to cube cores, phase by phase: each tile (in row-major order) to the least-loaded
+    core so far (load = padded MACs), ties to the lowest core. Deterministic."""
+    per_core: list[list[tuple[int, int, int]]] = [[] for _ in range(cores)]
+    for phase in phases:
+        heap = [(0, j) for j in range(cores)]      # (load, core): the least loaded, lowest core first
+        for i in phase:
+            mm = matmuls[i]
+            for tm in range(mm.tiles_m):
+                rows = min(mm.base_m, mm.m - tm * mm.base_m)
+                for tn in range(mm.tiles_n):
+                    cols = min(mm.base_n, mm.n - tn * mm.base_n)
+                    load, c = heap[0]
+                    heapq.heapreplace(heap, (load + align16(rows) * align16(cols) * align16(mm.k), c))
+                    per_core[c].append((i, tm, tn))
+    return tuple(tuple(x) for x in per_core)
+
+
+def _operand_bytes(t: Mapping[str, TensorDesc | None]) -> int:
+    return sum(align_up(d.nbytes, 32) for d in t.values() if d is not None)
+
+
+def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any],
+         overrides: Mapping[str, Any] | None = None) -> FlceTiling:
+    ov = _check_overrides(overrides)
+    x, w = t["input"], t["weight"]
+    bt, h = x.shape
+    v = w.shape[0]
+    dt = x.dtype
+    mode = HIGH_PERFORMANCE if t.get("softmax") is not None else MEMORY_SAVING
+    swap = bt >= SWAP_BT
+    mms: list[MatmulTiling] = []
+    if mode == MEMORY_SAVING:
+        mms.append(_matmul("logits", bt, v, h, ov, swap))            # input · Wᵀ
+    mms.append(_matmul("input_grad", bt, h, v, ov, swap))            # S · W
+    mms.append(_matmul("weight_grad", v, h, bt, ov, swap))           # Sᵀ · input
+    matmuls = tuple(mms)
+    # cube buffers (the same queues serve every matmul of the launch)
+    item = dt.itemsize
+    bm = max(mm.base_m for mm in matmuls)
+    bn = max(mm.base_n for mm in matmuls)
+    kc = max(mm.chunk_k for mm in matmuls)
+    bk = max(mm.base_k for mm in matmuls)
+    a1 = nz_bytes(bm, kc, item)
+    b1 = nz_bytes(kc, bn, item)
+    l0a, l0b, l0c = nz_bytes(bm, bk, item), nz_bytes(bk, bn, item), nz_bytes(bm, bn, 4)
+    l0c_size = spec.l0c.size if spec.l0c is not None else 0
+    # L0C double-buffers only when two result tiles fit (128x256 fp32 = 128 KiB fills it)
+    l0c_depth = ov.get("l0c_depth", 2 if 2 * l0c <= l0c_size else 1)
+    # cores
+    cores = spec.cores.aic
+    core_mask = ov.get("core_mask")
+    if core_mask is not None:
+        if isinstance(core_mask, bool) or not isinstance(core_mask, int) or core_mask <= 0 or core_mask >> cores:
+            raise tiling_error(f"core_mask {core_mask!r} must select between 1 and {cores} of the {cores} cube "
+                               f"cores of {spec.name} (0x1..{(1 << cores) - 1:#x})")
+        cores = popcount(core_mask)
+    ratio = max(1, spec.cores.aiv // spec.cores.aic)
+    busiest = max(mm.tiles for mm in matmuls)
+    block_dim = ov.get("block_dim", max(1, min(cores, max(busiest, ceil_div(bt, ratio)))))
+    block_dim = min(block_dim, cores)
+    phases = ((0,), (1, 2)) if mode == MEMORY_SAVING else ((0, 1),)
+    assignment = _assign(matmuls, phases, block_dim)
+    # vector side: a row of V fp32 (padded to 64 B) per buffer; split when it does not fit
+    ub = spec.ub.size
+    max_chunk = ((ub - TBUF_BYTES) // 2 // 4) // (ROW_ALIGN // 4) * (ROW_ALIGN // 4)
+    if max_chunk < 16:
+        raise tiling_error(f"the UB of {ub} B cannot hold two 64 B row buffers beside the {TBUF_BYTES} B TBUF")
+    vec_chunk = ov.get("vec_chunk", min(max_chunk, align_up(max(v, 1), ROW_ALIGN // 4)))
+    vec_chunk = align_up(vec_chunk, 16)
+    ub_bytes = 2 * vec_chunk * 4 + TBUF_BYTES
+    if ub_bytes > ub:
+        raise tiling_error(f"vec_chunk {vec_chunk} does not fit the UB: two fp32 row buffers of {vec_chunk * 4} B "
+                           f"plus the {TBUF_BYTES} B TBUF need {ub_bytes} B, UB has {ub} B on {spec.name}")
+    # workspace: S in NZ, then (memory-saving) the fp32 logits
+    s_bytes = align_up(nz_bytes(bt, v, item), 512)
+    logits_bytes = align_up(bt * v * 4, 512) if mode == MEMORY_SAVING else 0
+    workspace = s_bytes + logits_bytes
+    footprint = _operand_bytes(t) + align_up(workspace, 32)
+    # timing-mode coarsening: L1 chunks per cube instruction
+    total_chunks = sum(matmuls[i].tiles * matmuls[i].chunks for i in range(len(matmuls)))
+    coarsen = ov.get("coarsen", 1 if total_chunks <= FINE_CHUNK_BUDGET else ceil_div(total_chunks, FINE_CHUNK_BUDGET))
+    return FlceTiling(mode, bt, h, v, dt.name, block_dim, block_dim * ratio, matmuls, assignment, l0c_depth,
+                      L1_BUFFERS * (a1 + b1), L0_BUFFERS * l0a, L0_BUFFERS * l0b, l0c_depth * l0c, vec_chunk,
+                      ub_bytes, 0, s_bytes, s_bytes, logits_bytes, workspace, footprint, coarsen, core_mask,
+                      tile_length=vec_chunk)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel: vector-side instructions that read a scalar from UB when they execute
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ScalarRef:
+    """Element ``index`` of a UB tensor, read when an instruction executes (Ascend C GetValue
+    after the MTE2->S hand-off): the per-row grad, logitsMax, sumExpLogits, maskedTarget."""
+
+    tensor: LocalTensor
+    index: int
+    negate: bool = False
+
+    def check(self) -> None:
+        self.tensor.check(self.index + 1, write=False)
+
+    def value(self) -> float:
+        v = self.tensor.array(self.index + 1)[self.index]
+        return -float(v) if self.negate else (int(v) if not self.tensor.dtype.is_float else float(v))
+
+
+@dataclass(frozen=True)
+class MaskBitRef:
+    """targetMask[row] from UB: a BOOL element, or bit ``row % 8`` (LSB first) of a packed byte."""
+
+    tensor: LocalTensor
+    index: int          # element (BOOL) or byte (packed) within the tensor
+    bit: int = -1       # -1: BOOL
+
+    def check(self) -> None:
+        self.tensor.check(self.index + 1, write=False)
+
+    def value(self) -> int:
+        b = int(self.tensor.array(self.index + 1)[self.index])
+        return b & 1 if self.bit < 0 else (b >> self.bit) & 1
+
+
+class _RefScalar:
+    """Mixin: the scalar operand comes from a ScalarRef when the instruction executes."""
+
+    def issue(self, pipe: Any) -> int:
+        self.ref.check()                       # type: ignore[attr-defined]
+        return super().issue(pipe)             # type: ignore[misc]
+
+    def complete(self, pipe: Any) -> None:
+        if pipe.core.device.functional:
+            self.scalar = self.ref.value()     # type: ignore[attr-defined]
+        super().complete(pipe)                 # type: ignore[misc]
+
+
+class AddsRef(_RefScalar, Adds):
+    """Adds(dst, src, s) with s read from UB (−logitsMax[row])."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, ref: ScalarRef, count: int) -> None:
+        super().__init__(dst, src, scalar=0.0, count=count)
+        self.ref = ref
+
+
+class MulsRef(_RefScalar, Muls):
+    """Muls(dst, src, s) with s read from UB (grad[row])."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, ref: ScalarRef, count: int) -> None:
+        super().__init__(dst, src, scalar=0.0, count=count)
+        self.ref = ref
+
+
+class DivRef(_RefScalar, Div):
+    """A true divide by sumExpLogits[row]. The kernel duplicates the scalar into a 256 B block
+    and divides with a zero source-1 repeat stride; modelled as one Div of ``count`` elements."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, ref: ScalarRef, count: int) -> None:
+        super().__init__(dst, src, scalar=1.0, count=count)
+        self.ref = ref
+
+
+class TargetUpdate(Instruction):
+    """S[row, maskedTarget] −= 1 − targetMask (fp32, one rounding) when the target falls in this
+    chunk of the row. The kernel reads maskedTarget and targetMask with GetValue and updates one
+    element; modelled on the VECTOR pipe as a masked Adds over one 32 B block (8 fp32)."""
+
+    __slots__ = ("buf", "count", "col0", "v", "target", "mask", "row")
+    pipe = "VECTOR"
+    name = "Adds"
+
+    def __init__(self, buf: LocalTensor, count: int, col0: int, v: int, target: ScalarRef, mask: MaskBitRef,
+                 row: int) -> None:
+        super().__init__()
+        self.buf, self.count, self.col0, self.v = buf, int(count), int(col0), int(v)
+        self.target, self.mask, self.row = target, mask, int(row)
+
+    def issue(self, pipe: Any) -> int:
+        self.buf.check(self.count, write=True)
+        self.target.check()
+        self.mask.check()
+        k, b = pipe.core.device.spec.vector.cost["Adds"]["fp32"]
+        return math.ceil(k * 8 + b) + pipe.head_cycles()
+
+    def complete(self, pipe: Any) -> None:
+        if not pipe.core.device.functional:
+            return
+        update = 1 - self.mask.value()
+        if update == 0:
+            return                          # subtracting 0 leaves the row as it is
+        t = self.target.value()
+        if not 0 <= t < self.v:
+            raise MemoryFault(f"maskedTarget[{self.row}] = {t} is outside [0, {self.v}) of the vocabulary "
+                              f"partition although targetMask[{self.row}] = 0", address=self.buf.addr)
+        if self.col0 <= t < self.col0 + self.count:
+            a = self.buf.array(self.count)
+            a[t - self.col0] = np.float32(a[t - self.col0]) - np.float32(update)
+
+    def describe(self) -> str:
+        return f"TargetUpdate(row {self.row})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return 8, 0, self.buf.addr, "fp32 target -= 1 - mask"
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel: the programs of one block
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FlceOperands:
+    """The GM operands as the programs see them."""
+
+    grad: GlobalTensor
+    target_mask: GlobalTensor
+    masked_target: GlobalTensor
+    logits_max: GlobalTensor | None
+    sum_exp_logits: GlobalTensor | None
+    rows: GlobalTensor                  # softmax (HP) or the workspace logits (MS), [BT, V] fp32
+    input: GmMatrix
+    weight: GmMatrix
+    s_nz: GmMatrix                      # workspace: the logit gradient, NZ
+    logits: GmMatrix | None             # workspace: the recomputed logits, ND fp32
+    input_grad: GmMatrix
+    weight_grad: GmMatrix
+    packed_mask: bool = False
+
+
+def _aiv_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> Iterator[Any]:
+    """A vector core: its rows of the logit gradient, written in NZ into the workspace."""
+    ms = tiling.mode == MEMORY_SAVING
+    if ms:   # the logits must be complete: every cube core has finished the first matmul
+        yield CrossCoreWaitFlag(FLAG_LOGITS_READY, mode=2, pipe="MTE2")
+    r0, nrows = tiling.rows_of(ctx.block_idx)
+    if nrows:
+        yield from _vector_rows(ctx, tiling, ops, r0, nrows, ms)
+    # every vector core done (mode 0), then tell this group's cube core (mode 2)
+    yield CrossCoreSetFlag(FLAG_S_ALL, mode=0, pipe="MTE3")
+    yield CrossCoreWaitFlag(FLAG_S_ALL, mode=0, pipe="MTE3")
+    yield CrossCoreSetFlag(FLAG_S_READY, mode=2, pipe="MTE3")
+
+
+def _meta_layout(tiling: FlceTiling, packed: bool, int_bytes: int) -> tuple[dict[str, int], int]:
+    """Byte offsets (32 B aligned) of the per-row scalars of one batch in the TBUF."""
+    sizes = {"grad": META_ROWS * 4, "target": META_ROWS * int_bytes,
+             "mask": ceil_div(META_ROWS, 8) + 1 if packed else META_ROWS}
+    if tiling.mode == MEMORY_SAVING:
+        sizes.update(max=META_ROWS * 4, sum=META_ROWS * 4)
+    offsets, off = {}, 0
+    for k, n in sizes.items():
+        offsets[k] = off
+        off = align_up(off + n, 32)
+    return offsets, off
+
+
+def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: int, nrows: int,
+                 ms: bool) -> Iterator[Any]:
+    v, chunk = tiling.v, tiling.vec_chunk
+    dt = nx.dtype(tiling.dtype)
+    int_dt = ops.masked_target.dtype
+    offsets, meta_bytes = _meta_layout(tiling, ops.packed_mask, int_dt.itemsize)
+    meta_q = ctx.queue("VECIN", 1, meta_bytes)
+    # two row buffers bound to one another as VECIN -> VECOUT (the cast is in place), with the
+    # MTE2 -> V -> MTE3 -> MTE2 hand-offs Ascend C's TQueBind inserts
+    bufs = [ctx.tbuf(chunk * 4, nx.FP32) for _ in range(2)]
+    ev_in = [ctx.next_event_id("MTE2", "VECTOR") for _ in range(2)]
+    ev_out = [ctx.next_event_id("VECTOR", "MTE3") for _ in range(2)]
+    ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
+    used = [False, False]
+    coarse = not ctx.functional and tiling.coarsen > 1
+    l2_sample = 64 if coarse else None
+    slot = 0
+    for b0 in range(r0, r0 + nrows, META_ROWS):
+        nb = min(META_ROWS, r0 + nrows - b0)
+        meta = meta_q.alloc(nx.UINT8)
+        grad_t = meta[offsets["grad"]:offsets["grad"] + nb * 4].reinterpret(nx.FP32)
+        tgt_t = meta[offsets["target"]:offsets["target"] + nb * int_dt.itemsize].reinterpret(int_dt)
+        yield DataCopyPad(grad_t, ops.grad[b0:b0 + nb], nb)
+        yield DataCopyPad(tgt_t, ops.masked_target[b0:b0 + nb], nb)
+        if ops.packed_mask:
+            k0, k1 = b0 // 8, (b0 + nb - 1) // 8 + 1
+            mask_t = meta[offsets["mask"]:offsets["mask"] + (k1 - k0)]
+            yield DataCopyPad(mask_t, ops.target_mask[k0:k1], k1 - k0)
+        else:
+            mask_t = meta[offsets["mask"]:offsets["mask"] + nb].reinterpret(nx.BOOL)
+            yield DataCopyPad(mask_t, ops.target_mask[b0:b0 + nb], nb)
+        if ms:
+            max_t = meta[offsets["max"]:offsets["max"] + nb * 4].reinterpret(nx.FP32)
+            sum_t = meta[offsets["sum"]:offsets["sum"] + nb * 4].reinterpret(nx.FP32)
+            yield DataCopyPad(max_t, ops.logits_max[b0:b0 + nb], nb)      # type: ignore[index]
+            yield DataCopyPad(sum_t, ops.sum_exp_logits[b0:b0 + nb], nb)  # type: ignore[index]
+        meta_q.enque(meta)
+        meta = meta_q.deque()
+        for i in range(nb):
+            row = b0 + i
+            ctx.tile = row
+            target = ScalarRef(tgt_t, i)
+            mask = (MaskBitRef(mask_t, row // 8 - b0 // 8, row % 8) if ops.packed_mask else MaskBitRef(mask_t, i))
+            for c0 in range(0, v, chunk):
+                n = min(chunk, v - c0)
+                buf = bufs[slot]
+                if used[slot]:
+                    ctx.emit_wait("MTE3", "MTE2", ev_free[slot])
+                used[slot] = True
+                yield DataCopyPad(buf[0:n], ops.rows[row * v + c0:row * v + c0 + n], n)
+                ctx.emit_set("MTE2", "VECTOR", ev_in[slot])
+                ctx.emit_wait("MTE2", "VECTOR", ev_in[slot])
+                if ms:
+                    yield AddsRef(buf, buf, ScalarRef(max_t, i, negate=True), n)
+                    yield Exp(buf, buf, count=n)
+                    yield DivRef(buf, buf, ScalarRef(sum_t, i), n)
+                yield TargetUpdate(buf, n, c0, v, target, mask, row)
+                yield MulsRef(buf, buf, ScalarRef(grad_t, i), n)
+                out = buf.reinterpret(dt)
+                yield Cast(out[0:n], buf[0:n], "rint", n)
+                ctx.emit_set("VECTOR", "MTE3", ev_out[slot])
+                ctx.emit_wait("VECTOR", "MTE3", ev_out[slot])
+                # the L2 model sees the batch's NZ blocks with its last row (one run per column block)
+                yield CopyUbToNz(ops.s_nz, row, c0, out, n, l2_sample=l2_sample, l2_rows=nb if i == nb - 1 else 0)
+                ctx.emit_set("MTE3", "MTE2", ev_free[slot])
+                slot ^= 1
+        meta_q.free(meta)
+
+
+class _CubeQueues:
+    """The cube core's L1 and L0 queues (one set serves every matmul of the launch)."""
+
+    def __init__(self, ctx: KernelContext, tiling: FlceTiling) -> None:
+        item = nx.dtype(tiling.dtype).itemsize
+        bm = max(mm.base_m for mm in tiling.matmuls)
+        bn = max(mm.base_n for mm in tiling.matmuls)
+        kc = max(mm.chunk_k for mm in tiling.matmuls)
+        bk = max(mm.base_k for mm in tiling.matmuls)
+        self.a1 = ctx.queue("A1", L1_BUFFERS, nz_bytes(bm, kc, item))
+        self.b1 = ctx.queue("B1", L1_BUFFERS, nz_bytes(kc, bn, item))
+        self.a2 = ctx.queue("A2", L0_BUFFERS, nz_bytes(bm, bk, item))
+        self.b2 = ctx.queue("B2", L0_BUFFERS, nz_bytes(bk, bn, item))
+        self.co1 = ctx.queue("CO1", tiling.l0c_depth, nz_bytes(bm, bn, 4))
+
+
+def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> Iterator[Any]:
+    """A cube core: (memory-saving) its logits tiles; then its input_grad / weight_grad tiles."""
+    qs = _CubeQueues(ctx, tiling)
+    coarse = tiling.coarsen if (not ctx.functional and tiling.coarsen > 1) else 1
+    mine = tiling.assignment[ctx.block_idx] if ctx.block_idx < len(tiling.assignment) else ()
+    dt = nx.dtype(tiling.dtype)
+    if tiling.mode == MEMORY_SAVING:
+        # logits = input · Wᵀ: A = input (M = BT, K = H), B = Wᵀ (W stored N x K)
+        for i, tm, tn in mine:
+            if i == 0:
+                yield from _matmul_tile(ctx, qs, tiling.matmuls[0], ops.input, False, ops.weight, True,
+                                        ops.logits, tm, tn, dt, coarse)   # type: ignore[arg-type]
+        # every cube core done (mode 0), then release this group's vector cores (mode 2)
+        yield CrossCoreSetFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
+        yield CrossCoreWaitFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
+        yield CrossCoreSetFlag(FLAG_LOGITS_READY, mode=2, pipe="FIXP")
+    yield CrossCoreWaitFlag(FLAG_S_READY, mode=2, pipe="MTE2")   # S complete in the workspace
+    first = 1 if tiling.mode == MEMORY_SAVING else 0
+    for i, tm, tn in mine:
+        if i == first:        # input_grad = S · W: A = S (NZ, M = BT, K = V), B = W (K = V, N = H)
+            yield from _matmul_tile(ctx, qs, tiling.matmuls[i], ops.s_nz, False, ops.weight, False,
+                                    ops.input_grad, tm, tn, dt, coarse)
+        elif i == first + 1:  # weight_grad = Sᵀ · input: A = Sᵀ (S stored K x M), B = input (K = BT)
+            yield from _matmul_tile(ctx, qs, tiling.matmuls[i], ops.s_nz, True, ops.input, False,
+                                    ops.weight_grad, tm, tn, dt, coarse)
+
+
+def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMatrix, a_t: bool, b: GmMatrix,
+                 b_t: bool, c: GmMatrix, tm: int, tn: int, dt: nx.DType, coarse: int) -> Iterator[Any]:
+    """One base tile of C: the K loop through L1 (stepK tiles per copy) and L0 (base-K tiles),
+    accumulated in L0C, written out by Fixpipe. ``a_t``/``b_t``: the operand is stored
+    transposed (K x M / N x K). ``coarse`` > 1 (timing only): one set of instructions per
+    ``coarse`` L1 chunks."""
+    m0, n0 = tm * mm.base_m, tn * mm.base_n
+    ml, nl = min(mm.base_m, mm.m - m0), min(mm.base_n, mm.n - n0)
+    kc = mm.chunk_k * coarse
+    sample = COARSE_L2_SAMPLE if coarse > 1 else None
+    ctx.tile = tm * mm.tiles_n + tn
+    acc = qs.co1.alloc(nx.FP32)
+    first = True
+    for k0 in range(0, mm.k, kc):
+        kk = min(kc, mm.k - k0)
+        reps = ceil_div(kk, mm.chunk_k)
+        a1 = qs.a1.alloc(dt)
+        if a_t:
+            yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows", l2_sample=sample)
+        else:
+            yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols", l2_sample=sample)
+        qs.a1.enque(a1)
+        b1 = qs.b1.alloc(dt)
+        if b_t:
+            yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols", l2_sample=sample)
+        else:
+            yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows", l2_sample=sample)
+        qs.b1.enque(b1)
+        a1 = qs.a1.deque()
+        b1 = qs.b1.deque()
+        if coarse > 1:
+            steps = [(0, kk, ceil_div(kk, mm.base_k))]
+        else:
+            steps = [(s, min(mm.base_k, kk - s), 1) for s in range(0, kk, mm.base_k)]
+        for s, ks, rep in steps:
+            a2 = qs.a2.alloc(dt)
+            if a_t:
+                yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
+            else:
+                yield LoadData(a2, a1, ml, kk, 0, ml, s, ks, repeat=rep)
+            qs.a2.enque(a2)
+            b2 = qs.b2.alloc(dt)
+            if b_t:
+                yield LoadData(b2, b1, nl, kk, 0, nl, s, ks, transpose=True, repeat=rep)
+            else:
+                yield LoadData(b2, b1, kk, nl, s, ks, 0, nl, repeat=rep)
+            qs.b2.enque(b2)
+            a2 = qs.a2.deque()
+            b2 = qs.b2.deque()
+            yield Mmad(acc, a2, b2, ml, ks, nl, accumulate=not first, repeat=rep)
+            first = False
+            qs.a2.free(a2)
+            qs.b2.free(b2)
+        qs.a1.free(a1)
+        qs.b1.free(b1)
+    qs.co1.enque(acc)
+    acc = qs.co1.deque()
+    yield Fixpipe(c, m0, n0, acc, ml, nl, l2_sample=sample)
+    qs.co1.free(acc)
+
+
+def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling: FlceTiling,
+           attrs: Mapping[str, Any]) -> list:
+    bt, v = tiling.bt, tiling.v
+    dt = nx.dtype(tiling.dtype)
+    ws = tensors["workspace"]
+    s_nz = GmMatrix.nz(device, ws.addr + ws.offset + tiling.ws_s_offset, dt, bt, v)
+    logits = None
+    if tiling.mode == MEMORY_SAVING:
+        lg = GlobalTensor.contiguous(device, ws.addr + ws.offset + tiling.ws_logits_offset, nx.FP32, (bt, v))
+        logits = GmMatrix.nd(lg)
+        rows = lg
+    else:
+        rows = tensors["softmax"]
+    tm = tensors["target_mask"]
+    ops = FlceOperands(tensors["grad"], tm, tensors["masked_target"], tensors.get("logits_max"),
+                       tensors.get("sum_exp_logits"), rows, GmMatrix.nd(tensors["input"]),
+                       GmMatrix.nd(tensors["weight"]), s_nz, logits, GmMatrix.nd(tensors["input_grad"]),
+                       GmMatrix.nd(tensors["weight_grad"]), tm.dtype == nx.UINT8)
+    kernel = MixKernel(aic=_aic_program, aiv=_aiv_program, name="FusedLinearCrossEntropyLossGrad")
+    return [device.launch(stream, kernel, tiling.block_dim, tiling, ops, unit="mix", core_mask=tiling.core_mask,
+                          name="FusedLinearCrossEntropyLossGrad")]
+
+
+def workspace_size(tiling: FlceTiling) -> int:
+    return tiling.workspace
+
+
+# ---------------------------------------------------------------------------------------------
+# golden: plain numpy in the reference golden's order, independent of the simulator
+# ---------------------------------------------------------------------------------------------
+
+def unpack_mask(mask: np.ndarray, bt: int) -> np.ndarray:
+    """targetMask as bool [BT]: BOOL as is, UINT8 bit-packed LSB first (np.packbits little)."""
+    m = np.asarray(mask)
+    if m.dtype == np.bool_:
+        return m.reshape(-1)[:bt]
+    return np.unpackbits(m.reshape(-1).astype(np.uint8), bitorder="little")[:bt].astype(bool)
+
+
+def golden(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """fp32 logit gradient (softmax given, or exp(x·Wᵀ − max) / sum in fp32), the target update
+    and the grad scale in fp32, cast once to the weight dtype; both matmuls in fp32 from the
+    cast values; one rounding to the output dtype."""
+    x, w = np.asarray(a["input"]), np.asarray(a["weight"])
+    dt = x.dtype
+    bt, v = x.shape[0], w.shape[0]
+    grad = np.asarray(a["grad"]).astype(np.float32)
+    mask = unpack_mask(a["target_mask"], bt)
+    target = np.asarray(a["masked_target"]).astype(np.int64).reshape(-1)
+    x32, w32 = x.astype(np.float32), w.astype(np.float32)
+    if a.get("softmax") is not None:
+        s = np.array(a["softmax"], dtype=np.float32)
+    else:
+        logits = x32 @ w32.T
+        s = np.exp(logits - np.asarray(a["logits_max"], dtype=np.float32)[:, None])
+        s = s / np.asarray(a["sum_exp_logits"], dtype=np.float32)[:, None]
+    update = (np.float32(1.0) - mask.astype(np.float32))
+    live = update != 0
+    if np.any(live & ((target < 0) | (target >= v))):
+        raise ValueError("maskedTarget outside [0, V) on a row whose targetMask is 0")
+    rows = np.arange(bt)[live]
+    s[rows, target[live]] = s[rows, target[live]] - update[live]
+    s = s * grad[:, None]
+    g = s.astype(w.dtype).astype(np.float32)      # cast to the weight dtype before both matmuls
+    return {"input_grad": (g @ w32).astype(dt), "weight_grad": (g.T @ x32).astype(dt)}
+
+
+def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The same formula in fp64 with no intermediate rounding (the precision-standard truth)."""
+    x, w = np.asarray(a["input"]).astype(np.float64), np.asarray(a["weight"]).astype(np.float64)
+    bt, v = x.shape[0], w.shape[0]
+    grad = np.asarray(a["grad"]).astype(np.float64)
+    mask = unpack_mask(a["target_mask"], bt)
+    target = np.asarray(a["masked_target"]).astype(np.int64).reshape(-1)
+    if a.get("softmax") is not None:
+        s = np.asarray(a["softmax"]).astype(np.float64)
+    else:
+        s = np.exp(x @ w.T - np.asarray(a["logits_max"], np.float64)[:, None])
+        s = s / np.asarray(a["sum_exp_logits"], np.float64)[:, None]
+    live = ~mask
+    s[np.arange(bt)[live], target[live]] -= 1.0
+    s = s * grad[:, None]
+    return {"input_grad": s @ w, "weight_grad": s.T @ x}
+
+
+# ---------------------------------------------------------------------------------------------
+# example operands (Megatron-consistent: one vocabulary partition of a global softmax)
+# ---------------------------------------------------------------------------------------------
+
+def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "bf16",
+            shape: tuple[int, int, int] = (17, 64, 1000), mode: str = MEMORY_SAVING,
+            packed_mask: bool = False) -> dict[str, Any]:
+    """Operands of one call for BT, H, V = ``shape``: the partition is the whole vocabulary,
+    ~20 % of the rows have their target elsewhere (targetMask 1, maskedTarget 0)."""
+    bt, h, v = shape
+    dt = nx.dtype(dtype).np_dtype
+    x = (rng.standard_normal((bt, h)) * 0.5).astype(np.float32).astype(dt)
+    w = (rng.standard_normal((v, h)) / math.sqrt(max(h, 1))).astype(np.float32).astype(dt)
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    lmax = logits.max(axis=1)
+    sexp = np.exp(logits - lmax[:, None]).sum(axis=1)
+    target = rng.integers(0, v, size=bt)
+    mask = rng.random(bt) < 0.2
+    out: dict[str, Any] = {
+        "grad": rng.uniform(0.5, 1.5, size=bt).astype(np.float32),
+        "input": x, "weight": w,
+        "target_mask": np.packbits(mask, bitorder="little") if packed_mask else mask,
+        "masked_target": np.where(mask, 0, target).astype(np.int64),
+        "label_smoothing": 0.0,
+    }
+    if mode == HIGH_PERFORMANCE:
+        out["softmax"] = (np.exp(logits - lmax[:, None]) / sexp[:, None]).astype(np.float32)
+    else:
+        out["logits_max"] = lmax.astype(np.float32)
+        out["sum_exp_logits"] = sexp.astype(np.float32)
+    return out
+
+
+def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
+    return ("fp16", "bf16")
+
+
+OP = OpDef(
+    name=NAME,
+    inputs=("grad", "input", "weight", "target_mask", "masked_target"),
+    optional=("logits_max", "sum_exp_logits", "softmax"),
+    outputs=("input_grad", "weight_grad"),
+    attrs={"label_smoothing": 0.0},
+    products=PRODUCTS,
+    validate=validate,
+    plan=plan,
+    launch=launch,
+    golden=golden,
+    example=example,
+    infer=infer,
+    dtypes=supported_dtypes,
+    workspace=workspace_size,
+    summary="vocabulary-parallel linear + cross-entropy gradient: input_grad = S·W, weight_grad = Sᵀ·input",
+)

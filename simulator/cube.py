@@ -1,0 +1,780 @@
+"""Cube-core instructions and the synchronisation of mixed AIC/AIV kernels.
+
+A cube core (AIC) moves a block of a matrix GM -> L1 on MTE2 (``CopyGmToL1``; ND sources are
+converted to NZ on the way, as Ascend C's DataCopy with Nd2NzParams does), L1 -> L0A/L0B on MTE1
+(``LoadData``), multiplies 16x16x16 fractals on CUBE (``Mmad``: fp16/bf16 in, fp32 accumulated
+in L0C, overwrite or accumulate) and writes L0C -> GM on FIXP (``Fixpipe``, rounding once to the
+output dtype). The vector side of a mixed kernel writes the matrices the cube reads in NZ
+(``CopyUbToNz`` on MTE3). ``CrossCoreSetFlag`` / ``CrossCoreWaitFlag`` order a cube core and
+its vector cores (the device-level table is :class:`simulator.device.CrossCoreFlags`).
+
+Layouts (16 is the fractal edge for fp16/bf16: INI DtypeMKN 16x16x16, hardware.md 1a):
+
+- ND: row-major rows x cols (row and column strides in elements).
+- NZ (FRACTAL_NZ; GM workspaces, L1, L0C): 16-column blocks outermost; inside a block the rows
+  (padded to a multiple of 16) in order, 16 contiguous elements each. Element (r, c) of an R x C
+  matrix sits at (c // 16) * R16 * 16 + r * 16 + c % 16 with R16 = ceil(R / 16) * 16.
+- L0A (zZ): the fractals of the m x k left matrix row-major over (m1, k1), each row-major.
+- L0B (nZ): the fractals of the k x n right matrix row-major over (k1, n1), each column-major
+  (n0 outer, k0 inner).
+
+Padding elements written to L1/L0 are zero; ``Mmad`` reads exactly the m x k and k x n it is
+given and ``Fixpipe`` writes exactly m x n, so padding never reaches a result.
+
+Timing: a GM -> L1 load misses L2 at the per-AI-core ``rates.gm_read`` (INI ddr_read_rate,
+assumption A-3 that these rates are per AIC) on the HBM link and hits at ``rates.l2_read`` on
+the L2 link, with the calibrated MTE2 start-up; ``LoadData`` costs bytes / rate
+(``rates.l1_to_l0a`` = 512 or ``rates.l1_to_l0b`` = 256 B/cycle) plus ``mte1.startup``; ``Mmad``
+costs the padded fractal MACs / ``cube.macs_per_cycle[dtype]``; ``Fixpipe`` writes at
+``fixp.base`` on the HBM link (allocating in L2, as every store does).
+
+Coarse instructions (timing only): ``repeat`` > 1 makes one instruction stand for ``repeat``
+back-to-back instructions on the same buffers. The extent along K it is given is the total of
+the repeats; each repeat's tile must fit the buffer; the pipe is busy for the sum of the
+repeats' costs. A huge timing run then needs far fewer simulation events. A transfer of more
+than ``l2_sample`` L2 lines (set by coarse kernels) shows the L2 model ``l2_sample`` lines at
+evenly spaced offsets, whose hit fraction is applied to all its bytes (``Device.gm_transfer``).
+Numeric (full-mode) runs use ``repeat = 1`` and show the L2 every run.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from devices.spec import DmaModel
+from simulator import numerics as nx
+from simulator.errors import CapacityError, MemoryFault, SimulatorError, UnsupportedInstruction
+from simulator.isa import Instruction
+from simulator.tile import GlobalTensor, LocalTensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from simulator.core import Pipe
+    from simulator.device import Device
+
+FRACTAL = 16
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def align16(x: int) -> int:
+    """Round up to a whole number of 16-element fractal edges."""
+    return ceil_div(x, FRACTAL) * FRACTAL
+
+
+def nz_bytes(rows: int, cols: int, itemsize: int) -> int:
+    """Bytes of an NZ (or zZ/nZ) image of a rows x cols matrix, padding included."""
+    return align16(rows) * align16(cols) * itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout conversions (numpy; used by the numeric effects and by tests)
+# ---------------------------------------------------------------------------------------------
+
+def nd_to_nz(mat: np.ndarray) -> np.ndarray:
+    """An R x C matrix as its NZ image [C16/16, R16, 16] (flattened order), zero padded."""
+    r, c = mat.shape
+    pad = np.zeros((align16(r), align16(c)), dtype=mat.dtype)
+    pad[:r, :c] = mat
+    return pad.reshape(align16(r), align16(c) // FRACTAL, FRACTAL).transpose(1, 0, 2)
+
+
+def nz_to_nd(img: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """The rows x cols matrix held in an NZ image (any shape with the right element count)."""
+    r16, c16 = align16(rows), align16(cols)
+    blocks = np.asarray(img).reshape(c16 // FRACTAL, r16, FRACTAL)
+    return blocks.transpose(1, 0, 2).reshape(r16, c16)[:rows, :cols]
+
+
+def _to_zz(mat: np.ndarray) -> np.ndarray:
+    """L0A layout of an m x k matrix: fractals row-major over (m1, k1), each row-major."""
+    m, k = mat.shape
+    pad = np.zeros((align16(m), align16(k)), dtype=mat.dtype)
+    pad[:m, :k] = mat
+    m1, k1 = align16(m) // FRACTAL, align16(k) // FRACTAL
+    return pad.reshape(m1, FRACTAL, k1, FRACTAL).transpose(0, 2, 1, 3)
+
+
+def _from_zz(flat: np.ndarray, m: int, k: int) -> np.ndarray:
+    m1, k1 = align16(m) // FRACTAL, align16(k) // FRACTAL
+    return flat.reshape(m1, k1, FRACTAL, FRACTAL).transpose(0, 2, 1, 3).reshape(m1 * 16, k1 * 16)[:m, :k]
+
+
+def _to_nz_l0b(mat: np.ndarray) -> np.ndarray:
+    """L0B layout of a k x n matrix: fractals row-major over (k1, n1), each column-major."""
+    k, n = mat.shape
+    pad = np.zeros((align16(k), align16(n)), dtype=mat.dtype)
+    pad[:k, :n] = mat
+    k1, n1 = align16(k) // FRACTAL, align16(n) // FRACTAL
+    return pad.reshape(k1, FRACTAL, n1, FRACTAL).transpose(0, 2, 3, 1)
+
+
+def _from_nz_l0b(flat: np.ndarray, k: int, n: int) -> np.ndarray:
+    k1, n1 = align16(k) // FRACTAL, align16(n) // FRACTAL
+    return flat.reshape(k1, n1, FRACTAL, FRACTAL).transpose(0, 3, 1, 2).reshape(k1 * 16, n1 * 16)[:k, :n]
+
+
+# ---------------------------------------------------------------------------------------------
+# A matrix in GM as the cube sees it
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GmMatrix:
+    """A 2-D matrix in GM: ND (row-major, with element strides) or NZ (FRACTAL_NZ).
+
+    ``addr`` is the byte address of the storage, ``offset`` the element offset of (0, 0).
+    """
+
+    device: "Device"
+    addr: int
+    dtype: nx.DType
+    rows: int
+    cols: int
+    layout: str = "ND"
+    row_stride: int = 0
+    col_stride: int = 1
+    offset: int = 0
+
+    @staticmethod
+    def nd(t: GlobalTensor) -> "GmMatrix":
+        """The ND matrix a 2-D GlobalTensor views (its strides and offset are kept)."""
+        if len(t.shape) != 2:
+            raise SimulatorError(f"a cube operand must be 2-D, got shape {t.shape}")
+        return GmMatrix(t.device, t.addr, t.dtype, t.shape[0], t.shape[1], "ND", t.strides[0],
+                        t.strides[1], t.offset)
+
+    @staticmethod
+    def nz(device: "Device", addr: int, dtype: Any, rows: int, cols: int) -> "GmMatrix":
+        """An NZ matrix (a workspace written by the vector side) at ``addr``."""
+        return GmMatrix(device, addr, nx.dtype(dtype), rows, cols, "NZ")
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Storage bytes (NZ: with the padding of rows and columns to 16)."""
+        if self.layout == "NZ":
+            return nz_bytes(self.rows, self.cols, self.itemsize)
+        return self.rows * self.cols * self.itemsize
+
+    def _check_block(self, r0: int, nr: int, c0: int, nc: int) -> None:
+        if nr <= 0 or nc <= 0 or r0 < 0 or c0 < 0 or r0 + nr > self.rows or c0 + nc > self.cols:
+            raise MemoryFault(f"block rows [{r0}, {r0 + nr}) x cols [{c0}, {c0 + nc}) is outside the "
+                              f"{self.rows} x {self.cols} {self.layout} matrix at {self.addr:#x}",
+                              address=self.addr)
+        if self.layout == "NZ" and c0 % FRACTAL:
+            raise SimulatorError(f"an NZ block must start on a 16-column boundary, got column {c0}")
+
+    def run_geometry(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int, int, int]:
+        """(first address, stride, bytes per run, runs): a block is equally spaced runs."""
+        item = self.itemsize
+        if self.layout == "NZ":
+            r16 = align16(self.rows)
+            nblk = ceil_div(c0 % FRACTAL + nc, FRACTAL)
+            lo = self.addr + (self.offset + (c0 // FRACTAL) * r16 * FRACTAL + r0 * FRACTAL) * item
+            if nr == r16:   # whole columns of blocks are contiguous
+                return lo, 0, nblk * r16 * FRACTAL * item, 1
+            return lo, r16 * FRACTAL * item, nr * FRACTAL * item, nblk
+        rs, cs = self.row_stride, self.col_stride
+        base = self.addr + (self.offset + r0 * rs + c0 * cs) * item
+        if cs == 1 and (rs == nc or nr == 1):   # whole rows (or one row): one run
+            return base, 0, nr * nc * item, 1
+        return base, rs * item, ((nc - 1) * cs + 1) * item, nr
+
+    def runs(self, r0: int, nr: int, c0: int, nc: int) -> list[tuple[int, int]]:
+        """The contiguous (address, bytes) runs of a block, in address order."""
+        a0, stride, run, count = self.run_geometry(r0, nr, c0, nc)
+        return [(a0 + i * stride, run) for i in range(count)]
+
+    def span(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int]:
+        """[lo, hi): the bytes from the first to the last element of the block."""
+        item = self.itemsize
+        if self.layout == "NZ":
+            r16 = align16(self.rows)
+            first, last = c0 // FRACTAL, (c0 + nc - 1) // FRACTAL
+            lo = self.addr + (self.offset + first * r16 * FRACTAL + r0 * FRACTAL) * item
+            hi = self.addr + (self.offset + last * r16 * FRACTAL + (r0 + nr) * FRACTAL) * item
+            return lo, hi
+        rs, cs = self.row_stride, self.col_stride
+        lo = self.addr + (self.offset + r0 * rs + c0 * cs) * item
+        hi = self.addr + (self.offset + (r0 + nr - 1) * rs + (c0 + nc - 1) * cs + 1) * item
+        return lo, hi
+
+    def _view(self, r0: int, nr: int, c0: int, nc: int, write: bool) -> np.ndarray:
+        """A (nr, nc) numpy view of the block in device memory (NZ: of its 16-column blocks)."""
+        lo, hi = self.span(r0, nr, c0, nc)
+        raw = self.device.global_view(lo, hi - lo, write=write).view(self.dtype.np_dtype)
+        item = self.itemsize
+        if self.layout == "NZ":
+            r16 = align16(self.rows)
+            nblk = ceil_div(nc, FRACTAL)
+            return np.lib.stride_tricks.as_strided(
+                raw, shape=(nblk, nr, FRACTAL), strides=(r16 * FRACTAL * item, FRACTAL * item, item),
+                writeable=write)
+        return np.lib.stride_tricks.as_strided(
+            raw, shape=(nr, nc), strides=(self.row_stride * item, self.col_stride * item), writeable=write)
+
+    def read(self, r0: int, nr: int, c0: int, nc: int) -> np.ndarray:
+        """The block as an (nr, nc) array (a copy)."""
+        self._check_block(r0, nr, c0, nc)
+        v = self._view(r0, nr, c0, nc, write=False)
+        if self.layout == "NZ":
+            return v.transpose(1, 0, 2).reshape(nr, -1)[:, :nc].copy()
+        return v.copy()
+
+    def write(self, r0: int, c0: int, values: np.ndarray) -> None:
+        """Store an (nr, nc) array at (r0, c0) (NZ: whole 16-column blocks, the tail padded)."""
+        nr, nc = values.shape
+        self._check_block(r0, nr, c0, min(nc, self.cols - c0) if self.layout == "NZ" else nc)
+        v = self._view(r0, nr, c0, nc, write=True)
+        if self.layout == "NZ":
+            nblk = ceil_div(nc, FRACTAL)
+            pad = np.zeros((nr, nblk * FRACTAL), dtype=self.dtype.np_dtype)
+            pad[:, :nc] = values
+            v[...] = pad.reshape(nr, nblk, FRACTAL).transpose(1, 0, 2)
+        else:
+            v[...] = values
+
+
+def _l2_view(device: "Device", geometry: tuple[int, int, int, int],
+             limit: int | None) -> list[tuple[int, int]]:
+    """The runs the L2 model is shown for a strided transfer of equally spaced runs
+    ``geometry`` = (first address, stride, bytes per run, runs).
+
+    Runs closer together than one L2 line are merged: no line lies wholly in such a gap, so
+    the merged run touches exactly the lines the runs touch (the hit fraction is then taken
+    over the merged bytes; Device.gm_transfer scales it to the transfer). With ``limit`` (coarse
+    timing-only instructions) the L2 sees ``limit`` single lines at evenly spaced byte offsets
+    of the transfer instead (a sample whose hit fraction stands for the whole transfer).
+    """
+    a0, stride, run, count = geometry
+    l2 = device.l2
+    if l2 is None or count == 0:
+        return []
+    line = l2.chunk
+    if count > 1 and stride - run < line:   # gaps shorter than a line: one run
+        run, count = (count - 1) * stride + run, 1
+    total = run * count
+    if limit is None or total <= limit * line:
+        return [(a0 + i * stride, run) for i in range(count)]
+    sample = []
+    for j in range(limit):
+        pos = (2 * j + 1) * total // (2 * limit)
+        i, off = divmod(pos, run)
+        a = a0 + i * stride + off
+        sample.append((a, min(line - a % line, run - off)))
+    return sample
+
+
+def _fit(t: LocalTensor, need: int, what: str) -> None:
+    """A tile of ``need`` bytes must fit the buffer ``t`` (and its memory)."""
+    region = t.region
+    if need > region.size:
+        raise CapacityError(f"{what} needs {need} B of {region.name}, which holds {region.size} B",
+                            buffer=region.name, needed=need, available=region.size)
+    have = t.count * t.dtype.itemsize
+    if need > have:
+        raise MemoryFault(f"{what} needs {need} B, more than its {region.name} buffer of {have} B "
+                          f"at {t.addr:#x}", address=t.addr)
+
+
+def _need_region(t: LocalTensor, names: tuple[str, ...], what: str) -> None:
+    if t.region.name not in names:
+        raise SimulatorError(f"{what} must be in {' or '.join(names)}, got a {t.region.name} tensor")
+
+
+def _timing_only(pipe: "Pipe", instr: "CubeInstruction") -> None:
+    if instr.repeat > 1 and pipe.core.device.functional:
+        raise SimulatorError(f"{instr.name} with repeat={instr.repeat} is a timing-only coarse "
+                             f"instruction; numeric runs issue one instruction per tile")
+
+
+def cube_load_model(spec: Any) -> DmaModel:
+    """GM -> L1 on a cube core: the per-AI-core INI ddr_read_rate (assumption A-3) with the
+    calibrated MTE2 start-up and head; L2 hits go at rates.l2_read (Device.gm_transfer)."""
+    m = spec.mte2
+    return DmaModel(base=spec.rates.gm_read or m.base, startup=m.startup, head=m.head,
+                    head_per_block=m.head_per_block)
+
+
+class CubeInstruction(Instruction):
+    """Base of the cube instructions: a ``repeat`` count (coarse timing-only instructions)."""
+
+    __slots__ = ("repeat",)
+
+    def __init__(self, repeat: int = 1) -> None:
+        super().__init__()
+        if repeat < 1:
+            raise SimulatorError(f"repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
+
+
+# ---------------------------------------------------------------------------------------------
+# MTE2: GM -> L1 (ND -> NZ on the way)
+# ---------------------------------------------------------------------------------------------
+
+class CopyGmToL1(CubeInstruction):
+    """``DataCopy`` GM -> L1 of the block rows [r0, r0+nr) x cols [c0, c0+nc) of ``src``.
+
+    L1 receives the NZ image of the block (rows and columns padded to 16 with zeros): an ND
+    source is converted on the way (Nd2NzParams), an NZ source is copied block by block.
+    With ``repeat`` > 1 the block is ``repeat`` equal pieces along ``repeat_axis`` ("cols" or
+    "rows"), each of which must fit ``dst``.
+    """
+
+    __slots__ = ("dst", "src", "r0", "nr", "c0", "nc", "repeat_axis", "l2_sample", "_nbytes")
+    pipe = "MTE2"
+    name = "DataCopy"
+
+    def __init__(self, dst: LocalTensor, src: GmMatrix, r0: int, nr: int, c0: int, nc: int, *,
+                 repeat: int = 1, repeat_axis: str = "cols", l2_sample: int | None = None) -> None:
+        super().__init__(repeat)
+        self.dst, self.src = dst, src
+        self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
+        self.repeat_axis = repeat_axis
+        self.l2_sample = l2_sample
+        self._nbytes = self.nr * self.nc * src.itemsize
+
+    def piece(self) -> tuple[int, int]:
+        """Rows x cols of one repeat."""
+        if self.repeat_axis == "rows":
+            return ceil_div(self.nr, self.repeat), self.nc
+        return self.nr, ceil_div(self.nc, self.repeat)
+
+    def issue(self, pipe: "Pipe") -> simpy.Event:
+        _timing_only(pipe, self)
+        dst, src = self.dst, self.src
+        _need_region(dst, ("L1",), "DataCopy GM->L1 destination")
+        if dst.dtype.itemsize != src.itemsize:
+            raise SimulatorError(f"DataCopy between {src.dtype} and {dst.dtype}: DMA does not convert")
+        src._check_block(self.r0, self.nr, self.c0, self.nc)
+        pr, pc = self.piece()
+        need = nz_bytes(pr, pc, src.itemsize)
+        _fit(dst, need, f"DataCopy of a {pr} x {pc} {src.dtype} block")
+        dst.check(need // dst.dtype.itemsize, write=True)
+        device = pipe.core.device
+        lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
+        device.check_global(lo, hi - lo, write=False)
+        model = cube_load_model(device.spec)
+        runs = _l2_view(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc), self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, ranges=runs,
+                                  startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        block = self.src.read(self.r0, self.nr, self.c0, self.nc)
+        img = nd_to_nz(block).reshape(-1)
+        self.dst.reinterpret(self.src.dtype).array(img.size)[...] = img
+
+    def describe(self) -> str:
+        kind = "ND2NZ" if self.src.layout == "ND" else "NZ"
+        return f"DataCopy(GM->L1 {kind}, {self.nr} x {self.nc} {self.src.dtype}, repeat {self.repeat})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        detail = f"GM->L1 {'ND2NZ' if self.src.layout == 'ND' else 'NZ'} {self.nr}x{self.nc} {self.src.dtype}"
+        return self.nr * self.nc, self._nbytes, self.src.span(self.r0, 1, self.c0, self.nc)[0], detail
+
+
+# ---------------------------------------------------------------------------------------------
+# MTE1: L1 -> L0A / L0B
+# ---------------------------------------------------------------------------------------------
+
+class LoadData(CubeInstruction):
+    """``LoadData`` L1 -> L0A (left matrix, zZ) or L0B (right matrix, nZ) on MTE1.
+
+    ``src`` holds the NZ image of a ``src_rows`` x ``src_cols`` block (as ``CopyGmToL1`` left
+    it); the tile is its rows [r0, r0+nr) x cols [c0, c0+nc), transposed if ``transpose``
+    (LoadData2DParams.ifTranspose). For L0A the tile is m x k, for L0B k x n. With ``repeat``
+    > 1 the K extent is the total of ``repeat`` equal loads.
+    """
+
+    __slots__ = ("dst", "src", "src_rows", "src_cols", "r0", "nr", "c0", "nc", "transpose", "_bytes")
+    pipe = "MTE1"
+    name = "LoadData"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, src_rows: int, src_cols: int, r0: int, nr: int,
+                 c0: int, nc: int, *, transpose: bool = False, repeat: int = 1) -> None:
+        super().__init__(repeat)
+        self.dst, self.src = dst, src
+        self.src_rows, self.src_cols = int(src_rows), int(src_cols)
+        self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
+        self.transpose = bool(transpose)
+        rows, cols = self.tile_shape()
+        self._bytes = nz_bytes(rows, cols, src.dtype.itemsize)
+
+    def tile_shape(self) -> tuple[int, int]:
+        return (self.nc, self.nr) if self.transpose else (self.nr, self.nc)
+
+    def piece(self) -> tuple[int, int]:
+        rows, cols = self.tile_shape()
+        if self.dst.region.name == "L0B":   # k x n: K is the rows
+            return ceil_div(rows, self.repeat), cols
+        return rows, ceil_div(cols, self.repeat)
+
+    def issue(self, pipe: "Pipe") -> int:
+        _timing_only(pipe, self)
+        dst, src = self.dst, self.src
+        _need_region(src, ("L1",), "LoadData source")
+        _need_region(dst, ("L0A", "L0B"), "LoadData destination")
+        if dst.dtype.itemsize != src.dtype.itemsize:
+            raise SimulatorError(f"LoadData between {src.dtype} and {dst.dtype}: MTE1 does not convert")
+        pr, pc = self.piece()
+        need = nz_bytes(pr, pc, src.dtype.itemsize)
+        _fit(dst, need, f"LoadData of a {pr} x {pc} {src.dtype} tile")
+        dst.check(need // dst.dtype.itemsize, write=True)
+        if self.repeat == 1:
+            if (self.r0 < 0 or self.c0 < 0 or self.r0 + self.nr > self.src_rows
+                    or self.c0 + self.nc > self.src_cols):
+                raise MemoryFault(f"LoadData tile rows [{self.r0}, {self.r0 + self.nr}) x cols "
+                                  f"[{self.c0}, {self.c0 + self.nc}) is outside the {self.src_rows} x "
+                                  f"{self.src_cols} L1 block", address=src.addr)
+            have = nz_bytes(self.src_rows, self.src_cols, src.dtype.itemsize)
+            _fit(src, have, f"the {self.src_rows} x {self.src_cols} L1 block")
+            src.check(have // src.dtype.itemsize, write=False)
+        spec = pipe.core.device.spec
+        to_a = dst.region.name == "L0A"
+        rate = (spec.rates.l1_to_l0a if to_a else spec.rates.l1_to_l0b) or (
+            spec.mte1.base if spec.mte1 is not None else 0.0)
+        if rate <= 0:
+            raise UnsupportedInstruction(f"{spec.name} has no L1->{dst.region.name} rate "
+                                         f"(rates.l1_to_l0a/l1_to_l0b or [mte1])")
+        startup = spec.mte1.startup if spec.mte1 is not None else 0
+        return math.ceil(self._bytes / rate) + self.repeat * startup + pipe.head_cycles()
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        dt = self.src.dtype
+        r16, c16 = align16(self.src_rows), align16(self.src_cols)
+        img = self.src.array(r16 * c16).reshape(c16 // FRACTAL, r16, FRACTAL)
+        first, last = self.c0 // FRACTAL, ceil_div(self.c0 + self.nc, FRACTAL)
+        sub = img[first:last, self.r0:self.r0 + self.nr, :].transpose(1, 0, 2).reshape(self.nr, -1)
+        off = self.c0 % FRACTAL
+        tile = sub[:, off:off + self.nc]
+        if self.transpose:
+            tile = tile.T
+        out = _to_zz(tile) if self.dst.region.name == "L0A" else _to_nz_l0b(tile)
+        flat = out.reshape(-1)
+        self.dst.reinterpret(dt).array(flat.size)[...] = flat
+
+    def describe(self) -> str:
+        rows, cols = self.tile_shape()
+        return (f"LoadData(L1->{self.dst.region.name}, {rows} x {cols} {self.src.dtype}"
+                f"{', transpose' if self.transpose else ''}, repeat {self.repeat})")
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        rows, cols = self.tile_shape()
+        return rows * cols, self._bytes, self.dst.addr, f"L1->{self.dst.region.name} {rows}x{cols}" + (
+            " T" if self.transpose else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# CUBE: Mmad
+# ---------------------------------------------------------------------------------------------
+
+class Mmad(CubeInstruction):
+    """``Mmad(c, a, b, {m, k, n})``: c (L0C, fp32) = [c +] a (L0A, m x k) . b (L0B, k x n).
+
+    Inputs fp16/bf16 (their products are exact in fp32), accumulation in fp32 in L0C;
+    ``accumulate`` False overwrites (cmatrixInitVal), True adds to what L0C holds. Costs the
+    padded 16x16x16 fractals at ``cube.macs_per_cycle[dtype]`` MACs per cycle.
+    """
+
+    __slots__ = ("c", "a", "b", "m", "k", "n", "accumulate")
+    pipe = "CUBE"
+    name = "Mmad"
+
+    def __init__(self, c: LocalTensor, a: LocalTensor, b: LocalTensor, m: int, k: int, n: int, *,
+                 accumulate: bool, repeat: int = 1) -> None:
+        super().__init__(repeat)
+        self.c, self.a, self.b = c, a, b
+        self.m, self.k, self.n = int(m), int(k), int(n)
+        self.accumulate = bool(accumulate)
+
+    def cycles(self, spec: Any) -> int:
+        cube = spec.cube
+        if cube is None:
+            raise UnsupportedInstruction(f"{spec.name} has no cube unit")
+        dt = self.a.dtype.name
+        macs = cube.macs_per_cycle.get(dt)
+        if macs is None:
+            raise UnsupportedInstruction(f"Mmad on {dt} is not a cube instruction of {spec.name} "
+                                         f"(macs_per_cycle for {', '.join(cube.macs_per_cycle)})", dtype=dt)
+        fractals = ceil_div(self.m, cube.m) * ceil_div(self.k, cube.k) * ceil_div(self.n, cube.n)
+        return math.ceil(fractals * cube.m * cube.k * cube.n / macs)
+
+    def issue(self, pipe: "Pipe") -> int:
+        _timing_only(pipe, self)
+        a, b, c = self.a, self.b, self.c
+        _need_region(a, ("L0A",), "Mmad left matrix")
+        _need_region(b, ("L0B",), "Mmad right matrix")
+        _need_region(c, ("L0C",), "Mmad result")
+        if a.dtype != b.dtype:
+            raise SimulatorError(f"Mmad mixes {a.dtype} and {b.dtype}")
+        if c.dtype != nx.FP32:
+            raise SimulatorError(f"Mmad accumulates in fp32 in L0C, got a {c.dtype} result tensor")
+        if min(self.m, self.k, self.n) <= 0:
+            raise SimulatorError(f"Mmad with m={self.m}, k={self.k}, n={self.n}")
+        kr = ceil_div(self.k, self.repeat)
+        item = a.dtype.itemsize
+        _fit(a, nz_bytes(self.m, kr, item), f"Mmad left tile {self.m} x {kr}")
+        _fit(b, nz_bytes(kr, self.n, item), f"Mmad right tile {kr} x {self.n}")
+        _fit(c, nz_bytes(self.m, self.n, 4), f"Mmad result tile {self.m} x {self.n} fp32")
+        a.check(nz_bytes(self.m, kr, item) // item, write=False)
+        b.check(nz_bytes(kr, self.n, item) // item, write=False)
+        c.check(nz_bytes(self.m, self.n, 4) // 4, write=True)
+        return self.cycles(pipe.core.device.spec)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        m, k, n = self.m, self.k, self.n
+        item = self.a.dtype.itemsize
+        a = _from_zz(self.a.array(nz_bytes(m, k, item) // item), m, k).astype(np.float32)
+        b = _from_nz_l0b(self.b.array(nz_bytes(k, n, item) // item), k, n).astype(np.float32)
+        # fp32 accumulation of the exact fp16/bf16 products. einsum rather than BLAS: no thread
+        # pool (a multi-threaded BLAS on a busy host is slower than this for tile-sized products)
+        prod = np.einsum("mk,kn->mn", a, b)
+        n16 = align16(n)
+        full = np.zeros((m, n16), dtype=np.float32)
+        full[:, :n] = prod
+        c = self.c.array(nz_bytes(m, n, 4) // 4).reshape(n16 // FRACTAL, align16(m), FRACTAL)
+        part = full.reshape(m, n16 // FRACTAL, FRACTAL).transpose(1, 0, 2)
+        if self.accumulate:
+            c[:, :m, :] += part
+        else:
+            c[:, :m, :] = part
+
+    def describe(self) -> str:
+        return (f"Mmad({self.m}x{self.k}x{self.n} {self.a.dtype}, "
+                f"{'accumulate' if self.accumulate else 'overwrite'}, repeat {self.repeat})")
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.m * self.k * self.n, 0, self.c.addr, f"{self.m}x{self.k}x{self.n} {self.a.dtype}" + (
+            " acc" if self.accumulate else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# FIXP: L0C -> GM
+# ---------------------------------------------------------------------------------------------
+
+class Fixpipe(CubeInstruction):
+    """``Fixpipe`` L0C -> GM: the m x n fp32 result at (r0, c0) of an ND ``dst``, rounded once
+    to ``dst``'s dtype (``round_mode``, RINT by default) on the way."""
+
+    __slots__ = ("dst", "r0", "c0", "src", "m", "n", "round_mode", "l2_sample", "_nbytes")
+    pipe = "FIXP"
+    name = "Fixpipe"
+
+    def __init__(self, dst: GmMatrix, r0: int, c0: int, src: LocalTensor, m: int, n: int, *,
+                 round_mode: str = "rint", l2_sample: int | None = None) -> None:
+        super().__init__(1)
+        if round_mode not in nx.ROUND_MODES:
+            raise SimulatorError(f"Fixpipe round mode {round_mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
+        self.dst, self.src = dst, src
+        self.r0, self.c0, self.m, self.n = int(r0), int(c0), int(m), int(n)
+        self.round_mode = round_mode
+        self.l2_sample = l2_sample
+        self._nbytes = self.m * self.n * dst.itemsize
+
+    def issue(self, pipe: "Pipe") -> simpy.Event:
+        src, dst = self.src, self.dst
+        _need_region(src, ("L0C",), "Fixpipe source")
+        if src.dtype != nx.FP32:
+            raise SimulatorError(f"Fixpipe reads fp32 from L0C, got {src.dtype}")
+        if dst.layout != "ND":
+            raise SimulatorError("Fixpipe here writes ND matrices only")
+        _fit(src, nz_bytes(self.m, self.n, 4), f"Fixpipe of a {self.m} x {self.n} fp32 tile")
+        src.check(nz_bytes(self.m, self.n, 4) // 4, write=False)
+        dst._check_block(self.r0, self.m, self.c0, self.n)
+        device = pipe.core.device
+        lo, hi = dst.span(self.r0, self.m, self.c0, self.n)
+        device.check_global(lo, hi - lo, write=True)
+        model = device.spec.fixp
+        if model is None:
+            raise UnsupportedInstruction(f"{device.spec.name} has no [fixp] (L0C->GM) model")
+        runs = _l2_view(device, dst.run_geometry(self.r0, self.m, self.c0, self.n), self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, ranges=runs,
+                                  startup_extra=pipe.head_cycles())
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        m, n = self.m, self.n
+        c = self.src.array(nz_bytes(m, n, 4) // 4)
+        vals = nz_to_nd(c, m, n)
+        if self.dst.dtype != nx.FP32:
+            vals = nx.cast(vals, self.dst.dtype, self.round_mode)
+        self.dst.write(self.r0, self.c0, vals)
+
+    def describe(self) -> str:
+        return f"Fixpipe(L0C->GM, {self.m} x {self.n} fp32->{self.dst.dtype})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return (self.m * self.n, self._nbytes, self.dst.span(self.r0, 1, self.c0, self.n)[0],
+                f"L0C->GM {self.m}x{self.n} fp32->{self.dst.dtype}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Vector side: UB -> GM in NZ
+# ---------------------------------------------------------------------------------------------
+
+class CopyUbToNz(Instruction):
+    """``DataCopy`` UB -> GM of one row chunk into an NZ matrix (the vector side of a mixed
+    kernel writes the cube's operand in NZ): ``n`` elements of row ``row`` from column ``c0``
+    (a multiple of 16) go out as ceil(n/16) 32 B blocks at the NZ block stride
+    (blockCount = ceil(n/16), dstStride = R16 - 1 blocks). The tail of the last block is
+    padding (columns >= cols of the matrix are never read by the cube).
+
+    ``l2_rows``: the L2 model is shown the runs of rows (row - l2_rows, row] of these columns
+    (default: this row). A kernel writing consecutive rows passes 0 for all but the last row
+    of a batch and the batch size there: the batch's blocks are then one run per column block
+    instead of one per row and column block (the cube reads them only after the whole batch).
+    """
+
+    __slots__ = ("dst", "row", "c0", "src", "n", "l2_sample", "l2_rows", "_nbytes")
+    name = "DataCopy"
+
+    def __init__(self, dst: GmMatrix, row: int, c0: int, src: LocalTensor, n: int, *,
+                 l2_sample: int | None = None, l2_rows: int = 1) -> None:
+        super().__init__()
+        self.dst, self.row, self.c0, self.src, self.n = dst, int(row), int(c0), src, int(n)
+        self.l2_sample = l2_sample
+        self.l2_rows = int(l2_rows)
+        self._nbytes = align16(self.n) * dst.itemsize
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self.src.core.store_pipe
+
+    def issue(self, pipe: "Pipe") -> simpy.Event:
+        dst, src = self.dst, self.src
+        if dst.layout != "NZ":
+            raise SimulatorError("CopyUbToNz writes an NZ matrix")
+        if src.dtype.itemsize != dst.itemsize:
+            raise SimulatorError(f"DataCopy between {src.dtype} and {dst.dtype}: DMA does not convert; Cast first")
+        dst._check_block(self.row, 1, self.c0, self.n)
+        if align16(self.n) > src.count:
+            raise MemoryFault(f"DataCopy of {align16(self.n)} elements (whole 16-element blocks) overruns "
+                              f"{src!r}", address=src.addr)
+        src.check(align16(self.n), write=False)
+        device = pipe.core.device
+        lo, hi = dst.span(self.row, 1, self.c0, self.n)
+        device.check_global(lo, hi - lo, write=True)
+        seen: list[tuple[int, int]] = []
+        if self.l2_rows > 0:
+            first = max(0, self.row - self.l2_rows + 1)
+            seen = _l2_view(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n), self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, ranges=seen, startup_extra=pipe.head_cycles())
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        vals = self.src.array(align16(self.n)).reshape(1, -1)
+        self.dst.write(self.row, self.c0, vals)
+
+    def describe(self) -> str:
+        return f"DataCopy(UB->GM ND2NZ, row {self.row}, {self.n} x {self.src.dtype})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.n, self._nbytes, self.dst.span(self.row, 1, self.c0, 16)[0], f"UB->GM NZ {self.src.dtype}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-core flags
+# ---------------------------------------------------------------------------------------------
+
+CROSS_CORE_FLAG_IDS = 16   # flag ids 0..15 (Ascend C CrossCoreSetFlag flagId)
+
+
+def _cross_keys(pipe: "Pipe", flag_id: int, mode: int, setting: bool) -> tuple[list[tuple], int]:
+    """(keys, per): the flag-table keys an instruction sets or waits on, and what a wait needs."""
+    core = pipe.core
+    launch = core.launch
+    if launch is None:
+        raise SimulatorError("a cross-core flag outside a launch")
+    if not 0 <= flag_id < CROSS_CORE_FLAG_IDS:
+        raise SimulatorError(f"cross-core flag id {flag_id} is not in 0..{CROSS_CORE_FLAG_IDS - 1}")
+    lid = id(launch)
+    kind = core.kind
+    mixed = launch.unit == "mix"
+    ratio = core.device.mix_ratio if mixed else 1
+    if mode == 0:   # every core of this kind in the launch
+        per = launch.block_dim * (ratio if kind == "aiv" else 1)
+        return [(lid, "all", kind, flag_id)], per
+    if not mixed or core.name not in launch.roles:
+        raise SimulatorError(f"cross-core flag mode {mode} needs a mixed AIC/AIV launch (unit='mix')")
+    group, sub = launch.roles[core.name]
+    if mode == 1:   # the vector cores of one group among themselves
+        if kind != "aiv":
+            raise SimulatorError("cross-core flag mode 1 synchronises the vector cores of a group")
+        return [(lid, group, "aiv", flag_id)], ratio
+    if mode != 2:
+        raise SimulatorError(f"cross-core flag mode {mode} is not 0, 1 or 2")
+    if kind == "aiv":
+        # AIV -> AIC: the cube core passes once every vector core of its group has set it
+        return ([(lid, group, "to_aic", flag_id)], 1) if setting else ([(lid, group, "to_aiv", sub, flag_id)], 1)
+    if setting:     # AIC -> AIV: one set lets each vector core of the group pass once
+        return [(lid, group, "to_aiv", s, flag_id) for s in range(ratio)], 1
+    return [(lid, group, "to_aic", flag_id)], ratio
+
+
+class CrossCoreSetFlag(Instruction):
+    """``CrossCoreSetFlag<mode, pipe>(flag_id)``: runs on ``pipe`` once its earlier work is done.
+
+    mode 0: all cores of this kind in the launch (with the matching wait, a barrier such as
+    SyncAll); mode 1: the vector cores of a group; mode 2: a cube core and its vector cores.
+    """
+
+    __slots__ = ("flag_id", "mode", "_pipe")
+    busy = False
+    name = "CrossCoreSetFlag"
+
+    def __init__(self, flag_id: int, mode: int = 2, pipe: str = "MTE3") -> None:
+        super().__init__()
+        self.flag_id, self.mode, self._pipe = int(flag_id), int(mode), pipe
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self._pipe
+
+    def complete(self, pipe: "Pipe") -> None:
+        keys, _ = _cross_keys(pipe, self.flag_id, self.mode, setting=True)
+        table = pipe.core.device.cross_flags
+        for key in keys:
+            table.set(key)
+
+    def describe(self) -> str:
+        return f"CrossCoreSetFlag<{self.mode}, {self._pipe}>({self.flag_id})"
+
+
+class CrossCoreWaitFlag(Instruction):
+    """``CrossCoreWaitFlag(flag_id)``: blocks ``pipe`` until the flag set with ``mode`` is set
+    (mode 0: by every core of this kind; mode 2 on a cube core: by all its vector cores)."""
+
+    __slots__ = ("flag_id", "mode", "_pipe")
+    busy = False
+    name = "CrossCoreWaitFlag"
+
+    def __init__(self, flag_id: int, mode: int = 2, pipe: str = "MTE2") -> None:
+        super().__init__()
+        self.flag_id, self.mode, self._pipe = int(flag_id), int(mode), pipe
+
+    @property
+    def pipe(self) -> str:  # type: ignore[override]
+        return self._pipe
+
+    def issue(self, pipe: "Pipe") -> simpy.Event | None:
+        keys, per = _cross_keys(pipe, self.flag_id, self.mode, setting=False)
+        return pipe.core.device.cross_flags.wait(keys[0], pipe.core.name, per)
+
+    def describe(self) -> str:
+        return f"CrossCoreWaitFlag<{self.mode}, {self._pipe}>({self.flag_id})"

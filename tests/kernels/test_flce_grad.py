@@ -1,0 +1,435 @@
+"""aclnnFusedLinearCrossEntropyLossGrad: precision over the shape grid, both modes, vocabulary
+partitions, timing of the mixed AIC/AIV kernel, capacity, and every documented check."""
+from __future__ import annotations
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import opsim
+from kernels.aclnn import (aclnnFusedLinearCrossEntropyLossGrad,
+                           aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize)
+from kernels.ascend import flce_grad as F
+from simulator import numerics as nx
+from simulator.acl import ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
+from simulator.errors import CapacityError, MemoryFault
+
+OP = "fused_linear_cross_entropy_loss_grad"
+NP = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}
+THRESHOLD = {"bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
+TS = opsim.TensorSpec
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-style operands: one global vocabulary, partitions of it (numerics.md 1d)
+# ---------------------------------------------------------------------------------------------
+
+def _problem(seed: int, bt: int, h: int, v: int, dtype: str) -> dict:
+    rng = np.random.default_rng(seed)
+    dt = NP[dtype]
+    x = (rng.standard_normal((bt, h)) * 0.5).astype(np.float32).astype(dt)
+    w = (rng.standard_normal((v, h)) / np.sqrt(h)).astype(np.float32).astype(dt)
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    lmax = logits.max(axis=1)
+    return {"x": x, "w": w, "logits": logits, "lmax": lmax, "sexp": np.exp(logits - lmax[:, None]).sum(axis=1),
+            "target": rng.integers(0, v, size=bt), "grad": rng.uniform(0.5, 1.5, size=bt).astype(np.float32)}
+
+
+def _operands(p: dict, start: int, end: int, mode: str, packed: bool = False) -> dict:
+    """The call of vocabulary partition [start, end): targets elsewhere are masked (targetMask 1,
+    maskedTarget 0); softmax (high-performance) or the global logitsMax / sumExpLogits."""
+    t = p["target"]
+    mask = (t < start) | (t >= end)
+    ops = {"grad": p["grad"], "input": p["x"], "weight": p["w"][start:end],
+           "target_mask": np.packbits(mask, bitorder="little") if packed else mask,
+           "masked_target": np.where(mask, 0, t - start).astype(np.int64)}
+    if mode == F.HIGH_PERFORMANCE:
+        part = np.exp(p["logits"][:, start:end] - p["lmax"][:, None]) / p["sexp"][:, None]
+        ops["softmax"] = part.astype(np.float32)
+    else:
+        ops["logits_max"] = p["lmax"].astype(np.float32)
+        ops["sum_exp_logits"] = p["sexp"].astype(np.float32)
+    return ops
+
+
+def _truth(ops: dict) -> dict:
+    """fp64, no intermediate rounding, from the operands the call was given."""
+    x, w = ops["input"].astype(np.float64), ops["weight"].astype(np.float64)
+    bt = x.shape[0]
+    mask = ops["target_mask"]
+    if mask.dtype == np.uint8:
+        mask = np.unpackbits(mask, bitorder="little")[:bt].astype(bool)
+    if "softmax" in ops:
+        s = ops["softmax"].astype(np.float64)
+    else:
+        s = np.exp(x @ w.T - ops["logits_max"].astype(np.float64)[:, None]) / ops["sum_exp_logits"][:, None]
+    rows = np.flatnonzero(~mask)
+    s[rows, ops["masked_target"][rows]] -= 1.0
+    s *= ops["grad"].astype(np.float64)[:, None]
+    return {"input_grad": s @ w, "weight_grad": s.T @ x}
+
+
+def _frobenius(actual: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.linalg.norm(actual.astype(np.float64) - truth) / np.linalg.norm(truth))
+
+
+def _check_tolerance(actual: np.ndarray, golden: np.ndarray, dtype: str, what: str) -> None:
+    ok, info = nx.mixed_tolerance_check(actual, golden, dtype)
+    assert ok and info["matched_ratio"] >= 0.99, (what, info)
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision over the grid: both modes, and two vocabulary partitions
+# ---------------------------------------------------------------------------------------------
+
+GRID = list(itertools.product((1, 17, 256), (64, 1024), (128, 1000, 4096), ("bf16", "fp16")))
+
+
+@pytest.mark.parametrize("bt,h,v,dtype", GRID, ids=[f"bt{b}-h{h}-v{v}-{d}" for b, h, v, d in GRID])
+def test_both_modes_and_two_partitions_meet_the_precision_standards(bt, h, v, dtype):
+    p = _problem(bt * 1000 + h + v, bt, h, v, dtype)
+    outs = {}
+    for mode in (F.HIGH_PERFORMANCE, F.MEMORY_SAVING):
+        ops = _operands(p, 0, v, mode)
+        res = opsim.run(OP, trace="off", **ops)
+        gold = F.golden(ops, {})
+        truth = _truth(ops)
+        for name in ("input_grad", "weight_grad"):
+            out = res.outputs[name]
+            assert out.dtype == NP[dtype] and out.shape == truth[name].shape
+            _check_tolerance(out, gold[name], dtype, (mode, name))
+            assert _frobenius(out, truth[name]) < THRESHOLD[dtype], (mode, name)
+        outs[mode] = res.outputs
+    for name in ("input_grad", "weight_grad"):     # the modes agree
+        _check_tolerance(outs[F.MEMORY_SAVING][name], outs[F.HIGH_PERFORMANCE][name], dtype, ("modes", name))
+    # two partitions, each given the global max and sum
+    half = v // 2
+    parts = []
+    for start, end in ((0, half), (half, v)):
+        ops = _operands(p, start, end, F.MEMORY_SAVING)
+        res = opsim.run(OP, trace="off", **ops)
+        gold = F.golden(ops, {})
+        for name in ("input_grad", "weight_grad"):
+            _check_tolerance(res.outputs[name], gold[name], dtype, ("partition", start, name))
+        parts.append(res.outputs)
+    single = outs[F.MEMORY_SAVING]
+    _check_tolerance(np.concatenate([parts[0]["weight_grad"], parts[1]["weight_grad"]]), single["weight_grad"],
+                     dtype, "concatenated weight_grad")
+    summed = parts[0]["input_grad"].astype(np.float32) + parts[1]["input_grad"].astype(np.float32)
+    _check_tolerance(summed, single["input_grad"].astype(np.float32), dtype, "summed input_grad")
+
+
+def test_bit_packed_uint8_mask_gives_the_same_result_as_the_bool_mask():
+    p = _problem(11, 37, 64, 300, "bf16")
+    ops = _operands(p, 100, 300, F.MEMORY_SAVING)
+    packed = _operands(p, 100, 300, F.MEMORY_SAVING, packed=True)
+    assert packed["target_mask"].dtype == np.uint8 and packed["target_mask"].size == 5   # ceil(37 / 8)
+    a = opsim.run(OP, trace="off", **ops).outputs
+    b = opsim.run(OP, trace="off", **packed).outputs
+    for name in a:
+        assert np.array_equal(a[name].view(np.uint16), b[name].view(np.uint16))
+
+
+def test_int32_masked_target_and_a_masked_row_leave_that_row_without_the_target_update():
+    p = _problem(12, 8, 32, 256, "fp16")
+    ops = _operands(p, 0, 128, F.HIGH_PERFORMANCE)
+    ops["masked_target"] = ops["masked_target"].astype(np.int32)
+    res = opsim.run(OP, trace="off", **ops).outputs
+    gold = F.golden(ops, {})
+    for name in res:
+        _check_tolerance(res[name], gold[name], "fp16", name)
+    # a row whose target is in the other partition contributes softmax * grad only
+    masked = np.flatnonzero(ops["target_mask"])
+    assert masked.size, "the fixture must have rows whose target is in the other partition"
+    r = masked[0]
+    only = np.zeros_like(ops["softmax"])
+    only[r] = ops["softmax"][r] * ops["grad"][r]
+    expect_row = (only.astype(np.float16).astype(np.float32) @ ops["weight"].astype(np.float32))[r]
+    assert np.allclose(res["input_grad"][r].astype(np.float32), expect_row, rtol=2 ** -9, atol=2 ** -12)
+
+
+def test_same_inputs_give_identical_outputs_and_traces():
+    p = _problem(13, 20, 64, 200, "bf16")
+    ops = _operands(p, 0, 200, F.MEMORY_SAVING)
+    a = opsim.run(OP, seed=3, **ops)
+    b = opsim.run(OP, seed=3, **ops)
+    assert a.cycles == b.cycles
+    for name in a.outputs:
+        assert np.array_equal(a.outputs[name].view(np.uint16), b.outputs[name].view(np.uint16))
+    ca, cb = a.trace.columns(), b.trace.columns()
+    assert all(np.array_equal(ca[k], cb[k]) for k in ca)
+
+
+def test_a_masked_target_outside_the_partition_on_a_live_row_faults():
+    p = _problem(14, 4, 32, 128, "bf16")
+    ops = _operands(p, 0, 128, F.HIGH_PERFORMANCE)
+    ops["masked_target"] = ops["masked_target"].copy()
+    ops["masked_target"][2] = 128
+    with pytest.raises(MemoryFault, match=r"maskedTarget\[2\] = 128"):
+        opsim.run(OP, trace="off", **ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# The mixed kernel on the trace
+# ---------------------------------------------------------------------------------------------
+
+def _overlap(a, b) -> bool:
+    return any(x.start < y.end and y.start < x.end for x in a for y in b)
+
+
+def test_trace_shows_the_cube_and_vector_cores_and_overlapping_mte1_cube_fixp():
+    p = _problem(15, 256, 64, 1000, "bf16")
+    ops = _operands(p, 0, 1000, F.HIGH_PERFORMANCE)
+    res = opsim.run(OP, tiling={"block_dim": 1}, **ops)       # every tile on one cube core
+    tr = res.trace
+    assert {"core0.cubecore0", "core0.veccore0", "core0.veccore1"} <= set(tr.processes)
+    mte1 = list(tr.slices(process="core0.cubecore0", thread="MTE1"))
+    cube = list(tr.slices(process="core0.cubecore0", thread="CUBE"))
+    fixp = list(tr.slices(process="core0.cubecore0", thread="FIXP"))
+    mte2 = list(tr.slices(process="core0.cubecore0", thread="MTE2"))
+    assert res.tiling.l0c_depth == 2                           # 128 x 64 fp32 tiles: two fit L0C
+    assert _overlap(mte1, cube)                                # L0A/L0B ping-pong
+    assert _overlap(fixp, cube)                                # L0C ping-pong
+    assert _overlap(mte2, cube)                                # L1 ping-pong
+    # the vector cores write the logit gradient before the cube reads it
+    vec_end = max(s.end for c in ("core0.veccore0", "core0.veccore1") for s in tr.slices(process=c, thread="MTE3"))
+    assert min(s.start for s in cube) >= vec_end
+    for name in res.outputs:
+        _check_tolerance(res.outputs[name], F.golden(ops, {})[name], "bf16", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing at large shapes (timing mode: shapes only)
+# ---------------------------------------------------------------------------------------------
+
+def _specs(bt: int, h: int, v: int, mode: str, dtype: str = "bf16") -> dict:
+    ops = {"grad": TS((bt,), "fp32"), "input": TS((bt, h), dtype), "weight": TS((v, h), dtype),
+           "target_mask": TS((bt,), "bool"), "masked_target": TS((bt,), "int64")}
+    if mode == F.HIGH_PERFORMANCE:
+        ops["softmax"] = TS((bt, v), "fp32")
+    else:
+        ops.update(logits_max=TS((bt,), "fp32"), sum_exp_logits=TS((bt,), "fp32"))
+    return ops
+
+
+def _peak_flops(spec, dtype: str = "bf16") -> float:
+    return 2 * spec.cube.macs_per_cycle[dtype] * spec.cores.aic * spec.clock_hz
+
+
+def test_at_a_large_shape_the_cube_is_the_bound_and_memory_saving_costs_more():
+    bt, h, v = 2048, 512, 8192
+    spec = opsim.device_spec("atlas-a2")
+    runs = {mode: opsim.run(OP, mode="timing", trace="off", **_specs(bt, h, v, mode))
+            for mode in (F.HIGH_PERFORMANCE, F.MEMORY_SAVING)}
+    for mode, res in runs.items():
+        assert res.stats["bound"] == "cube", (mode, res.stats["bound_reason"])
+        assert res.tiling.coarsen == 1                         # every base instruction simulated
+        matmuls = 2 + (mode == F.MEMORY_SAVING)
+        flops = 2.0 * bt * h * v * matmuls
+        assert flops / (res.cycles / spec.clock_hz) <= _peak_flops(spec)
+    assert runs[F.MEMORY_SAVING].cycles > runs[F.HIGH_PERFORMANCE].cycles
+
+
+def test_a_910b_class_partition_runs_in_timing_mode_and_reports_its_gm_footprint():
+    bt, h, v = 4096, 4096, 32000
+    spec = opsim.device_spec("atlas-a2")
+    res = opsim.run(OP, mode="timing", trace="off", **_specs(bt, h, v, F.HIGH_PERFORMANCE))
+    operands = (bt * 4 + bt * h * 2 + v * h * 2 + bt * 1 + bt * 8 + bt * v * 4   # grad .. softmax
+                + bt * h * 2 + v * h * 2)                                         # the two outputs
+    workspace = 4096 * 32000 * 2                                                  # S, bf16, NZ
+    assert res.stats["workspace_bytes"] == workspace
+    assert res.stats["gm_footprint_bytes"] == operands + workspace
+    assert res.outputs == {} and res.cycles > 0
+    assert 2.0 * bt * h * v * 2 / (res.cycles / spec.clock_hz) <= _peak_flops(spec)
+
+
+def test_a_shape_whose_buffers_exceed_hbm_is_refused_with_the_numbers():
+    bt, h, v = 32768, 1024, 600000                 # softmax alone: 32768 x 600000 x 4 B = 78.6 GB
+    with pytest.raises(CapacityError) as e:
+        opsim.run(OP, mode="timing", trace="off", **_specs(bt, h, v, F.HIGH_PERFORMANCE))
+    err = e.value
+    assert err.buffer == "HBM" and err.available == 64 * 2 ** 30 and err.needed > err.available
+    assert f"softmax {bt * v * 4} B" in str(err) and str(err.needed) in str(err)
+
+
+def test_a_tiling_whose_result_tile_exceeds_l0c_raises_capacity_error():
+    # 256 x 256 base tiles: L1 (2 x 128 KiB + 2 x 128 KiB) and L0A/L0B (2 x 32 KiB) still fit,
+    # the 256 x 256 fp32 result (256 KiB) does not fit the 128 KiB L0C
+    p = _problem(16, 16, 256, 256, "bf16")
+    with pytest.raises(CapacityError) as e:
+        opsim.run(OP, trace="off", tiling={"base_m": 256, "base_n": 256}, **_operands(p, 0, 256, F.MEMORY_SAVING))
+    assert e.value.buffer == "L0C" and e.value.needed == 256 * 256 * 4 and e.value.available < e.value.needed
+
+
+# ---------------------------------------------------------------------------------------------
+# aclnn two-phase entry points
+# ---------------------------------------------------------------------------------------------
+
+def _acl_tensor(rt, arr, fmt: int = 2):
+    ptr, ret = rt.aclrtMalloc(max(arr.nbytes, 1))
+    assert ret == 0
+    if arr.nbytes:
+        assert rt.aclrtMemcpy(ptr, arr.nbytes, arr, arr.nbytes, ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    strides = [int(np.prod(arr.shape[i + 1:])) for i in range(arr.ndim)]
+    return rt.aclCreateTensor(list(arr.shape), nx.dtype(arr.dtype).acl, strides, 0, fmt, list(arr.shape), ptr), ptr
+
+
+def _acl_call(rt, ops: dict, ig: np.ndarray, wg: np.ndarray, fmt: dict | None = None):
+    fmt = fmt or {}
+    t = {k: (_acl_tensor(rt, v, fmt.get(k, 2)) if v is not None else (None, 0)) for k, v in ops.items()}
+    t["input_grad"], t["weight_grad"] = _acl_tensor(rt, ig, fmt.get("input_grad", 2)), _acl_tensor(rt, wg)
+    g = lambda k: t.get(k, (None, 0))[0]  # noqa: E731
+    ws, ex, ret = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+        g("grad"), g("input"), g("weight"), g("target_mask"), g("masked_target"), ops.get("label_smoothing", 0.0),
+        g("logits_max"), g("sum_exp_logits"), g("softmax"), g("input_grad"), g("weight_grad"))
+    return ws, ex, ret, t
+
+
+@pytest.mark.parametrize("mode", [F.HIGH_PERFORMANCE, F.MEMORY_SAVING])
+def test_aclnn_two_phase_call_with_packed_mask_matches_the_golden(mode):
+    bt, h, v = 24, 64, 160
+    p = _problem(17, bt, h, 2 * v, "bf16")
+    ops = _operands(p, v, 2 * v, mode, packed=True)
+    rt = AclRuntime("atlas-a2")
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    stream, _ = rt.aclrtCreateStream()
+    ig, wg = np.zeros((bt, h), ml_dtypes.bfloat16), np.zeros((v, h), ml_dtypes.bfloat16)
+    ws, ex, ret, t = _acl_call(rt, ops, ig, wg)
+    assert ret == 0, rt.aclGetRecentErrMsg()
+    s_nz = -(-bt // 16) * 16 * (-(-v // 16) * 16) * 2          # the logit gradient, bf16, NZ
+    logits = bt * v * 4 if mode == F.MEMORY_SAVING else 0       # the recomputed fp32 logits
+    assert ws == -(-s_nz // 512) * 512 + logits
+    wsp, _ = rt.aclrtMalloc(ws)
+    assert aclnnFusedLinearCrossEntropyLossGrad(wsp, ws, ex, stream) == 0
+    assert rt.aclrtSynchronizeStream(stream) == 0
+    gold = F.golden(ops, {})
+    for name, host in (("input_grad", ig), ("weight_grad", wg)):
+        assert rt.aclrtMemcpy(host, host.nbytes, t[name][1], host.nbytes, ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        _check_tolerance(host, gold[name], "bf16", name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs: every documented check, in the documented order (kernels.md 4b)
+# ---------------------------------------------------------------------------------------------
+
+def _valid(dtype: str = "bf16", mode: str = F.HIGH_PERFORMANCE) -> dict:
+    return _operands(_problem(18, 4, 32, 128, dtype), 0, 128, mode)
+
+
+def _with(base: dict, **changes) -> dict:
+    out = dict(base)
+    out.update(changes)
+    return out
+
+
+V = _valid()
+VMS = _valid(mode=F.MEMORY_SAVING)
+BAD_CALLS = [
+    # null (161001)
+    ("null grad", "atlas-a2", _with(V, grad=None), 161001, ["grad", "null"]),
+    ("null input", "atlas-a2", _with(V, input=None), 161001, ["input", "null"]),
+    ("null weight", "atlas-a2", _with(V, weight=None), 161001, ["weight", "null"]),
+    ("null targetMask", "atlas-a2", _with(V, target_mask=None), 161001, ["targetMask", "null"]),
+    ("null maskedTarget", "atlas-a2", _with(V, masked_target=None), 161001, ["maskedTarget", "null"]),
+    ("no softmax and no logitsMax", "atlas-a2", _with(VMS, logits_max=None), 161001,
+     ["softmaxOptional is null", "logitsMaxOptional"]),
+    ("no softmax and no sumExpLogits", "atlas-a2", _with(VMS, sum_exp_logits=None), 161001,
+     ["softmaxOptional is null", "sumExpLogitsOptional"]),
+    # dtype (161002)
+    ("grad fp16", "atlas-a2", _with(V, grad=V["grad"].astype(np.float16)), 161002, ["grad", "FLOAT16", "FLOAT"]),
+    ("input fp32", "atlas-a2", _with(V, input=V["input"].astype(np.float32)), 161002,
+     ["input", "FLOAT", "FLOAT16, BFLOAT16"]),
+    ("weight dtype differs", "atlas-a2", _with(V, weight=V["weight"].astype(np.float16)), 161002,
+     ["weight", "FLOAT16", "input's dtype BFLOAT16"]),
+    ("targetMask int32", "atlas-a2", _with(V, target_mask=V["target_mask"].astype(np.int32)), 161002,
+     ["targetMask", "INT32", "BOOL, UINT8"]),
+    ("maskedTarget fp32", "atlas-a2", _with(V, masked_target=V["masked_target"].astype(np.float32)), 161002,
+     ["maskedTarget", "FLOAT", "INT32, INT64"]),
+    ("logitsMax fp16", "atlas-a2", _with(VMS, logits_max=VMS["logits_max"].astype(np.float16)), 161002,
+     ["logitsMaxOptional", "FLOAT16"]),
+    ("sumExpLogits bf16", "atlas-a2",
+     _with(VMS, sum_exp_logits=VMS["sum_exp_logits"].astype(ml_dtypes.bfloat16)), 161002,
+     ["sumExpLogitsOptional", "BFLOAT16"]),
+    ("softmax fp16", "atlas-a2", _with(V, softmax=V["softmax"].astype(np.float16)), 161002,
+     ["softmaxOptional", "FLOAT16"]),
+    ("inputGradOut dtype", "atlas-a2", _with(V, input_grad=np.zeros((4, 32), np.float32)), 161002,
+     ["inputGradOut", "FLOAT", "input's dtype BFLOAT16"]),
+    ("weightGradOut dtype", "atlas-a2", _with(V, weight_grad=np.zeros((128, 32), np.float16)), 161002,
+     ["weightGradOut", "FLOAT16", "input's dtype BFLOAT16"]),
+    # attribute (161002)
+    ("labelSmoothing", "atlas-a2", _with(V, label_smoothing=0.1), 161002, ["labelSmoothing", "0.1", "only 0"]),
+    # shape (161002)
+    ("input 3-D", "atlas-a2", _with(V, input=V["input"].reshape(2, 2, 32)), 161002, ["input", "2-D [BT, H]"]),
+    ("weight 1-D", "atlas-a2", _with(V, weight=V["weight"].reshape(-1)), 161002, ["weight", "2-D [V, H]"]),
+    ("weight H differs", "atlas-a2", _with(V, weight=np.zeros((128, 16), ml_dtypes.bfloat16),
+                                           softmax=V["softmax"]), 161002, ["weight", "H = 32"]),
+    ("grad length", "atlas-a2", _with(V, grad=np.ones(5, np.float32)), 161002, ["grad", "[5]", "[4]"]),
+    ("targetMask length", "atlas-a2", _with(V, target_mask=np.zeros(3, bool)), 161002, ["targetMask", "[3]", "[4]"]),
+    ("packed mask too short", "atlas-a2",
+     _with(_operands(_problem(19, 9, 32, 128, "bf16"), 0, 128, F.HIGH_PERFORMANCE), target_mask=np.zeros(1, np.uint8)),
+     161002, ["targetMask", "UINT8", "size * 8 >= BT = 9"]),
+    ("maskedTarget length", "atlas-a2", _with(V, masked_target=np.zeros(6, np.int64)), 161002,
+     ["maskedTarget", "[6]", "[4]"]),
+    ("logitsMax length", "atlas-a2", _with(VMS, logits_max=np.zeros(3, np.float32)), 161002,
+     ["logitsMaxOptional", "[3]"]),
+    ("sumExpLogits length", "atlas-a2", _with(VMS, sum_exp_logits=np.ones(7, np.float32)), 161002,
+     ["sumExpLogitsOptional", "[7]"]),
+    ("softmax shape", "atlas-a2", _with(V, softmax=np.zeros((4, 129), np.float32)), 161002,
+     ["softmaxOptional", "[4, 129]", "[4, 128]"]),
+    ("V below 128 with softmax", "atlas-a2",
+     _with(V, weight=V["weight"][:100], softmax=V["softmax"][:, :100].copy()), 161002, ["V = 100", "128"]),
+    ("inputGradOut shape", "atlas-a2", _with(V, input_grad=np.zeros((4, 33), ml_dtypes.bfloat16)), 161002,
+     ["inputGradOut", "[4, 33]", "[4, 32]"]),
+    ("weightGradOut shape", "atlas-a2", _with(V, weight_grad=np.zeros((32, 128), ml_dtypes.bfloat16)), 161002,
+     ["weightGradOut", "[32, 128]", "[128, 32]"]),
+    # platform (361001)
+    ("Atlas training series", "atlas-training", V, 361001, ["aclnnFusedLinearCrossEntropyLossGrad", "not supported"]),
+    ("Atlas inference series", "atlas-inference", V, 361001, ["not supported"]),
+    ("Atlas 200I/500 A2", "atlas-200i-500-a2", V, 361001, ["not supported"]),
+    # order: null before dtype, dtype before shape, shape before platform
+    ("null wins over dtype", "atlas-a2", _with(V, grad=None, input=V["input"].astype(np.float32)), 161001, ["grad"]),
+    ("dtype wins over shape", "atlas-a2", _with(V, grad=np.ones(5, np.float16)), 161002, ["FLOAT16"]),
+    ("shape wins over platform", "atlas-training", _with(V, grad=np.ones(5, np.float32)), 161002, ["[5]"]),
+]
+
+
+@pytest.mark.parametrize("what,device,kwargs,code,fragments", BAD_CALLS, ids=[b[0] for b in BAD_CALLS])
+def test_bad_input_is_rejected_with_code_and_message(what, device, kwargs, code, fragments):
+    with pytest.raises(opsim.OpError) as ei:
+        opsim.run(OP, device=device, trace="off", **kwargs)
+    assert ei.value.code == code
+    for f in fragments:
+        assert f in ei.value.message, (f, ei.value.message)
+
+
+@pytest.mark.parametrize("missing", ["inputGradOut", "weightGradOut", "grad"])
+def test_aclnn_null_tensor_gives_161001_and_never_raises(missing):
+    rt = AclRuntime("atlas-a2")
+    rt.aclInit(), rt.aclrtSetDevice(0)
+    ops = dict(V)
+    if missing == "grad":
+        ops["grad"] = None
+    ig = np.zeros((4, 32), ml_dtypes.bfloat16)
+    wg = np.zeros((128, 32), ml_dtypes.bfloat16)
+    t = {k: (_acl_tensor(rt, v)[0] if v is not None else None) for k, v in ops.items()}
+    out = {"inputGradOut": _acl_tensor(rt, ig)[0], "weightGradOut": _acl_tensor(rt, wg)[0]}
+    if missing in out:
+        out[missing] = None
+    ws, ex, ret = aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
+        t["grad"], t["input"], t["weight"], t["target_mask"], t["masked_target"], 0.0, None, None, t["softmax"],
+        out["inputGradOut"], out["weightGradOut"])
+    assert ret == 161001 and ex is None and ws == 0
+    assert missing in rt.aclGetRecentErrMsg() and "null" in rt.aclGetRecentErrMsg()
+
+
+@pytest.mark.parametrize("which", ["input", "softmax", "input_grad"])
+def test_aclnn_non_nd_format_gives_161002_and_touches_no_memory(which):
+    rt = AclRuntime("atlas-a2")
+    rt.aclInit(), rt.aclrtSetDevice(0)
+    ig, wg = np.zeros((4, 32), ml_dtypes.bfloat16), np.zeros((128, 32), ml_dtypes.bfloat16)
+    ws, ex, ret, _ = _acl_call(rt, dict(V), ig, wg, fmt={which: 29})        # FRACTAL_NZ
+    assert ret == 161002 and ex is None and ws == 0
+    name = F.PARAM[which]
+    assert f"{name} has format FRACTAL_NZ" in rt.aclGetRecentErrMsg() and "only ND" in rt.aclGetRecentErrMsg()
