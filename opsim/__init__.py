@@ -6,8 +6,9 @@
 """
 from kernels.common import OpError
 from opsim.api import RunResult, TensorSpec, device_spec, devices, operators, run
+from opsim.sweep import sweep  # the function; the module stays importable as `from opsim.sweep import ...`
 from simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
                               UnsupportedInstruction)
 
-__all__ = ["run", "devices", "device_spec", "operators", "RunResult", "TensorSpec", "OpError",
+__all__ = ["run", "sweep", "devices", "device_spec", "operators", "RunResult", "TensorSpec", "OpError",
            "SimulatorError", "MemoryFault", "CapacityError", "UnsupportedInstruction", "DeadlockError"]

@@ -102,7 +102,7 @@ def register(subparsers: Any) -> None:
                               description="Read a trace written by `opsim run --trace FILE` "
                                           "(Chrome JSON, optionally .gz).")
     sub = t.add_subparsers(dest="trace_command", required=True)
-    s = sub.add_parser("summary", help="busy %, bandwidth, UB peak and the bound, as tables")
+    s = sub.add_parser("summary", help="busy %%, bandwidth, UB peak and the bound, as tables")
     s.add_argument("file", help="trace file (.json or .json.gz)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(func=cmd_summary)

@@ -100,3 +100,14 @@ def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize
     pad = -(-tile // ALIGN_ELEMENTS) * ALIGN_ELEMENTS
     return ElementwiseTiling(total, block_dim, per_core, last, tile, buffer_num,
                              pad * per_element(buffer_num), per_element(buffer_num), core_mask)
+
+
+def estimate_elementwise(spec: DeviceSpec, tiling: ElementwiseTiling, work: Any) -> Any:
+    """Closed-form estimate of this tiling (kernels.analytic): ``work(n)`` is the TileWork of
+    one tile of ``n`` elements (its copies and vector instructions)."""
+    from kernels.analytic import pipeline_estimate
+    cores = popcount(tiling.core_mask) if tiling.core_mask else spec.vector_cores
+    return pipeline_estimate(spec, block_dim=tiling.block_dim, per_core=tiling.per_core,
+                             last_core=tiling.last_core, tile_length=tiling.tile_length,
+                             buffer_num=tiling.buffer_num, work=work, cores=cores,
+                             ub_bytes=tiling.ub_bytes, workspace_bytes=tiling.workspace)

@@ -42,3 +42,18 @@ def test_demo_runs_every_operator_and_checks_goldens(tmp_path, capsys):
     assert rc == 0, out
     assert "mse_loss_backward" in out and "bitwise" in out and " 0 failed" in out
     assert any(p.suffix == ".json" for p in tmp_path.iterdir())
+
+
+def test_every_command_prints_its_help(capsys):
+    import pytest
+    from opsim.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    for name, parser in sub.choices.items():
+        nested = [a for a in parser._actions if getattr(a, "choices", None) and a.dest != "help"
+                  and isinstance(a.choices, dict)]
+        commands = [[name]] + [[name, n] for a in nested for n in a.choices]
+        for argv in commands:
+            with pytest.raises(SystemExit) as ei:
+                main([*argv, "--help"])
+            assert ei.value.code == 0, argv
+    assert "usage" in capsys.readouterr().out

@@ -1,0 +1,373 @@
+"""Closed-form cost model: the simulator's cost tables without the event loop (DESIGN §7, estimate).
+
+The same numbers the simulator spends are used here, combined by formulas instead of by SimPy:
+
+- a vector instruction of ``n`` elements costs ``ceil(k·n + b)`` cycles from the spec's
+  ``vector.cost`` table (hardware.md 4a), plus the vector pipe head once per block;
+- a DMA copy costs its start-up latency plus ``bytes / rate``; the rate of each of ``c``
+  concurrent copies is the calibrated ``base + shared/c`` (hardware.md 4b, ``t = a + b/blockDim``),
+  reconciled with the shared GM link by max-min fair filling, as ``simulator/links.py`` does;
+  the first copy of a block pays the pipe head (MTE2 ``head + head_per_block·blockDim``, MTE3 head);
+- the launch overhead is paid once per launch;
+- pipes overlap as the TQue flags allow: CopyIn of tile ``i`` waits until Compute of tile
+  ``i − buffer_num`` has freed its buffer, Compute waits for its CopyIn and for CopyOut of tile
+  ``i − buffer_num``, CopyOut waits for its Compute; every pipe is in order. With double
+  buffering the steady-state tile period is the largest pipe time of a tile; with one buffer it
+  is the compute time plus the larger of the load and store times (the load of the next tile
+  overlaps the store of this one). On a DSP loads and stores share the one DMA pipe.
+
+Operators describe the work of one tile (:class:`TileWork`) and hand their tiling's numbers to
+:func:`pipeline_estimate`; operators without a model of their own get :func:`roofline_estimate`
+(bytes over the achievable GM rate). Nothing here imports the simulator's event machinery, so an
+estimate costs microseconds: studies rank thousands of points with it and confirm the best with
+the simulator.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+from devices.spec import DeviceSpec, DmaModel
+
+__all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
+           "pipeline_estimate", "roofline_estimate", "memory_pipes"]
+
+
+@dataclass(frozen=True)
+class TileWork:
+    """What one tile of ``n`` elements does on each pipe.
+
+    ``loads``/``stores`` are the bytes of each GM copy (one DataCopy each, each paying its
+    start-up); ``l2_loads`` are copies served by the L2 (re-read broadcast operands);
+    ``vector`` lists ``(cost-table key, dtype, elements)`` per vector instruction.
+    """
+
+    loads: tuple[int, ...]
+    vector: tuple[tuple[str, str, int], ...]
+    stores: tuple[int, ...]
+    l2_loads: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An analytical estimate of one launch (or a sequence of launches) of an operator."""
+
+    cycles: int
+    pipe_busy: Mapping[str, int]          # busiest core's busy cycles per pipe
+    bytes_read: int
+    bytes_written: int
+    block_dim: int
+    ub_bytes: int = 0
+    workspace_bytes: int = 0
+    launches: int = 1
+    model: str = "pipeline"               # "pipeline" | "roofline" | an operator's own name
+    notes: str = ""
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# primitive costs
+# ---------------------------------------------------------------------------------------------
+
+def vector_cycles(spec: DeviceSpec, op: str, dtype: str, n: int) -> int:
+    """``ceil(k·n + b)`` from the spec's vector cost table (the simulator's ``_vector_cycles``)."""
+    per_dtype = spec.vector.cost.get(op)
+    if per_dtype is None or dtype not in per_dtype:
+        raise ValueError(f"no vector cost entry for {op} in {dtype} on {spec.name}")
+    k, b = per_dtype[dtype]
+    return math.ceil(k * n + b)
+
+
+def cast_work(src: str, dst: str, n: int) -> tuple[tuple[str, str, int], ...]:
+    """The vector entry of ``Cast(src -> dst)``; a same-type cast costs nothing (GE-PERF table)."""
+    return () if src == dst else ((f"Cast_{src}_{dst}", src, n),)
+
+
+def memory_pipes(spec: DeviceSpec) -> tuple[str, str]:
+    """(load pipe, store pipe): MTE2/MTE3 on Ascend, the one DMA pipe on a DSP."""
+    return ("DMA", "DMA") if spec.family == "dsp" else ("MTE2", "MTE3")
+
+
+def _model(spec: DeviceSpec, pipe: str) -> DmaModel:
+    model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "DMA": spec.dma}.get(pipe)
+    if model is None:
+        raise ValueError(f"{spec.name} has no {pipe} model")
+    return model
+
+
+def head_cycles(spec: DeviceSpec, pipe: str, block_dim: int) -> int:
+    """One-off cycles of the first busy instruction of a block on ``pipe`` (core.head_cost)."""
+    if pipe == "VECTOR":
+        return round(spec.vector.head)
+    model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
+             "DMA": spec.dma}.get(pipe)
+    if model is None:
+        return 0
+    return round(model.head + model.head_per_block * block_dim)
+
+
+def copy_rates(spec: DeviceSpec, loaders: int, storers: int) -> tuple[float, float]:
+    """Bytes/cycle of each load and each store when ``loaders`` loads and ``storers`` stores move
+    at once: demand ``base + shared/n`` per pool, then max-min fair sharing of the GM link."""
+    load_pipe, store_pipe = memory_pipes(spec)
+    ml, ms = _model(spec, load_pipe), _model(spec, store_pipe)
+    if load_pipe == store_pipe:
+        n = loaders + storers
+        dl = ds = ml.base + (ml.shared / n if n else 0.0)
+    else:
+        dl = ml.base + (ml.shared / loaders if loaders else 0.0)
+        ds = ms.base + (ms.shared / storers if storers else 0.0)
+    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+    demands = sorted([(dl, loaders, "l"), (ds, storers, "s")])
+    rates = {"l": dl, "s": ds}
+    left, users = cap, loaders + storers
+    for d, n, kind in demands:          # progressive filling over two demand classes
+        if n == 0:
+            continue
+        level = left / users
+        rates[kind] = min(d, level)
+        left -= rates[kind] * n
+        users -= n
+    return rates["l"], rates["s"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the element-wise CopyIn -> Compute -> CopyOut pipeline
+# ---------------------------------------------------------------------------------------------
+
+# Weight of the lockstep (all stores at once) bound against the evenly-spread bound when loads
+# and stores of many cores contend for the GM link; see _memory_times and docs/estimate.md.
+LOCKSTEP_WEIGHT = 0.5
+
+
+@dataclass(frozen=True)
+class _Stage:
+    load: float
+    compute: float
+    store: float
+
+
+def _memory_times(spec: DeviceSpec, w: TileWork, concurrent: int, overlap_in: bool,
+                  overlap_out: bool, shared_pipe: bool) -> tuple[float, float]:
+    """Cycles of a tile's loads and of its stores, data time plus one start-up per copy.
+
+    ``overlap_in``: the tile's loads run while the cores' stores move (contended rates);
+    ``overlap_out``: its stores run while loads move.
+    """
+    load_pipe, store_pipe = memory_pipes(spec)
+    ml, ms = _model(spec, load_pipe), _model(spec, store_pipe)
+    lb, sb = float(sum(w.loads)), float(sum(w.stores))
+    rl_only, _ = copy_rates(spec, concurrent, 0)
+    _, rs_only = copy_rates(spec, 0, concurrent)
+    if shared_pipe or not (overlap_in or overlap_out) or lb == 0 or sb == 0:
+        load_data = lb / rl_only if lb else 0.0
+        store_data = sb / rs_only if sb else 0.0
+    else:
+        rl_both, rs_both = copy_rates(spec, concurrent, concurrent)
+        # the store runs inside the load window (or the other way round): both at contended
+        # rates while both move, then the longer one alone at its own rate
+        t_store = sb / rs_both
+        if lb >= rl_both * t_store:
+            load_both = t_store + (lb - rl_both * t_store) / rl_only
+            store_both = t_store
+        else:
+            load_both = lb / rl_both
+            store_both = load_both + (sb - rs_both * load_both) / rs_only
+        # Lockstep is an upper bound: identical cores start together, so every store overlaps
+        # the loads at once. Once contention bites they drift apart and the stores spread over
+        # the period; the lower bound is then the loads at their own rate, or the whole period's
+        # bytes of all cores over the GM link. The simulator lands between the two; the
+        # estimate takes the weighted middle (LOCKSTEP_WEIGHT, calibrated in docs/estimate.md).
+        cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+        load_spread = max(lb / rl_only, concurrent * (lb + sb) / cap)
+        store_spread = sb / rs_only
+        wgt = LOCKSTEP_WEIGHT
+        load_data = (wgt * load_both + (1 - wgt) * load_spread) if overlap_in else lb / rl_only
+        store_data = (wgt * store_both + (1 - wgt) * store_spread) if overlap_out else sb / rs_only
+    l2 = 0.0
+    if w.l2_loads and spec.l2 is not None:
+        l2_rate = min(spec.rates.l2_read, spec.bytes_per_cycle(spec.l2.bandwidth) / max(concurrent, 1))
+        l2 = sum(w.l2_loads) / l2_rate
+    n_loads = len(w.loads) + len(w.l2_loads)
+    return (load_data + l2 + ml.startup * n_loads, store_data + ms.startup * len(w.stores))
+
+
+def _vector_time(spec: DeviceSpec, w: TileWork) -> float:
+    return float(sum(vector_cycles(spec, op, dt, n) for op, dt, n in w.vector))
+
+
+def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWork], buffer_num: int,
+           concurrent: int, block_dim: int) -> tuple[float, dict[str, float], int, int]:
+    """Makespan, busy cycles per pipe, bytes read and written of one block of ``tiles``.
+
+    The recurrence follows the TQue flags and the program order of each pipe; a long run of
+    identical tiles is evaluated for a few tiles and extended by its steady-state period, so
+    the cost does not grow with the number of tiles.
+    """
+    load_pipe, store_pipe = memory_pipes(spec)
+    shared_pipe = load_pipe == store_pipe
+    # one in-order DMA queue: the shared pipeline issues CopyIn of tile i+1 before CopyOut of
+    # tile i (simulator/tile.py elementwise_pipeline, prefetch) when double-buffered
+    prefetch = shared_pipe and buffer_num >= 2
+    lag = max(1, buffer_num)
+    heads = {p: float(head_cycles(spec, p, block_dim)) for p in (load_pipe, "VECTOR", store_pipe)}
+    if not tiles:
+        return 0.0, {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}, 0, 0
+    keep = 8
+    full = len(tiles) - (1 if len(tiles) > 1 and tiles[-1] != tiles[0] else 0)
+    skipped = max(0, full - keep)
+    sim = list(tiles[:full - skipped]) + list(tiles[full:])
+    total = len(sim)
+    w0 = work(sim[0])
+    # a pipe pays its head on its first busy instruction only: a kernel without loads pays none
+    has = {"load": bool(w0.loads or w0.l2_loads), "vector": bool(w0.vector), "store": bool(w0.stores)}
+    cache: dict[tuple[int, bool, bool], _Stage] = {}
+
+    def stage(k: int) -> _Stage:
+        n = sim[k]
+        key = (n, k > 0, k < total - 1)
+        if key not in cache:
+            w = work(n)
+            ld, st = _memory_times(spec, w, concurrent, k > 0, k < total - 1, shared_pipe)
+            cache[key] = _Stage(ld, _vector_time(spec, w), st)
+        return cache[key]
+
+    def durations(k: int) -> tuple[float, float, float]:
+        st = stage(k)
+        first = k == 0
+        return (st.load + (heads[load_pipe] if first and has["load"] else 0.0),
+                st.compute + (heads["VECTOR"] if first and has["vector"] else 0.0),
+                st.store + (heads[store_pipe] if first and has["store"] and (
+                    not shared_pipe or not has["load"]) else 0.0))
+
+    free = {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}
+    l_end: dict[int, float] = {}
+    c_end: dict[int, float] = {}
+    s_end: dict[int, float] = {}
+
+    def load(k: int) -> None:
+        l_end[k] = max(free[load_pipe], c_end.get(k - lag, 0.0)) + durations(k)[0]
+        free[load_pipe] = l_end[k]
+
+    if prefetch:
+        load(0)
+    for k in range(total):
+        if not prefetch:
+            load(k)
+        elif k + 1 < total:
+            load(k + 1)
+        _, vc, sd = durations(k)
+        c_end[k] = max(free["VECTOR"], l_end[k], s_end.get(k - lag, 0.0)) + vc
+        free["VECTOR"] = c_end[k]
+        s_end[k] = max(free[store_pipe], c_end[k]) + sd
+        free[store_pipe] = s_end[k]
+    makespan = max(free.values())
+    busy = {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}
+    nbytes_r = nbytes_w = 0
+    for k in range(total):
+        ld, vc, sd = durations(k)
+        times = 1 + (skipped if k == full - skipped - 1 and skipped else 0)
+        if times > 1:   # the skipped tiles are middle tiles: no heads, contended rates
+            st = stage(k)
+            ld, vc, sd = st.load, st.compute, st.store
+            busy[load_pipe] += durations(k)[0] - ld
+            busy["VECTOR"] += durations(k)[1] - vc
+            busy[store_pipe] += durations(k)[2] - sd
+        busy[load_pipe] += times * ld
+        busy["VECTOR"] += times * vc
+        busy[store_pipe] += times * sd
+        w = work(sim[k])
+        nbytes_r += times * (sum(w.loads) + sum(w.l2_loads))
+        nbytes_w += times * sum(w.stores)
+    if skipped:
+        last = full - skipped - 1
+        period = max(c_end[last] - c_end[last - 1], s_end[last] - s_end[last - 1],
+                     l_end[last] - l_end[last - 1])
+        makespan += skipped * period
+    return makespan, busy, nbytes_r, nbytes_w
+
+
+def _tiles(length: int, tile_length: int) -> list[int]:
+    if length <= 0:
+        return []
+    full, rem = divmod(length, tile_length)
+    return [tile_length] * full + ([rem] if rem else [])
+
+
+def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_core: int,
+                      tile_length: int, buffer_num: int, work: Callable[[int], TileWork],
+                      cores: int | None = None, ub_bytes: int = 0, workspace_bytes: int = 0,
+                      launches: int = 1) -> Estimate:
+    """Estimate a CopyIn → Compute → CopyOut launch of ``block_dim`` blocks.
+
+    Blocks ``0 … block_dim−2`` process ``per_core`` elements, the last ``last_core``, in tiles of
+    ``tile_length``; ``cores`` is how many cores the launch may use (core mask), so a block_dim
+    beyond it runs in waves, as the simulator's launch does.
+    """
+    cores = spec.vector_cores if cores is None else cores
+    concurrent_max = max(1, min(block_dim, cores))
+    waves = -(-block_dim // concurrent_max)
+    total = 0.0
+    busy_core: dict[str, float] = {}
+    nread = nwritten = 0
+    for wave in range(waves):
+        first = wave * concurrent_max
+        blocks = list(range(first, min(block_dim, first + concurrent_max)))
+        concurrent = len(blocks)
+        lengths = {per_core}
+        if block_dim - 1 in blocks:
+            lengths.add(last_core)
+        longest = max(lengths)
+        span, busy, r, w = _block(spec, _tiles(longest, tile_length), work, buffer_num, concurrent,
+                                  block_dim)
+        total += span
+        # bytes: every block of the wave; busy: the busiest core accumulates its blocks
+        for n in (per_core,) * (concurrent - (1 if block_dim - 1 in blocks else 0)) + (
+                (last_core,) if block_dim - 1 in blocks else ()):
+            if n == longest:
+                nread += r
+                nwritten += w
+            else:
+                _, _, r2, w2 = _block(spec, _tiles(n, tile_length), work, buffer_num, concurrent, block_dim)
+                nread += r2
+                nwritten += w2
+        for p, b in busy.items():
+            busy_core[p] = busy_core.get(p, 0.0) + b
+    cycles = int(math.ceil(total)) + spec.launch.overhead * launches
+    return Estimate(cycles=cycles, pipe_busy={p: int(round(b)) for p, b in busy_core.items()},
+                    bytes_read=int(nread), bytes_written=int(nwritten), block_dim=block_dim,
+                    ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
+                    model="pipeline",
+                    notes=f"{waves} wave(s) of up to {concurrent_max} blocks; buffer_num {buffer_num}")
+
+
+def roofline_estimate(spec: DeviceSpec, *, bytes_read: int, bytes_written: int, block_dim: int,
+                      ub_bytes: int = 0, workspace_bytes: int = 0, launches: int = 1,
+                      vector_cycles_per_core: float = 0.0, cube_cycles_per_core: float = 0.0) -> Estimate:
+    """A bound for operators without a pipeline model: the bytes each core moves at the
+    calibrated per-core rates (loads and stores overlapped, GM link shared), or the compute
+    cycles given, whichever is larger, plus pipe heads and the launch overhead."""
+    cores = max(1, min(block_dim, spec.vector_cores))
+    load_pipe, store_pipe = memory_pipes(spec)
+    rl, rs = copy_rates(spec, cores, cores)
+    per_core_r = bytes_read / cores
+    per_core_w = bytes_written / cores
+    load_t = per_core_r / rl if per_core_r else 0.0
+    store_t = per_core_w / rs if per_core_w else 0.0
+    mem = (load_t + store_t) if load_pipe == store_pipe else max(load_t, store_t)
+    heads = head_cycles(spec, load_pipe, block_dim) + (
+        head_cycles(spec, store_pipe, block_dim) if store_pipe != load_pipe else 0)
+    body = max(mem, vector_cycles_per_core, cube_cycles_per_core) + heads
+    busy = {load_pipe: int(round(load_t + (store_t if load_pipe == store_pipe else 0.0)))}
+    if store_pipe != load_pipe:
+        busy[store_pipe] = int(round(store_t))
+    if vector_cycles_per_core:
+        busy["VECTOR"] = int(round(vector_cycles_per_core))
+    if cube_cycles_per_core:
+        busy["CUBE"] = int(round(cube_cycles_per_core))
+    return Estimate(cycles=int(math.ceil(body)) + spec.launch.overhead * launches, pipe_busy=busy,
+                    bytes_read=int(bytes_read), bytes_written=int(bytes_written), block_dim=block_dim,
+                    ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
+                    model="roofline",
+                    notes="operand bytes at the calibrated per-core DMA rates; no pipeline model")

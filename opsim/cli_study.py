@@ -1,0 +1,135 @@
+"""The study commands of the CLI: ``opsim sweep`` and ``opsim capacity``.
+
+``register(subparsers)`` adds both to the main parser; each sets ``func`` (``args -> exit
+code``), the argparse convention the main CLI dispatches on. ``python -m opsim.cli_study``
+runs them on their own.
+
+    opsim sweep examples/studies/elementwise_tiling_a2_a3.toml --db out.sqlite --confirm-top 5 --plot plots/
+    opsim sweep study.toml --db out.sqlite --resume            # after an interruption
+    opsim sweep study.toml --executor dask --scheduler tcp://10.0.0.1:8786
+    opsim capacity embedding_dense_backward --device atlas-training
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+__all__ = ["register", "main"]
+
+
+def _parse_value(text: str) -> Any:
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"opsim: --override expects KEY=VALUE (e.g. ub.size=262144), got {item!r}")
+        out[key.strip()] = _parse_value(value.strip())
+    return out
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from opsim.sweep import StudyError, sweep
+    try:
+        res = sweep(args.study, args.db, resume=args.resume, overwrite=args.overwrite,
+                    executor=args.executor, workers=args.workers, scheduler=args.scheduler,
+                    confirm_top=args.confirm_top, mode=args.mode, quiet=args.quiet,
+                    plot_dir=args.plot, strict=not args.allow_unknown_operators)
+    except StudyError as exc:
+        print(f"opsim sweep: {exc}", file=sys.stderr)
+        return 2
+    except (RuntimeError, OSError) as exc:
+        print(f"opsim sweep: {exc}", file=sys.stderr)
+        return 1
+    if args.csv:
+        res.to_csv(args.csv)
+    rows = res.rows()
+    ok = [r for r in rows if r["status"] == "ok"]
+    print(f"study {res.study.name}: {res.points} points, {len(rows)} rows in {res.path} "
+          f"(ran {res.ran}, skipped {res.skipped} already done, {res.failed} failed this run)")
+    if ok:
+        best = min(ok, key=lambda r: r["time_us"])
+        print(f"fastest: {best['time_us']:.3f} us ({best['cycles']} cycles, {best['bound']}-bound) "
+              f"at {best['operator']} on {best['device']} shape {best['shape']} dtype {best['dtype']} "
+              f"tiling {best['tiling']} overrides {best['overrides']} attrs {best['attrs']}")
+    confirmed = [r for r in rows if r.get("confirmed_cycles") is not None]
+    if confirmed:
+        print("confirmed with the simulator (timing mode):")
+        print(f"  {'idx':>5} {'estimate':>12} {'simulator':>12} {'error':>8}")
+        for r in sorted(confirmed, key=lambda r: r["confirmed_time_us"]):
+            print(f"  {r['idx']:>5} {r['cycles']:>12} {r['confirmed_cycles']:>12} "
+                  f"{100 * r['estimate_error']:>+7.2f}%")
+    if args.csv:
+        print(f"CSV: {args.csv}")
+    if args.plot:
+        print(f"plots: {args.plot}")
+    return 0
+
+
+def _cmd_capacity(args: argparse.Namespace) -> int:
+    from opsim.capacity import capacity, format_table
+    try:
+        rows = capacity(args.op, args.device, args.dtype, _overrides(args.override))
+    except (KeyError, ValueError) as exc:
+        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        print(f"opsim capacity: {msg}", file=sys.stderr)
+        return 2
+    title = f"{args.op} on {args.device}" + (f" ({args.dtype})" if args.dtype else "")
+    if args.override:
+        title += f" with {', '.join(args.override)}"
+    print(format_table(rows, title))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``sweep`` and ``capacity`` commands to an argparse subparsers object."""
+    p = subparsers.add_parser("sweep", help="run a capacity/tiling study (a TOML file) into SQLite",
+                              description="Run the cross product of a study's axes; one SQLite row "
+                                          "per point, committed as it finishes.")
+    p.add_argument("study", help="study file (TOML); see examples/studies/")
+    p.add_argument("--db", help="SQLite database (default: [study] database, or <name>.sqlite)")
+    p.add_argument("--resume", action="store_true", help="skip points already in the database")
+    p.add_argument("--overwrite", action="store_true", help="discard an existing database first")
+    p.add_argument("--mode", choices=("estimate", "timing", "full"), help="override the study's mode")
+    p.add_argument("--confirm-top", type=int, default=0, metavar="K",
+                   help="estimate every point, then run the simulator on the K fastest")
+    p.add_argument("--executor", choices=("local", "serial", "dask"), default="local",
+                   help="local worker processes (default), in-process, or a dask.distributed cluster")
+    p.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
+    p.add_argument("--scheduler", help="dask scheduler address (with --executor dask)")
+    p.add_argument("--plot", metavar="DIR", help="draw the study's heat maps and scaling lines here")
+    p.add_argument("--csv", metavar="PATH", help="also export every row to CSV")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--allow-unknown-operators", action="store_true",
+                   help="record points of operators this build lacks as errors instead of refusing")
+    p.set_defaults(func=_cmd_sweep)
+
+    c = subparsers.add_parser("capacity", help="what fits: UB tiles, device memory, documented limits",
+                              description="The largest tile per core, the largest shapes that fit "
+                                          "device memory and the documented limits, from the spec.")
+    c.add_argument("op", help="operator name (opsim.operators())")
+    c.add_argument("--device", required=True, help="device name or device TOML file")
+    c.add_argument("--dtype", help="operand dtype (fp32, fp16, bf16)")
+    c.add_argument("--override", action="append", metavar="KEY=VALUE",
+                   help="what-if device field, e.g. ub.size=262144 (repeatable)")
+    c.set_defaults(func=_cmd_capacity)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="opsim")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""``mode="estimate"``: closed-form cycles from the same tiling and cost tables (DESIGN §7).
+
+An operator may carry its own model (``OpDef.estimate``, built from ``kernels.analytic``); the
+element-wise operators describe one tile's copies and vector instructions and the shared
+pipeline formula does the rest. An operator without a model gets a roofline bound from its
+operand bytes at the calibrated DMA rates, marked ``stats["estimate_model"] = "roofline"``.
+The statistics use the simulator's keys where they mean the same thing (cycles, bytes,
+bandwidth, pipe busy and utilisation, UB bytes, bound) so studies can mix both modes.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from devices.spec import DeviceSpec
+from kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
+from kernels.common import OpDef, TensorDesc, reduction_code
+
+BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory", "DMA": "memory",
+                 "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}
+
+
+def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
+             attrs: Mapping[str, Any], tiling: Any) -> Any:
+    """The RunResult of an analytical estimate of ``opdef`` with this tiling on ``spec``."""
+    from opsim.api import RunResult  # api imports this module lazily; keep the cycle one-way
+    hook = getattr(opdef, "estimate", None) or MODELS.get(opdef.name)
+    if hook is not None:
+        est: Estimate = hook(spec, descs, attrs, tiling)
+    else:
+        est = _roofline(opdef, spec, descs, tiling)
+    stats = stats_of(spec, est, tiling)
+    return RunResult(opdef.name, spec.name, "estimate", {}, stats["cycles"], stats["time_us"], stats,
+                     None, tiling)
+
+
+def _roofline(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], tiling: Any) -> Estimate:
+    read = sum(d.nbytes for n, d in descs.items() if d is not None and n not in opdef.outputs)
+    written = sum(d.nbytes for n, d in descs.items() if d is not None and n in opdef.outputs)
+    block_dim = getattr(tiling, "block_dim", None) or spec.vector_cores
+    ws = int(opdef.workspace(tiling) or 0)
+    return roofline_estimate(spec, bytes_read=read, bytes_written=written, block_dim=int(block_dim),
+                             ub_bytes=int(getattr(tiling, "ub_bytes", 0) or 0), workspace_bytes=ws)
+
+
+def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
+    """Simulator-compatible statistics of an estimate (see opsim.api.collect_stats)."""
+    cycles = int(est.cycles)
+    seconds = cycles / spec.clock_hz if cycles else 0.0
+    moved = est.bytes_read + est.bytes_written
+    launch_overhead = spec.launch.overhead * est.launches
+    by_bound: dict[str, tuple[int, str]] = {}
+    for p, b in est.pipe_busy.items():
+        cat = BOUND_OF_PIPE.get(p, "memory")
+        if b > by_bound.get(cat, (-1, ""))[0]:
+            by_bound[cat] = (b, p)
+    if cycles and launch_overhead * 2 >= cycles:
+        bound, reason = "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
+                                   f"({100 * launch_overhead / cycles:.0f}%)")
+    elif by_bound:
+        bound, (b, p) = max(by_bound.items(), key=lambda kv: kv[1][0])
+        reason = f"{p} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%) (estimate)"
+    else:
+        bound, reason = "none", "no work"
+    return {
+        "cycles": cycles, "time_us": spec.cycles_to_us(cycles), "clock_hz": spec.clock_hz,
+        "block_dim": getattr(tiling, "block_dim", est.block_dim),
+        "tile_length": getattr(tiling, "tile_length", None),
+        "buffer_num": getattr(tiling, "buffer_num", None),
+        "bytes_read": int(est.bytes_read), "bytes_written": int(est.bytes_written),
+        "bandwidth_GBps": moved / seconds / 1e9 if seconds else 0.0,
+        "peak_bandwidth_GBps": spec.gm.bandwidth / 1e9,
+        "pipe_busy": dict(est.pipe_busy),
+        "pipe_utilisation": {p: b / cycles for p, b in est.pipe_busy.items()} if cycles else {},
+        "ub_peak_bytes": int(est.ub_bytes),
+        "workspace_bytes": int(est.workspace_bytes),
+        "launches": est.launches, "launch_overhead_cycles": launch_overhead,
+        "bound": bound, "bound_reason": reason,
+        "estimate_model": est.model, "estimate_notes": est.notes, **dict(est.extra),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# models of operators whose module has no estimate hook (yet): kept here, keyed by name
+# ---------------------------------------------------------------------------------------------
+
+def combine(parts: list[Estimate], model: str, notes: str = "") -> Estimate:
+    """Launches queued one after another on one stream: cycles, busy cycles and bytes add."""
+    busy: dict[str, int] = {}
+    for e in parts:
+        for p, b in e.pipe_busy.items():
+            busy[p] = busy.get(p, 0) + b
+    return Estimate(cycles=sum(e.cycles for e in parts), pipe_busy=busy,
+                    bytes_read=sum(e.bytes_read for e in parts),
+                    bytes_written=sum(e.bytes_written for e in parts),
+                    block_dim=max(e.block_dim for e in parts), ub_bytes=max(e.ub_bytes for e in parts),
+                    workspace_bytes=max(e.workspace_bytes for e in parts),
+                    launches=sum(e.launches for e in parts), model=model, notes=notes)
+
+
+def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
+                  tiling: Any) -> Estimate:
+    """aclnnBinaryCrossEntropyBackward: the host flow (input casts, OnesLike when weight is
+    absent, the fused kernel, the out cast) as consecutive element-wise launches
+    (kernels/ascend/bce_backward.py)."""
+    from kernels.ascend.elementwise import estimate_elementwise
+    p = tiling.promoted
+    item = 2 if p in ("fp16", "bf16") else 4
+    total = t["self"].numel
+    half = item == 2
+    mean = reduction_code(attrs.get("reduction", 1)) == 1
+    parts: list[Estimate] = []
+
+    # Stores allocate in the L2 (simulator/device.py): a tensor one launch writes is read by the
+    # next from the L2 when everything the call touches fits in it.
+    footprint = sum(d.nbytes for d in t.values() if d is not None) + int(getattr(tiling, "workspace", 0) or 0)
+    l2_resident = spec.l2 is not None and footprint <= spec.l2.size
+    produced = {st.operand for st in tiling.steps if st.kind in ("cast_in", "ones")}
+
+    def cast_step(src: str, dst: str, src_item: int, dst_item: int, from_l2: bool = False):
+        via32 = src_item == 2 and dst_item == 2 and src != dst
+
+        def work(n: int) -> TileWork:
+            vec = ((*cast_work(src, "fp32", n), *cast_work("fp32", dst, n)) if via32
+                   else cast_work(src, dst, n))
+            load = (n * src_item,)
+            return TileWork(loads=() if from_l2 else load, vector=vec, stores=(n * dst_item,),
+                            l2_loads=load if from_l2 else ())
+        return work
+
+    def ones(n: int) -> TileWork:
+        return TileWork(loads=(), vector=(("Duplicate", "fp16" if half else "fp32", n),), stores=(n * item,))
+
+    for step in tiling.steps:
+        if step.kind == "cast_in":
+            d = t[step.operand]
+            parts.append(estimate_elementwise(spec, step.tiling, cast_step(d.dtype.name, p, d.dtype.itemsize, item)))
+        elif step.kind == "ones":
+            parts.append(estimate_elementwise(spec, step.tiling, ones))
+    names = ("self", "target", "weight", "grad_output")
+    sizes = [t[n].numel if t.get(n) is not None else total for n in names]
+    cached = [n in produced and l2_resident for n in names]
+
+    def main(n: int) -> TileWork:
+        hbm = tuple(n * item for s, c in zip(sizes, cached) if s >= total and not c)
+        l2 = tuple(min(n, s) * item for s, c in zip(sizes, cached) if s < total or c)
+        if half:
+            vec = (*cast_work(p, "fp32", n), *cast_work(p, "fp32", n), ("Sub", "fp32", n),
+                   ("Muls", "fp32", n), ("Adds", "fp32", n), ("Mul", "fp32", n), ("Maxs", "fp32", n),
+                   ("Div", "fp32", n), *cast_work(p, "fp32", n), ("Mul", "fp32", n),
+                   *cast_work(p, "fp32", n), ("Mul", "fp32", n),
+                   *((("Muls", "fp32", n),) if mean else ()), *cast_work("fp32", p, n))
+        else:
+            vec = (("Sub", p, n), ("Muls", p, n), ("Adds", p, n), ("Mul", p, n), ("Maxs", p, n),
+                   ("Div", p, n), ("Mul", p, n), ("Mul", p, n), *((("Muls", p, n),) if mean else ()))
+        return TileWork(loads=hbm, vector=vec, stores=(n * item,), l2_loads=l2)
+
+    parts.append(estimate_elementwise(spec, tiling, main))
+    out = t["out"]
+    for step in tiling.steps:
+        if step.kind == "cast_out":
+            parts.append(estimate_elementwise(spec, step.tiling, cast_step(p, out.dtype.name, item,
+                                                                            out.dtype.itemsize, l2_resident)))
+    est = combine(parts, "pipeline", f"{len(parts)} launch(es): " + "; ".join(e.notes for e in parts))
+    return Estimate(**{**est.__dict__, "workspace_bytes": int(getattr(tiling, "workspace", 0) or 0)})
+
+
+def _dsp_bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
+                      tiling: Any) -> Estimate:
+    """DSP binarycrossentropygrad (kernels/dsp.py): shared storage streams x, y (+w) (+dloss)
+    through each thread's working area on the one DMA pipe; private storage is vector work
+    only. A thread first reads dloss[0] when the reduction is not none."""
+    from kernels.analytic import _model, pipeline_estimate, copy_rates
+    dt = tiling.dtype
+    half = dt == "fp16"
+    item = 2 if half else 4
+    w_def, per_elem = tiling.weight_defined, tiling.reduction == 0
+
+    def vector(n: int) -> tuple:
+        if not half:
+            return (("Muls", "fp32", n), ("Adds", "fp32", n), ("Mul", "fp32", n), ("Adds", "fp32", n),
+                    ("Sub", "fp32", n), *((("Mul", "fp32", n),) if w_def else ()), ("Div", "fp32", n),
+                    ("Mul", "fp32", n) if per_elem else ("Muls", "fp32", n))
+        return (*cast_work(dt, "fp32", n), ("Muls", "fp32", n), ("Adds", "fp32", n), ("Mul", "fp32", n),
+                ("Adds", "fp32", n), *cast_work(dt, "fp32", n), ("Sub", "fp32", n),
+                *((*cast_work(dt, "fp32", n), ("Mul", "fp32", n)) if w_def else ()), ("Div", "fp32", n),
+                *((*cast_work(dt, "fp32", n), ("Mul", "fp32", n)) if per_elem else (("Muls", "fp32", n),)),
+                *cast_work("fp32", dt, n))
+
+    shared = tiling.storage == "shared"
+
+    def work(n: int) -> TileWork:
+        if not shared:
+            return TileWork(loads=(), vector=vector(n), stores=())
+        return TileWork(loads=(n * item,) * tiling.n_inputs, vector=vector(n), stores=(n * item,))
+
+    bd = tiling.block_dim
+    last = max(0, tiling.total - (bd - 1) * tiling.chunk) if shared else tiling.total
+    est = pipeline_estimate(spec, block_dim=bd, per_core=tiling.chunk if shared else tiling.total,
+                            last_core=last, tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
+                            work=work, cores=bd, ub_bytes=tiling.work_used)
+    extra = 0
+    if tiling.reduction != 0 and shared:
+        # every thread reads dloss[0] on its DMA pipe before its first tile
+        rate, _ = copy_rates(spec, bd, 0)
+        extra = _model(spec, "DMA").startup + -(-item // 1) / rate
+    return Estimate(**{**est.__dict__, "cycles": int(est.cycles + extra),
+                       "bytes_read": est.bytes_read + (item * bd if tiling.reduction != 0 and shared else 0)})
+
+
+MODELS = {"binary_cross_entropy_backward": _bce_estimate, "binarycrossentropygrad": _dsp_bce_estimate}

@@ -1,0 +1,304 @@
+"""opsim.sweep: studies, the SQLite rows, resume after SIGKILL, executors, confirmation, plots."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import opsim
+from kernels import registry
+from opsim.sweep import StudyError, canonical_params, load_study, point_id, sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIES = ROOT / "examples" / "studies"
+# measured columns: everything but the wall-clock time of a point
+VOLATILE = {"wall_s"}
+
+
+def small_study(**axes_extra):
+    axes = {"device": ["atlas-a2", "atlas-a3"], "operator": ["mse_loss_backward"], "shape": [[131072]],
+            "dtype": ["fp32", "fp16"], "tiling": {"block_dim": [4, 16], "tile_length": [1024, 8192]}}
+    axes.update(axes_extra)
+    return {"study": {"name": "small", "mode": "estimate"}, "axes": axes}
+
+
+def _values(rows):
+    return {r["id"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in rows}
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "opsim.cli_study", *args], capture_output=True, text=True,
+                          cwd=kw.pop("cwd", ROOT), timeout=kw.pop("timeout", 120), **kw)
+
+
+# -- study files --------------------------------------------------------------------------------
+
+def test_point_identity_is_a_stable_hash_of_the_canonical_parameters():
+    st = load_study(small_study())
+    pts = list(st.points())
+    ids = [point_id(canonical_params(st, p["axes"])) for p in pts]
+    assert len(set(ids)) == len(pts) == st.size == 2 * 2 * 2 * 2
+    # the same point written in another order of axes has the same identity
+    reordered = {"study": {"name": "other", "mode": "estimate"},
+                 "axes": {"tiling": {"tile_length": [1024, 8192], "block_dim": [4, 16]},
+                          "dtype": ["fp32", "fp16"], "shape": [[131072]], "operator": ["mse_loss_backward"],
+                          "device": ["atlas-a2", "atlas-a3"]}}
+    st2 = load_study(reordered)
+    assert {point_id(canonical_params(st2, p["axes"])) for p in st2.points()} == set(ids)
+
+
+BAD_STUDIES = {
+    "unknown operator": ('[axes]\ndevice = ["atlas-a2"]\noperator = ["mse_loss_backwards"]\n',
+                         "axes.operator", 3, "unknown operator"),
+    "unknown device field": ('[axes]\noperator = ["mse_loss_backward"]\ndevice = ["atlas-a2"]\n'
+                             'override."ub.sise" = [1024]\n', "axes.override.ub.sise", 4, "unknown field"),
+    "empty axis": ('[study]\nname = "x"\n\n[axes]\noperator = ["mse_loss_backward"]\n'
+                   'tiling.block_dim = []\n', "axes.tiling.block_dim", 6, "empty axis"),
+    "malformed TOML": ('[axes]\noperator = ["mse_loss_backward"\ndevice = ["atlas-a2"]\n', None, 3,
+                       "malformed TOML"),
+    "unknown axis": ('[axes]\noperator = ["mse_loss_backward"]\ncolour = ["red"]\n', "axes.colour", 3,
+                     "unknown axis"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_STUDIES))
+def test_bad_study_is_refused_naming_key_and_line_and_nothing_is_written(tmp_path, case):
+    text, key, line, what = BAD_STUDIES[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    db = tmp_path / "out.sqlite"
+    with pytest.raises(StudyError) as exc:
+        sweep(path, db)
+    msg = str(exc.value)
+    assert what in msg
+    assert f"line {line}" in msg or f"bad.toml:{line}:" in msg, msg
+    if key:
+        assert f"'{key}'" in msg
+    assert not db.exists()
+    res = _cli("sweep", str(path), "--db", str(db), "--quiet")
+    assert res.returncode == 2
+    assert what in res.stderr and "Traceback" not in res.stderr
+    assert not db.exists() and list(tmp_path.iterdir()) == [path]
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+def test_sweep_records_one_row_per_point_and_the_refusals_of_infeasible_tilings(tmp_path):
+    res = opsim.sweep(small_study(), tmp_path / "s.sqlite", workers=1, quiet=True)
+    rows = res.rows()
+    assert len(rows) == res.points == res.ran == 16
+    ok = [r for r in rows if r["status"] == "ok"]
+    bad = [r for r in rows if r["status"] != "ok"]
+    # fp32 tiles of 8192 elements need 32 B x 8192 = 256 KiB of UB with double buffering
+    assert bad and all(r["error_code"] == 561002 and "does not fit the UB" in r["error"] for r in bad)
+    assert all(r["axis:tiling.tile_length"] == 8192 for r in bad)
+    for r in ok:
+        assert r["cycles"] > 0 and r["time_us"] > 0 and r["bound"] == "memory"
+        assert r["bytes"] == r["bytes_read"] + r["bytes_written"] > 0
+        assert r["ub_bytes"] <= 196608 and r["util_MTE2"] > 0 and r["bandwidth_GBps"] > 0
+        assert r["tile_length"] == r["axis:tiling.tile_length"] and r["block_dim"] == r["axis:tiling.block_dim"]
+    # a point's row is the same as a direct run of the same parameters
+    r = ok[0]
+    direct = opsim.run("mse_loss_backward", device=r["device"], mode="estimate",
+                       tiling={"block_dim": r["block_dim"], "tile_length": r["tile_length"]},
+                       **{n: opsim.TensorSpec((131072,), r["axis:dtype"]) for n in ("grad_output", "self", "target")})
+    assert direct.cycles == r["cycles"]
+
+
+def test_resume_skips_points_done_and_an_existing_database_is_not_overwritten_silently(tmp_path):
+    db = tmp_path / "s.sqlite"
+    first = sweep(small_study(), db, workers=1, quiet=True)
+    again = sweep(small_study(), db, resume=True, workers=1, quiet=True)
+    assert (again.ran, again.skipped) == (0, first.points)
+    with pytest.raises(StudyError, match="--resume"):
+        sweep(small_study(), db, workers=1, quiet=True)
+    fresh = sweep(small_study(), db, overwrite=True, workers=1, quiet=True)
+    assert fresh.ran == first.points and len(fresh.rows()) == first.points
+
+
+def test_csv_export_and_dataframe(tmp_path):
+    res = sweep(small_study(), tmp_path / "s.sqlite", workers=1, quiet=True)
+    path = res.to_csv(tmp_path / "s.csv")
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == res.points
+    assert {"id", "device", "axis:tiling.block_dim", "status", "cycles", "time_us", "util_MTE2",
+            "bound", "error"} <= set(rows[0])
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="pandas"):
+            res.to_dataframe()
+    else:
+        df = res.to_dataframe()
+        assert len(df) == res.points and "cycles" in df.columns
+
+
+# -- interruption -----------------------------------------------------------------------------------
+
+KILL_STUDY = """
+[study]
+name = "kill-resume"
+mode = "timing"
+[axes]
+device = ["atlas-a2", "atlas-a3"]
+operator = ["mse_loss_backward"]
+shape = [[16384]]
+dtype = ["fp32", "fp16"]
+tiling.block_dim = [1, 2, 4, 8, 16]
+tiling.tile_length = [512, 1024, 2048, 4096, 8192]
+tiling.buffer_num = [1, 2]
+"""
+
+
+def _rows(db):
+    conn = sqlite3.connect(str(db))
+    try:
+        return conn.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM points").fetchone()
+    except sqlite3.OperationalError:
+        return (0, 0)
+    finally:
+        conn.close()
+
+
+def test_a_200_point_sweep_killed_with_sigkill_and_resumed_has_one_row_per_point_and_the_same_values(tmp_path):
+    study = tmp_path / "kill.toml"
+    study.write_text(KILL_STUDY)
+    assert load_study(study).size == 200
+    db = tmp_path / "killed.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "opsim.cli_study", "sweep", str(study), "--db", str(db),
+                             "--quiet", "--workers", "2"], cwd=ROOT, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while _rows(db)[0] < 30 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the sweep finished before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)   # the CLI and its worker processes, mid-sweep
+    finally:
+        proc.wait(timeout=30)
+    done_before = _rows(db)[0]
+    assert 30 <= done_before < 200
+    res = _cli("sweep", str(study), "--db", str(db), "--resume", "--quiet", "--workers", "2")
+    assert res.returncode == 0, res.stderr
+    assert f"skipped {done_before}" in res.stdout
+    assert _rows(db) == (200, 200)
+    from opsim.sweep import open_results
+    clean = sweep(study, tmp_path / "clean.sqlite", workers=2, quiet=True)
+    assert _values(open_results(db).rows()) == _values(clean.rows())
+
+
+# -- executors ---------------------------------------------------------------------------------------
+
+def test_dask_local_cluster_gives_the_same_rows_as_local_worker_processes(tmp_path):
+    import distributed
+    study = small_study(shape=[[65536], [100000]])
+    local = sweep(study, tmp_path / "local.sqlite", workers=2, quiet=True)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        on_dask = sweep(study, tmp_path / "dask.sqlite", executor="dask", scheduler=client, quiet=True)
+    assert on_dask.ran == local.ran == 32
+    assert _values(on_dask.rows()) == _values(local.rows())
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
+    study = small_study(shape=[[65536], [3, 5]], tiling={"block_dim": [4]})
+    study["axes"]["attr"] = {"reduction": ["mean", "average"]}
+    res = sweep(study, tmp_path / "f.sqlite", workers=2, quiet=True)
+    rows = res.rows()
+    assert len(rows) == res.points == 16
+    bad = [r for r in rows if r["axis:attr.reduction"] == "average"]
+    assert bad and all(r["status"] == "error" and r["error_code"] == 161002 and "reduction" in r["error"]
+                       for r in bad)
+    assert all(r["status"] == "ok" for r in rows if r["axis:attr.reduction"] == "mean")
+
+
+# -- confirmation and plots -----------------------------------------------------------------------
+
+def test_confirm_top_runs_the_simulator_on_the_best_points_and_records_the_estimate_error(tmp_path):
+    study = small_study(shape=[[262144]], tiling={"block_dim": [8, 16, 48], "tile_length": [2048, 4096]})
+    res = sweep(study, tmp_path / "c.sqlite", workers=1, quiet=True, confirm_top=3)
+    rows = res.rows()
+    confirmed = [r for r in rows if r["confirmed_cycles"] is not None]
+    assert res.confirmed == len(confirmed) == 3
+    ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: (r["time_us"], r["idx"]))
+    assert {r["id"] for r in confirmed} == {r["id"] for r in ok[:3]}
+    for r in confirmed:
+        des = opsim.run("mse_loss_backward", device=r["device"], mode="timing", trace="off",
+                        tiling={"block_dim": r["block_dim"], "tile_length": r["tile_length"]},
+                        **{n: opsim.TensorSpec((262144,), r["axis:dtype"]) for n in ("grad_output", "self", "target")})
+        assert r["confirmed_cycles"] == des.cycles
+        assert r["estimate_error"] == pytest.approx((r["cycles"] - des.cycles) / des.cycles)
+        assert abs(r["estimate_error"]) < 0.10
+
+
+def test_plot_dir_gets_a_heat_map_and_scaling_lines(tmp_path):
+    study = small_study()
+    study["plot"] = [{"kind": "heatmap", "x": "tiling.tile_length", "y": "tiling.block_dim"},
+                     {"kind": "lines", "x": "tiling.block_dim", "series": "device"}]
+    res = sweep(study, tmp_path / "p.sqlite", workers=1, quiet=True, plot_dir=tmp_path / "plots")
+    pngs = sorted((tmp_path / "plots").glob("*.png"))
+    assert len(pngs) == 3   # one heat map per device, one picture of lines
+    assert any("heatmap" in p.name for p in pngs) and any("lines" in p.name for p in pngs)
+    for p in pngs:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+    assert res.points == 16
+
+
+def test_cli_is_silent_off_a_terminal_and_prints_a_summary(tmp_path):
+    res = _cli("sweep", str(STUDIES / "elementwise_tiling_a2_a3.toml"), "--db", str(tmp_path / "e.sqlite"),
+               "--workers", "2", "--csv", str(tmp_path / "e.csv"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""                       # no progress bar when stderr is not a terminal
+    assert "240 points, 240 rows" in res.stdout and "fastest:" in res.stdout
+    assert len((tmp_path / "e.csv").read_text().splitlines()) == 241
+
+
+# -- the example studies ------------------------------------------------------------------------------
+
+def test_elementwise_example_study_runs_in_estimate_mode(tmp_path):
+    res = sweep(STUDIES / "elementwise_tiling_a2_a3.toml", tmp_path / "e.sqlite", workers=2, quiet=True)
+    rows = res.rows()
+    assert len(rows) == res.points == 240
+    assert all(r["status"] == "ok" or r["error_code"] == 561002 for r in rows)
+    best = {}
+    for r in rows:
+        if r["status"] == "ok":
+            key = (r["device"], r["operator"], r["axis:dtype"])
+            best[key] = min(best.get(key, float("inf")), r["time_us"])
+    # more cores are faster: the best of each group uses more than one core
+    for key, t in best.items():
+        one_core = min(r["time_us"] for r in rows if r["status"] == "ok" and r["block_dim"] == 1
+                       and (r["device"], r["operator"], r["axis:dtype"]) == key)
+        assert t < one_core / 4
+
+
+@pytest.mark.parametrize("name,op", [("dsp_core_mask_scaling.toml", "binarycrossentropygrad"),
+                                     ("embedding_capacity_ub.toml", "embedding_dense_backward")])
+def test_example_studies_of_other_operators(tmp_path, name, op):
+    path = STUDIES / name
+    if op in registry.names():
+        res = sweep(path, tmp_path / "x.sqlite", workers=2, quiet=True)
+        rows = res.rows()
+        assert len(rows) == res.points
+        # every point either ran or was refused with the operator's status code and a message
+        # (aclnn codes on Ascend, the DSP library's negative codes on a DSP)
+        assert all(r["status"] == "ok" or (isinstance(r["error_code"], int) and r["error_code"] != 0
+                                           and r["error"]) for r in rows)
+        assert any(r["status"] == "ok" for r in rows) and any(r["status"] == "error" for r in rows)
+    else:
+        # not in this build yet: refused by default, recorded per point on request
+        with pytest.raises(StudyError, match=f"unknown operator '{op}'"):
+            sweep(path, tmp_path / "x.sqlite")
+        assert not (tmp_path / "x.sqlite").exists()
+        res = sweep(path, tmp_path / "x.sqlite", workers=1, quiet=True, strict=False)
+        rows = res.rows()
+        assert len(rows) == res.points > 0
+        assert all(r["status"] == "error" and f"unknown operator '{op}'" in r["error"] for r in rows)
