@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from devices.spec import DeviceSpec, DmaModel
+from simulator.core import pipe_head_cycles
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "roofline_estimate", "memory_pipes"]
@@ -97,14 +98,8 @@ def _model(spec: DeviceSpec, pipe: str) -> DmaModel:
 
 
 def head_cycles(spec: DeviceSpec, pipe: str, block_dim: int) -> int:
-    """One-off cycles of the first busy instruction of a block on ``pipe`` (core.head_cost)."""
-    if pipe == "VECTOR":
-        return round(spec.vector.head)
-    model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
-             "DMA": spec.dma}.get(pipe)
-    if model is None:
-        return 0
-    return round(model.head + model.head_per_block * block_dim)
+    """One-off cycles of the first busy instruction of a block on ``pipe`` (the simulator's rule)."""
+    return pipe_head_cycles(spec, pipe, block_dim)
 
 
 def copy_rates(spec: DeviceSpec, loaders: int, storers: int) -> tuple[float, float]:

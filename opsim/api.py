@@ -20,6 +20,7 @@ from simulator.device import Device
 from simulator.errors import CapacityError
 from simulator.memory import align_up
 from simulator.tile import GlobalTensor
+from traces.summary import classify_bound
 from traces.trace import LEVELS, Trace
 
 MODES = ("full", "timing", "numeric", "estimate")
@@ -218,9 +219,6 @@ def _version() -> str:
         return "0+source"
 
 
-MEMORY_PIPES = ("MTE2", "MTE3", "MTE1", "FIXP", "DMA")
-BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory", "DMA": "memory",
-                 "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}
 
 
 def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> dict[str, Any]:
@@ -264,20 +262,9 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
                        "peak_GBps": cap / 1e9, "utilisation": achieved / cap if cap else 0.0,
                        "max_rate_GBps": link.peak_rate() * spec.clock_hz / 1e9}
     launch_overhead = spec.launch.overhead * len(launches)
-    by_bound: dict[str, tuple[int, str]] = {}
-    for p, b in pipe_max.items():
-        cat = BOUND_OF_PIPE.get(p, "memory")
-        if b > by_bound.get(cat, (-1, ""))[0]:
-            by_bound[cat] = (b, p)
-    if cycles and launch_overhead * 2 >= cycles:
-        bound, reason = "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
-                                   f"({100 * launch_overhead / cycles:.0f}%)")
-    elif by_bound:
-        bound, (b, p) = max(by_bound.items(), key=lambda kv: kv[1][0])
-        reason = (f"{p} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%) on {busiest[p]}; "
-                  f"GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s")
-    else:
-        bound, reason = "none", "no work"
+    bound, reason = classify_bound(
+        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead,
+        f"; GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s")
     stats: dict[str, Any] = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", None),

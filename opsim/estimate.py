@@ -14,9 +14,8 @@ from typing import Any, Mapping
 from devices.spec import DeviceSpec
 from kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
 from kernels.common import OpDef, TensorDesc, reduction_code
+from traces.summary import classify_bound
 
-BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory", "DMA": "memory",
-                 "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}
 
 
 def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
@@ -48,19 +47,8 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
     seconds = cycles / spec.clock_hz if cycles else 0.0
     moved = est.bytes_read + est.bytes_written
     launch_overhead = spec.launch.overhead * est.launches
-    by_bound: dict[str, tuple[int, str]] = {}
-    for p, b in est.pipe_busy.items():
-        cat = BOUND_OF_PIPE.get(p, "memory")
-        if b > by_bound.get(cat, (-1, ""))[0]:
-            by_bound[cat] = (b, p)
-    if cycles and launch_overhead * 2 >= cycles:
-        bound, reason = "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
-                                   f"({100 * launch_overhead / cycles:.0f}%)")
-    elif by_bound:
-        bound, (b, p) = max(by_bound.items(), key=lambda kv: kv[1][0])
-        reason = f"{p} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%) (estimate)"
-    else:
-        bound, reason = "none", "no work"
+    bound, reason = classify_bound({p: (b, "") for p, b in est.pipe_busy.items()}, cycles,
+                                   launch_overhead, " (estimate)")
     return {
         "cycles": cycles, "time_us": spec.cycles_to_us(cycles), "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", est.block_dim),

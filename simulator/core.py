@@ -18,6 +18,7 @@ import simpy
 from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
 
 if TYPE_CHECKING:  # pragma: no cover
+    from devices.spec import DeviceSpec
     from simulator.device import Device, Launch
     from simulator.isa import Instruction
     from simulator.memory import Region
@@ -30,6 +31,17 @@ VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
 COUPLED_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP", "VECTOR", "MTE3")
 DSP_CORE_PIPES = ("SCALAR", "DMA", "VECTOR")
+
+
+def pipe_head_cycles(spec: "DeviceSpec", pipe: str, block_dim: int) -> int:
+    """One-off cycles of the first busy instruction of a block on ``pipe`` (the spec's heads)."""
+    if pipe == "VECTOR":
+        return round(spec.vector.head)
+    model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
+             "DMA": spec.dma}.get(pipe)
+    if model is None:
+        return 0
+    return round(model.head + model.head_per_block * block_dim)
 
 
 class Pipe:
@@ -152,15 +164,8 @@ class Core:
 
     # -- costs ---------------------------------------------------------------------------------
     def head_cost(self, pipe: str) -> int:
-        spec = self.device.spec
-        if pipe == "VECTOR":
-            return round(spec.vector.head)
-        model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
-                 "DMA": spec.dma}.get(pipe)
-        if model is None:
-            return 0
         block_dim = self.launch.block_dim if self.launch is not None else 1
-        return round(model.head + model.head_per_block * block_dim)
+        return pipe_head_cycles(self.device.spec, pipe, block_dim)
 
     # -- flags ---------------------------------------------------------------------------------
     def set_flag(self, key: tuple[str, str, int]) -> None:

@@ -16,7 +16,7 @@ can decide.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -201,30 +201,45 @@ def _integral(times: np.ndarray, values: np.ndarray, end: int) -> float:
     return float(np.sum(values * np.diff(edges)))
 
 
+def classify_bound(busy: Mapping[str, tuple[int, str]], cycles: int, launch_overhead: int,
+                   tail: str = "") -> tuple[str, str]:
+    """The bound of a run and the reason, from each pipe's busy cycles on its busiest core.
+
+    ``busy`` maps pipe -> (busy cycles, core). A run is launch bound when the launch overhead is
+    at least half of its cycles; otherwise it is bound by the category of its busiest pipe
+    (MTE*/DMA/FIXP memory, VECTOR vector, CUBE cube, SCALAR scalar). The simulator's statistics,
+    the estimate and the trace summary all use this one rule.
+    """
+    if cycles and launch_overhead * 2 >= cycles:
+        return "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
+                          f"({100 * launch_overhead / cycles:.0f}%)")
+    by_cat: dict[str, tuple[int, str, str]] = {}
+    for pipe, (b, core) in busy.items():
+        cat = BOUND_OF_PIPE.get(pipe, "memory")
+        if b > by_cat.get(cat, (-1, "", ""))[0]:
+            by_cat[cat] = (b, pipe, core)
+    if not by_cat or max(v[0] for v in by_cat.values()) == 0:
+        return "none", "no work"
+    cat, (b, pipe, core) = max(by_cat.items(), key=lambda kv: kv[1][0])
+    where = f" on {core}" if core else ""
+    return cat, f"{pipe} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%){where}{tail}"
+
+
 def _bound(trace: Trace, pipes: list[PipeUse], cycles: int, launches: int, links: list[LinkUse],
            meta: dict[str, Any]) -> tuple[str, str]:
     overhead = int(meta.get("launch_overhead_cycles", 0)) * launches
-    if cycles and overhead * 2 >= cycles:
-        return "launch", (f"launch overhead {overhead} of {cycles} cycles "
-                          f"({100 * overhead / cycles:.0f}%)")
-    by_cat: dict[str, PipeUse] = {}
+    busy: dict[str, tuple[int, str]] = {}
     for u in pipes:
-        cat = BOUND_OF_PIPE.get(u.pipe, "memory")
-        best = by_cat.get(cat)
-        if best is None or u.busy_cycles > best.busy_cycles:
-            by_cat[cat] = u
-    if not by_cat or max(u.busy_cycles for u in by_cat.values()) == 0:
-        if trace.level == "launch":
-            return "unknown", "launch-level trace: no pipe slices to tell which pipe limits the run"
-        return "none", "no work"
-    cat, u = max(by_cat.items(), key=lambda kv: kv[1].busy_cycles)
+        if u.busy_cycles > busy.get(u.pipe, (-1, ""))[0]:
+            busy[u.pipe] = (u.busy_cycles, u.core)
+    if trace.level == "launch" and not (cycles and overhead * 2 >= cycles) and not any(b for b, _ in busy.values()):
+        return "unknown", "launch-level trace: no pipe slices to tell which pipe limits the run"
     gm = meta.get("gm_link")
     gm_use = next((l for l in links if l.name == gm), None)
     tail = ""
     if gm_use is not None and gm_use.peak_GBps:
         tail = f"; {gm} {gm_use.achieved_GBps:.1f} of {gm_use.peak_GBps:.1f} GB/s"
-    return cat, (f"{u.pipe} busy {u.busy_cycles} of {cycles} cycles "
-                 f"({100 * u.busy_cycles / max(cycles, 1):.0f}%) on {u.core}{tail}")
+    return classify_bound(busy, cycles, overhead, tail)
 
 
 def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
