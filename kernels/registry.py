@@ -1,4 +1,4 @@
-"""The operator catalogue: name -> OpDef. Operators register here as they land."""
+"""The operator catalogue: name -> OpDef."""
 from __future__ import annotations
 
 from kernels.common import OpDef
@@ -25,25 +25,11 @@ def names() -> list[str]:
 
 
 def _load() -> None:
+    # Imported on first use: operator modules import the simulator, which plain catalogue
+    # lookups (e.g. device listings) should not pay for.
     if _OPS:
         return
-    from kernels.ascend import mse_backward
-    register(mse_backward.OP)
-    for mod in ("kernels.ascend.bce_backward", "kernels.ascend.embedding_backward",
-                "kernels.ascend.flce_grad", "kernels.dsp"):
-        _try_register(mod)
-
-
-def _try_register(module: str) -> None:
-    """Operators that are not in this tree yet are simply absent from the catalogue."""
-    import importlib
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return
-    for op in getattr(mod, "OPS", ()):
-        register(op)
-    if hasattr(mod, "OP"):
+    from kernels import dsp
+    from kernels.ascend import bce_backward, embedding_backward, flce_grad, mse_backward
+    for mod in (mse_backward, bce_backward, embedding_backward, flce_grad, dsp):
         register(mod.OP)

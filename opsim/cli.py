@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from typing import Any, Sequence
@@ -111,11 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         res.trace.to_chrome_json(args.trace)
         print(f"trace         {args.trace} ({len(res.trace)} slices)")
     if args.report:
-        try:
-            from opsim.cli_trace import report_for_result
-        except ImportError:
-            print("opsim: --report needs the trace report module, which is not available", file=sys.stderr)
-            return 2
+        from opsim.cli_trace import report_for_result
         report_for_result(res, args.report)
         print(f"report        {args.report}")
     return 0
@@ -175,14 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--no-report", action="store_true", help="skip the HTML reports")
     m.set_defaults(func=cmd_demo)
 
-    for mod in ("opsim.cli_trace", "opsim.cli_study"):
-        try:
-            module = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name != mod:
-                raise
-            continue
-        module.register(sub)
+    from opsim import cli_study, cli_trace
+    cli_trace.register(sub)
+    cli_study.register(sub)
     return ap
 
 

@@ -56,10 +56,7 @@ def demo_cases() -> list[tuple[str, str, str]]:
 def run_demo(out_dir: str = "opsim-out", quiet: bool = False, reports: bool = True) -> int:
     import opsim
     os.makedirs(out_dir, exist_ok=True)
-    try:
-        from opsim.cli_trace import report_for_result, write_index_page
-    except ImportError:
-        reports = False
+    from opsim.cli_trace import report_for_result, write_index_page
     header = f"{'operator':36s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
              f"{'GB/s':>7s} {'bound':7s} check"
     print(header)

@@ -238,45 +238,43 @@ class Core:
                 region.reset()
 
     def dispatch(self, program: Iterator[Any], pending: list) -> Iterator[simpy.Event]:
-        """Push the program's instructions into the pipe queues in order; wait for completion."""
+        """Push the program's instructions into the pipe queues in order; wait for completion.
+
+        Queue helpers (TQue alloc/enque/deque/free) append flag instructions to ``pending``
+        while the generator runs; they precede the next yielded instruction in program order.
+        """
         from simulator.isa import Instruction, BlockEnd  # local: isa imports core types
-        pipes = self.pipes
         try:
             for item in program:
                 if pending:
-                    for instr in pending:
-                        instr.tile = self.tile
-                        pipe = self._pipe_for(instr)
-                        while pipe.full():
-                            yield pipe.space()
-                        pipe.push(instr)
-                    pending.clear()
+                    yield from self._push_all(pending)
                 if item is None:
                     continue
                 if not isinstance(item, Instruction):
                     raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                          core=self.name)
-                item.tile = self.tile
-                pipe = self._pipe_for(item)
-                while pipe.full():
-                    yield pipe.space()
-                pipe.push(item)
-            for instr in pending:
-                instr.tile = self.tile
-                pipe = self._pipe_for(instr)
-                while pipe.full():
-                    yield pipe.space()
-                pipe.push(instr)
-            pending.clear()
+                yield from self._push_all((item,))
+            yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
-        done = [BlockEnd(self.env) for _ in pipes]
-        for p, end in zip(pipes.values(), done):
+        done = [BlockEnd(self.env) for _ in self.pipes]
+        for p, end in zip(self.pipes.values(), done):
             while p.full():
                 yield p.space()
             p.push(end)
         yield simpy.AllOf(self.env, [d.event for d in done])
         self.blocks_run += 1
+
+    def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:
+        """Stamp each instruction with the current tile and push it, waiting while its queue is full."""
+        for instr in instrs:
+            instr.tile = self.tile
+            pipe = self._pipe_for(instr)
+            while pipe.full():
+                yield pipe.space()
+            pipe.push(instr)
+        if isinstance(instrs, list):
+            instrs.clear()
 
     def _pipe_for(self, instr: "Instruction") -> Pipe:
         pipe = self.pipes.get(instr.pipe)
