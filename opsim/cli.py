@@ -132,7 +132,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from opsim.demo import run_demo
-    return run_demo(out_dir=args.out, quiet=args.quiet, reports=not args.no_report)
+    return run_demo(out_dir=args.out, reports=not args.no_report, workers=args.workers)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("demo", help="run every operator on every product that supports it and check goldens")
     m.add_argument("--out", default="opsim-out", help="directory for traces and reports")
-    m.add_argument("--quiet", action="store_true")
     m.add_argument("--no-report", action="store_true", help="skip the HTML reports")
+    m.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     m.set_defaults(func=cmd_demo)
 
     from opsim import cli_study, cli_trace

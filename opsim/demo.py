@@ -53,48 +53,71 @@ def demo_cases() -> list[tuple[str, str, str]]:
     return cases
 
 
-def run_demo(out_dir: str = "opsim-out", quiet: bool = False, reports: bool = True) -> int:
+def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tuple[str, dict[str, Any] | None, bool]:
+    """One demo row: run, check against the golden, write the trace (and report).
+
+    Returns (printed row, index entry or None, failed). Runs in a worker process.
+    """
     import opsim
+    from opsim.cli_trace import report_for_result
+    op = registry.get(op_name)
+    spec = devices.load(dev)
+    kwargs = op.example(np.random.default_rng(0), spec, dt)
+    tag = f"{op_name}-{dev}-{dt}"
+    try:
+        res = opsim.run(op_name, device=dev, **kwargs)
+        arrays = {k: v for k, v in kwargs.items() if k in (*op.inputs, *op.optional)}
+        attrs = {k: v for k, v in kwargs.items() if k in op.attrs}
+        verdict = _check(res.outputs, op.golden({**{n: None for n in op.optional}, **arrays},
+                                                 {**op.attrs, **attrs}))
+    except Exception as exc:  # a demo row must report, not crash the table
+        return f"{op_name:36s} {dev:20s} {dt:5s} FAILED: {type(exc).__name__}: {exc}", None, True
+    s = res.stats
+    trace_path = os.path.join(out_dir, f"{tag}.json")
+    if res.trace is not None:
+        res.trace.to_chrome_json(trace_path)
+    entry = {"op": op_name, "device": dev, "dtype": dt, "cycles": res.cycles, "time_us": res.time_us,
+             "bound": s.get("bound"), "check": verdict, "trace": os.path.basename(trace_path)}
+    if reports:
+        path = os.path.join(out_dir, f"{tag}.html")
+        report_for_result(res, path)
+        entry["report"] = os.path.basename(path)
+    row = (f"{op_name:36s} {dev:20s} {dt:5s} {s.get('block_dim') or '-':>5} {res.cycles:9d} "
+           f"{res.time_us:9.2f} {s.get('bandwidth_GBps', 0):7.1f} {s.get('bound', '-'):7s} {verdict}")
+    return row, entry, verdict.startswith("FAIL")
+
+
+def run_demo(out_dir: str = "opsim-out", reports: bool = True,
+             workers: int | None = None) -> int:
+    """Run every demo case (in ``workers`` processes; rows print in a fixed order)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from opsim.cli_trace import write_index_page
     os.makedirs(out_dir, exist_ok=True)
-    from opsim.cli_trace import report_for_result, write_index_page
     header = f"{'operator':36s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
              f"{'GB/s':>7s} {'bound':7s} check"
     print(header)
-    print("-" * len(header))
+    print("-" * len(header), flush=True)
+    cases = demo_cases()
+    workers = workers or min(len(cases), os.cpu_count() or 1)
     failures = 0
     index: list[dict[str, Any]] = []
     t0 = time.time()
-    for op_name, dev, dt in demo_cases():
-        op = registry.get(op_name)
-        spec = devices.load(dev)
-        rng = np.random.default_rng(0)
-        kwargs = op.example(rng, spec, dt)
-        tag = f"{op_name}-{dev}-{dt}"
-        try:
-            res = opsim.run(op_name, device=dev, **kwargs)
-            arrays = {k: v for k, v in kwargs.items() if k in (*op.inputs, *op.optional)}
-            attrs = {k: v for k, v in kwargs.items() if k in op.attrs}
-            verdict = _check(res.outputs, op.golden({**{n: None for n in op.optional}, **arrays},
-                                                     {**op.attrs, **attrs}))
-        except Exception as exc:  # a demo row must report, not crash the table
-            failures += 1
-            print(f"{op_name:36s} {dev:20s} {dt:5s} FAILED: {type(exc).__name__}: {exc}")
-            continue
-        if verdict.startswith("FAIL"):
-            failures += 1
-        s = res.stats
-        trace_path = os.path.join(out_dir, f"{tag}.json")
-        if res.trace is not None:
-            res.trace.to_chrome_json(trace_path)
-        entry = {"op": op_name, "device": dev, "dtype": dt, "cycles": res.cycles, "time_us": res.time_us,
-                 "bound": s.get("bound"), "check": verdict, "trace": os.path.basename(trace_path)}
-        if reports:
-            path = os.path.join(out_dir, f"{tag}.html")
-            report_for_result(res, path)
-            entry["report"] = os.path.basename(path)
-        index.append(entry)
-        print(f"{op_name:36s} {dev:20s} {dt:5s} {s.get('block_dim') or '-':>5} {res.cycles:9d} "
-              f"{res.time_us:9.2f} {s.get('bandwidth_GBps', 0):7.1f} {s.get('bound', '-'):7s} {verdict}")
+    args = [(op, dev, dt, out_dir, reports) for op, dev, dt in cases]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = pool.map(run_case, *zip(*args))
+            for row, entry, failed in results:
+                failures += failed
+                if entry is not None:
+                    index.append(entry)
+                print(row, flush=True)
+    else:
+        for a in args:
+            row, entry, failed = run_case(*a)
+            failures += failed
+            if entry is not None:
+                index.append(entry)
+            print(row, flush=True)
     if reports and index:
         write_index_page(index, os.path.join(out_dir, "index.html"))
     print(f"\n{len(index)} runs, {failures} failed, {time.time() - t0:.1f} s; traces in {out_dir}/"
