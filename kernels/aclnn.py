@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
-                            ACLNN_SUCCESS, OpDef, OpError)
+                            ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
 from kernels.registry import get as get_op
 from simulator.acl import AclRuntime, AclStream, AclTensor
 from simulator.errors import SimulatorError
@@ -46,6 +46,11 @@ def _runtime_of(tensors: Mapping[str, Any]) -> AclRuntime | None:
     return None
 
 
+def _desc(t: AclTensor) -> TensorDesc:
+    """What validation and planning see of an aclTensor: view shape, dtype, strides, format."""
+    return TensorDesc(t.view_shape, t.dtype, None if t.is_contiguous else t.strides, t.format)
+
+
 def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], attrs: Mapping[str, Any],
                        api: str) -> tuple[int, AclOpExecutor | None, int]:
     op = get_op(op_name)
@@ -56,7 +61,7 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         for name, t in tensors.items():
             if t is not None and (not isinstance(t, AclTensor) or t.destroyed):
                 raise OpError(ACLNN_ERR_PARAM_INVALID, f"{name} is not a live aclTensor")
-        descs = {n: (t.desc() if t is not None else None) for n, t in tensors.items()}
+        descs = {n: (_desc(t) if t is not None else None) for n, t in tensors.items()}
         all_attrs = {**op.attrs, **attrs}
         if rt.deterministic and "deterministic" in op.attrs and all_attrs.get("deterministic") is None:
             all_attrs["deterministic"] = True

@@ -78,10 +78,9 @@ class AclTensor:
     def numel(self) -> int:
         return int(np.prod(self.view_shape, dtype=np.int64))
 
-    def desc(self) -> Any:
-        from kernels.common import TensorDesc  # kernels sits above simulator; imported lazily
-        strides = None if self.strides == contiguous_strides(self.view_shape) else self.strides
-        return TensorDesc(self.view_shape, self.dtype, strides, self.format)
+    @property
+    def is_contiguous(self) -> bool:
+        return self.strides == contiguous_strides(self.view_shape)
 
     def global_tensor(self) -> GlobalTensor:
         return GlobalTensor(self.runtime.device, self.addr, self.dtype, self.view_shape, self.strides,
