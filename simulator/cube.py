@@ -33,7 +33,8 @@ back-to-back instructions on the same buffers. The extent along K it is given is
 the repeats; each repeat's tile must fit the buffer; the pipe is busy for the sum of the
 repeats' costs. A huge timing run then needs far fewer simulation events. A transfer of more
 than ``l2_sample`` L2 lines (set by coarse kernels) shows the L2 model ``l2_sample`` lines at
-evenly spaced offsets, whose hit fraction is applied to all its bytes (``Device.gm_transfer``).
+evenly spaced offsets, whose hit fraction is applied to all its bytes (``Device.gm_transfer``)
+and each of which occupies the L2 capacity of the lines it stands for (``simulator/l2.py``).
 Numeric (full-mode) runs use ``repeat = 1`` and show the L2 every run.
 """
 from __future__ import annotations
@@ -244,33 +245,38 @@ class GmMatrix:
 
 
 def _l2_view(device: "Device", geometry: tuple[int, int, int, int],
-             limit: int | None) -> list[tuple[int, int]]:
-    """The runs the L2 model is shown for a strided transfer of equally spaced runs
-    ``geometry`` = (first address, stride, bytes per run, runs).
+             limit: int | None) -> tuple[list[tuple[int, int]], float]:
+    """(runs, weight): the runs the L2 model is shown for a strided transfer of equally spaced
+    runs ``geometry`` = (first address, stride, bytes per run, runs), and how many of the
+    transfer's L2 lines each line shown stands for.
 
     Runs closer together than one L2 line are merged: no line lies wholly in such a gap, so
     the merged run touches exactly the lines the runs touch (the hit fraction is then taken
     over the merged bytes; Device.gm_transfer scales it to the transfer). With ``limit`` (coarse
     timing-only instructions) the L2 sees ``limit`` single lines at evenly spaced byte offsets
-    of the transfer instead (a sample whose hit fraction stands for the whole transfer).
+    of the transfer instead (a sample whose hit fraction stands for the whole transfer), each
+    weighing lines-of-the-transfer / ``limit`` in the L2's capacity (simulator/l2.py). The
+    offsets depend only on the geometry, so every core moving the same block (the same panel
+    of a shared matmul operand) shows the L2 the same lines and sees the other cores' reuse.
     """
     a0, stride, run, count = geometry
     l2 = device.l2
     if l2 is None or count == 0:
-        return []
+        return [], 1.0
     line = l2.chunk
     if count > 1 and stride - run < line:   # gaps shorter than a line: one run
         run, count = (count - 1) * stride + run, 1
     total = run * count
     if limit is None or total <= limit * line:
-        return [(a0 + i * stride, run) for i in range(count)]
+        return [(a0 + i * stride, run) for i in range(count)], 1.0
     sample = []
     for j in range(limit):
         pos = (2 * j + 1) * total // (2 * limit)
         i, off = divmod(pos, run)
         a = a0 + i * stride + off
         sample.append((a, min(line - a % line, run - off)))
-    return sample
+    lines = count * ((a0 % line + run + line - 1) // line)   # lines the transfer touches
+    return sample, max(1.0, lines / limit)
 
 
 def _fit(t: LocalTensor, need: int, what: str) -> None:
@@ -363,8 +369,8 @@ class CopyGmToL1(CubeInstruction):
         lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
         device.check_global(lo, hi - lo, write=False)
         model = cube_load_model(device.spec)
-        runs = _l2_view(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc), self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, ranges=runs,
+        runs, weight = _l2_view(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc), self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, ranges=runs, l2_weight=weight,
                                   startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
 
     def complete(self, pipe: "Pipe") -> None:
@@ -601,8 +607,8 @@ class Fixpipe(CubeInstruction):
         model = device.spec.fixp
         if model is None:
             raise UnsupportedInstruction(f"{device.spec.name} has no [fixp] (L0C->GM) model")
-        runs = _l2_view(device, dst.run_geometry(self.r0, self.m, self.c0, self.n), self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, ranges=runs,
+        runs, weight = _l2_view(device, dst.run_geometry(self.r0, self.m, self.c0, self.n), self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, ranges=runs, l2_weight=weight,
                                   startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:
@@ -670,10 +676,13 @@ class CopyUbToNz(Instruction):
         lo, hi = dst.span(self.row, 1, self.c0, self.n)
         device.check_global(lo, hi - lo, write=True)
         seen: list[tuple[int, int]] = []
+        weight = 1.0
         if self.l2_rows > 0:
             first = max(0, self.row - self.l2_rows + 1)
-            seen = _l2_view(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n), self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=True, ranges=seen, startup_extra=pipe.head_cycles())
+            seen, weight = _l2_view(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n),
+                                    self.l2_sample)
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, ranges=seen, l2_weight=weight,
+                                  startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:

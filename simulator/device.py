@@ -301,7 +301,7 @@ class Device:
     # -- DMA timing ----------------------------------------------------------------------------
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
                     startup_extra: int = 0, model: DmaModel | None = None,
-                    ranges: Sequence[tuple[int, int]] | None = None) -> simpy.Event:
+                    ranges: Sequence[tuple[int, int]] | None = None, l2_weight: float = 1.0) -> simpy.Event:
         """Move ``nbytes`` between GM at ``addr`` and a core; returns the completion event.
 
         Ascend loads use the calibrated MTE2 model (per-transfer ``base`` plus a share of the
@@ -314,7 +314,9 @@ class Device:
         pool share. ``ranges`` lists the (address, bytes) runs a strided transfer touches, for
         the L2 model (default: the one run [addr, addr + nbytes)); if they cover fewer bytes
         than ``nbytes`` (a sample of a huge strided transfer), the sample's hit fraction applies
-        to all ``nbytes``.
+        to all ``nbytes``. ``l2_weight``: L2 lines of the transfer each line of ``ranges``
+        stands for (a sample occupies the L2 capacity of the whole transfer, simulator/l2.py).
+        The L2 hit/miss totals count the transfer's bytes (the sample's fraction applied).
         """
         spec = self.spec
         net = self.net
@@ -332,15 +334,18 @@ class Device:
             m = model or spec.mte3
             if self.l2 is not None:
                 for a, n in runs:
-                    self.l2.access(a, n, write=True)
+                    self.l2.access(a, n, write=True, weight=l2_weight)
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("MTE3") if model is None else None,
                                 startup=m.startup + startup_extra, tag=tag)
         m = model or spec.mte2
-        hit = sum(self.l2.access(a, n, write=False) for a, n in runs) if self.l2 is not None else 0
+        hit = (sum(self.l2.access(a, n, write=False, weight=l2_weight, count=False) for a, n in runs)
+               if self.l2 is not None else 0)
         covered = sum(n for _, n in runs) if ranges is not None else nbytes
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
+        if self.l2 is not None and covered:
+            self.l2.count(hit, nbytes - hit)
         if self._trace_l2:
             self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit

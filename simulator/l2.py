@@ -4,6 +4,13 @@ Reads of resident chunks are hits (served by the L2 link at the L2 rate); the re
 (served by HBM) and fill the cache. Writes allocate (write-through to HBM, so the bandwidth a
 store costs is HBM bandwidth, but a later read of the data hits). Host copies (aclrtMemcpy) do
 not pass through the AI-core L2. Chunk size and policy are assumptions in the device file.
+
+Sampled transfers: a coarse timing-only instruction shows the model a sample of its lines
+(simulator/cube.py ``_l2_view``), each standing for ``weight`` lines of the transfer. Such an
+entry occupies ``weight`` lines of the capacity, so the sample fills the cache as the whole
+transfer would and a reuse is a hit only if the bytes touched since would have left it
+resident (an unweighted sample would make the cache look ``weight`` times larger). The most
+recent access decides what an entry stands for.
 """
 from __future__ import annotations
 
@@ -16,33 +23,50 @@ class L2Cache:
             raise ValueError(f"L2 size {size} and chunk {chunk} must satisfy 0 < chunk <= size")
         self.chunk = chunk
         self.capacity_chunks = size // chunk
-        self._lru: OrderedDict[int, None] = OrderedDict()
+        self._lru: OrderedDict[int, float] = OrderedDict()   # chunk -> lines of capacity it holds
+        self._used = 0.0
         self.hit_bytes = 0
         self.miss_bytes = 0
 
-    def access(self, addr: int, nbytes: int, *, write: bool) -> int:
-        """Touch [addr, addr+nbytes); return how many of the bytes were resident (hits)."""
+    def access(self, addr: int, nbytes: int, *, write: bool, weight: float = 1.0, count: bool = True) -> int:
+        """Touch [addr, addr+nbytes); return how many of the bytes were resident (hits).
+
+        ``weight``: lines of capacity each touched chunk occupies (a sampled transfer's lines
+        stand for ``weight`` lines each). ``count=False`` leaves the hit/miss totals to the
+        caller (:meth:`count`), which knows the bytes a sample stands for."""
         if nbytes <= 0:
             return 0
         c = self.chunk
         first, last = addr // c, (addr + nbytes - 1) // c
         lru = self._lru
+        w = float(weight)
         hit = 0
         for ch in range(first, last + 1):
             lo = max(addr, ch * c)
             hi = min(addr + nbytes, (ch + 1) * c)
-            if ch in lru:
+            old = lru.get(ch)
+            if old is not None:
                 lru.move_to_end(ch)
                 hit += hi - lo
+                if old == w:
+                    continue
+                lru[ch] = w
+                self._used += w - old
             else:
-                lru[ch] = None
-                if len(lru) > self.capacity_chunks:
-                    lru.popitem(last=False)
+                lru[ch] = w
+                self._used += w
+            while self._used > self.capacity_chunks and len(lru) > 1:
+                self._used -= lru.popitem(last=False)[1]
         if write:
             return 0
-        self.hit_bytes += hit
-        self.miss_bytes += nbytes - hit
+        if count:
+            self.count(hit, nbytes - hit)
         return hit
+
+    def count(self, hit: int, miss: int) -> None:
+        """Add a read's hit and miss bytes to the totals behind :attr:`hit_rate`."""
+        self.hit_bytes += hit
+        self.miss_bytes += miss
 
     def invalidate(self, addr: int, nbytes: int) -> None:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
@@ -50,7 +74,7 @@ class L2Cache:
             return
         c = self.chunk
         for ch in range(addr // c, (addr + nbytes - 1) // c + 1):
-            self._lru.pop(ch, None)
+            self._used -= self._lru.pop(ch, 0.0)
 
     @property
     def hit_rate(self) -> float:

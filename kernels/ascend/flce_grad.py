@@ -17,10 +17,13 @@ then turn each row into the logit gradient — Adds(−logitsMax), Exp, a true D
 memory-saving mode, the target update, Muls(grad), Cast RINT — and write it in NZ into the
 workspace; after every vector core is done the cube cores form both gradients with the
 documented Matmul tiles (baseM/N/K 128/256/64, 256×128 when BT ≥ 23296, stepKa = stepKb = 4,
-depthA1 = depthB1 = 8 = two L1 buffers of stepK tiles) and double-buffered L0A/L0B.
+depthA1 = depthB1 = 8 = two L1 buffers of stepK tiles) and double-buffered L0A/L0B. The output
+tiles of every matmul are dealt to the cube cores in an L2-aware block traversal
+(``tile_traversal``): the cores running side by side share A and B panels in L2.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -63,7 +66,7 @@ META_ROWS = 256       # rows whose scalars one TBUF batch holds (<= 21 B per row
 # standing for several back-to-back base instructions, simulator/cube.py) to bound the number of
 # simulation events; numeric runs never coarsen.
 FINE_CHUNK_BUDGET = 4096
-COARSE_L2_SAMPLE = 64  # runs of a coarse transfer the L2 model sees
+COARSE_L2_SAMPLE = 64  # L2 lines of a coarse transfer the L2 model sees (each weighing lines / 64)
 
 # cross-core flag ids
 FLAG_LOGITS_ALL, FLAG_LOGITS_READY, FLAG_S_ALL, FLAG_S_READY = 0, 1, 2, 3
@@ -218,7 +221,8 @@ class FlceTiling:
     block_dim: int               # cube cores (aicNum)
     aiv_num: int                 # vector cores = ratio x block_dim
     matmuls: tuple[MatmulTiling, ...]   # (logits,) in memory-saving mode, then input_grad, weight_grad
-    assignment: tuple[tuple[tuple[int, int, int], ...], ...]  # per cube core: (matmul, tile_m, tile_n)
+    assignment: tuple[tuple[tuple[int, int, int], ...], ...]  # per cube core: (matmul, tile_m, tile_n), in
+    #                                                         the order it runs them (tile_traversal)
     l0c_depth: int
     l1_bytes: int                # L1 one cube core allocates (A1 + B1)
     l0a_bytes: int
@@ -270,22 +274,128 @@ def _matmul(name: str, m: int, n: int, k: int, ov: Mapping[str, Any], swap: bool
                         ov.get("step_k", STEP_K))
 
 
-def _assign(matmuls: tuple[MatmulTiling, ...], phases: tuple[tuple[int, ...], ...],
-            cores: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
-    """Tiles to cube cores, phase by phase: each tile (in row-major order) to the least-loaded
-    core so far (load = padded MACs), ties to the lowest core. Deterministic."""
+# ---------------------------------------------------------------------------------------------
+# tile traversal: which output tiles run side by side on the cube cores
+#
+# Why: every output tile streams the whole K extent of one A panel (base_m rows of A) and one
+# B panel (base_n columns of B) through L1. A 128 x 256 bf16 tile does 2·128·256 / ((128 +
+# 256)·2) ≈ 85 FLOP per byte loaded: above the L2 balance of the 910B (354 TFLOP/s / 4.75 TB/s
+# ≈ 74 FLOP/B) but far below the HBM balance (354 / 1.38 ≈ 256 FLOP/B), so the cube can only be
+# kept busy if most panel loads hit L2, i.e. if the tiles running at the same time share their
+# panels. In row-major order a wave of 24 cores covers ~1.5 rows of tiles: for input_grad at
+# BT 4096 / H 4096 / V 32000 that is ~16 B panels of 16 MB each, more than the 192 MiB L2, and
+# the panels are evicted before the next wave reuses them. Here the tiles are ordered so that
+# the wave of ``block_dim`` consecutive tiles (one per core: the least-loaded assignment below
+# deals equal tiles round-robin) is a compact block: bands of ``g`` tile rows (or columns)
+# walked across, ``g`` tiles down each step, serpentine from band to band so that the first
+# wave of a band reuses the last wave's panels. All cores walk their K loop from 0 upwards,
+# so the panels a wave shares are read at about the same time. This is modelled on the
+# swizzled / grouped block traversal of GPU GEMM libraries and the block swizzle of Ascend
+# matmul templates, as a description of the technique (no code copied).
+# ---------------------------------------------------------------------------------------------
+
+def _traversal_order(tiles_m: int, tiles_n: int, along_m: bool, g: int) -> tuple[tuple[int, int], ...]:
+    """(tm, tn) in traversal order: bands of ``g`` tile rows (``along_m``; the band walks the
+    columns, ``g`` rows down each column) or of ``g`` tile columns (the band walks the rows),
+    serpentine from band to band (``g`` = 1 along M: row-major with every other row reversed)."""
+    outer, inner = (tiles_m, tiles_n) if along_m else (tiles_n, tiles_m)
+    order: list[tuple[int, int]] = []
+    for band, b0 in enumerate(range(0, outer, g)):
+        walk = range(inner) if band % 2 == 0 else range(inner - 1, -1, -1)
+        for j in walk:
+            for o in range(b0, min(b0 + g, outer)):
+                order.append((o, j) if along_m else (j, o))
+    return tuple(order)
+
+
+def _panel_bytes(mm: MatmulTiling, item: int) -> tuple[list[int], list[int]]:
+    """Bytes of each A panel (a tile row's rows x K) and each B panel (K x a tile column)."""
+    a = [min(mm.base_m, mm.m - t * mm.base_m) * mm.k * item for t in range(mm.tiles_m)]
+    b = [min(mm.base_n, mm.n - t * mm.base_n) * mm.k * item for t in range(mm.tiles_n)]
+    return a, b
+
+
+def wave_panel_bytes(mm: MatmulTiling, order: tuple[tuple[int, int], ...], wave: int,
+                     item: int) -> list[int]:
+    """Per wave of ``wave`` consecutive tiles of ``order``: the bytes of the distinct A and B
+    panels its tiles read (what the wave needs resident in L2 to load each panel from HBM once)."""
+    a, b = _panel_bytes(mm, item)
+    out = []
+    for w0 in range(0, len(order), wave):
+        tiles = order[w0:w0 + wave]
+        out.append(sum(a[r] for r in {t[0] for t in tiles}) + sum(b[c] for c in {t[1] for t in tiles}))
+    return out
+
+
+def _l2_miss_estimate(mm: MatmulTiling, order: tuple[tuple[int, int], ...], wave: int, item: int,
+                      out_item: int, l2_bytes: int) -> int:
+    """HBM bytes of a traversal under a panel-granular LRU of ``l2_bytes``: each wave touches
+    its panels, then allocates its result tiles (stores go through L2). A tie-break between
+    blocks of equal size that tells apart the reuse from one wave to the next."""
+    a, b = _panel_bytes(mm, item)
+    lru: dict[tuple[str, int], int] = {}      # insertion order = recency (oldest first)
+    used = miss = 0
+    for n, w0 in enumerate(range(0, len(order), wave)):
+        tiles = order[w0:w0 + wave]
+        keys = [("a", r) for r in sorted({t[0] for t in tiles})] + [("b", c) for c in sorted({t[1] for t in tiles})]
+        out = sum(min(mm.base_m, mm.m - r * mm.base_m) * min(mm.base_n, mm.n - c * mm.base_n)
+                  for r, c in tiles) * out_item
+        for key, size in [(k, a[k[1]] if k[0] == "a" else b[k[1]]) for k in keys] + [(("c", n), out)]:
+            if key in lru:
+                lru[key] = lru.pop(key)
+            else:
+                if key[0] != "c":
+                    miss += size
+                lru[key] = size
+                used += size
+            while used > l2_bytes and lru:
+                used -= lru.pop(next(iter(lru)))
+    return miss
+
+
+def tile_traversal(mm: MatmulTiling, wave: int, item: int, out_item: int,
+                   l2_bytes: int) -> tuple[tuple[int, int], ...]:
+    """The order in which the tiles of ``mm`` are dealt to the cube cores (see above).
+
+    Candidates: bands along M or N of g = 1 .. ``wave`` tiles. Chosen: the least total bytes
+    of distinct panels per wave (the L2 working set of the cores running side by side), then
+    the fewest estimated HBM bytes under an LRU of the L2 (reuse from wave to wave), then the
+    smaller band, bands along M first. A pure, deterministic function of the tiling."""
+    return _tile_traversal(mm, max(1, wave), item, out_item, l2_bytes)
+
+
+@functools.lru_cache(maxsize=64)
+def _tile_traversal(mm: MatmulTiling, wave: int, item: int, out_item: int,
+                    l2_bytes: int) -> tuple[tuple[int, int], ...]:
+    shapes = [(along_m, g) for along_m in (True, False)
+              for g in range(1, min(wave, mm.tiles_m if along_m else mm.tiles_n) + 1)]
+    orders = {c: _traversal_order(mm.tiles_m, mm.tiles_n, *c) for c in shapes}
+    working = {c: sum(wave_panel_bytes(mm, orders[c], wave, item)) for c in shapes}
+    least = min(working.values())
+    ties = [c for c in shapes if working[c] == least]
+    if len(ties) == 1:
+        return orders[ties[0]]
+    return orders[min(ties, key=lambda c: (_l2_miss_estimate(mm, orders[c], wave, item, out_item, l2_bytes),
+                                           not c[0], c[1]))]
+
+
+def _assign(matmuls: tuple[MatmulTiling, ...], phases: tuple[tuple[int, ...], ...], cores: int,
+            item: int, out_items: tuple[int, ...], l2_bytes: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
+    """Tiles to cube cores, phase by phase: each tile, in its matmul's traversal order
+    (:func:`tile_traversal`), to the least-loaded core so far (load = padded MACs), ties to the
+    lowest core. Equal tiles are thus dealt round-robin and the cores' j-th tiles form the
+    j-th wave of the traversal. Deterministic."""
     per_core: list[list[tuple[int, int, int]]] = [[] for _ in range(cores)]
     for phase in phases:
         heap = [(0, j) for j in range(cores)]      # (load, core): the least loaded, lowest core first
         for i in phase:
             mm = matmuls[i]
-            for tm in range(mm.tiles_m):
+            for tm, tn in tile_traversal(mm, cores, item, out_items[i], l2_bytes):
                 rows = min(mm.base_m, mm.m - tm * mm.base_m)
-                for tn in range(mm.tiles_n):
-                    cols = min(mm.base_n, mm.n - tn * mm.base_n)
-                    load, c = heap[0]
-                    heapq.heapreplace(heap, (load + align16(rows) * align16(cols) * align16(mm.k), c))
-                    per_core[c].append((i, tm, tn))
+                cols = min(mm.base_n, mm.n - tn * mm.base_n)
+                load, c = heap[0]
+                heapq.heapreplace(heap, (load + align16(rows) * align16(cols) * align16(mm.k), c))
+                per_core[c].append((i, tm, tn))
     return tuple(tuple(x) for x in per_core)
 
 
@@ -333,7 +443,9 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     block_dim = ov.get("block_dim", max(1, min(cores, max(busiest, ceil_div(bt, ratio)))))
     block_dim = min(block_dim, cores)
     phases = ((0,), (1, 2)) if mode == MEMORY_SAVING else ((0, 1),)
-    assignment = _assign(matmuls, phases, block_dim)
+    # results: the fp32 logits (memory-saving mode), then input_grad / weight_grad in the input dtype
+    out_items = ((4,) if mode == MEMORY_SAVING else ()) + (item, item)
+    assignment = _assign(matmuls, phases, block_dim, item, out_items, spec.l2.size if spec.l2 is not None else 0)
     # vector side: a row of V fp32 (padded to 64 B) per buffer; split when it does not fit
     ub = spec.ub.size
     max_chunk = ((ub - TBUF_BYTES) // 2 // 4) // (ROW_ALIGN // 4) * (ROW_ALIGN // 4)
@@ -548,7 +660,7 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
     used = [False, False]
     coarse = not ctx.functional and tiling.coarsen > 1
-    l2_sample = 64 if coarse else None
+    l2_sample = COARSE_L2_SAMPLE if coarse else None
     slot = 0
     for b0 in range(r0, r0 + nrows, META_ROWS):
         nb = min(META_ROWS, r0 + nrows - b0)

@@ -12,6 +12,7 @@ import opsim
 from kernels.aclnn import (aclnnFusedLinearCrossEntropyLossGrad,
                            aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize)
 from kernels.ascend import flce_grad as F
+from kernels.common import TensorDesc
 from simulator import numerics as nx
 from simulator.acl import ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
 from simulator.errors import CapacityError, MemoryFault
@@ -252,6 +253,80 @@ def test_a_shape_whose_buffers_exceed_hbm_is_refused_with_the_numbers():
     err = e.value
     assert err.buffer == "HBM" and err.available == 64 * 2 ** 30 and err.needed > err.available
     assert f"softmax {bt * v * 4} B" in str(err) and str(err.needed) in str(err)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile traversal: the cube cores of a wave share their A and B panels in L2
+# ---------------------------------------------------------------------------------------------
+
+L2_A2 = 192 * 2 ** 20
+
+
+def _row_major(mm):
+    return tuple((tm, tn) for tm in range(mm.tiles_m) for tn in range(mm.tiles_n))
+
+
+@pytest.mark.parametrize("m,n,k,wave", [(4096, 4096, 32000, 24), (4096, 32000, 4096, 24), (32000, 4096, 4096, 24),
+                                        (1000, 700, 64, 24), (2048, 512, 8192, 24), (16, 16, 16, 24),
+                                        (3000, 5000, 256, 7)])
+def test_the_tile_traversal_visits_every_tile_exactly_once(m, n, k, wave):
+    mm = F.MatmulTiling("mm", m, n, k, 128, 256, 64, 4)
+    order = F.tile_traversal(mm, wave, 2, 2, L2_A2)
+    assert sorted(order) == sorted(_row_major(mm)) and len(set(order)) == mm.tiles
+
+
+def test_the_waves_of_the_910b_class_input_grad_share_panels_and_fit_the_l2():
+    # input_grad = S·W at BT 4096 / H 4096 / V 32000: A panels 128 x 32000 bf16 (8.2 MB), B panels
+    # 32000 x 256 (16.4 MB), 32 x 16 tiles, 24 cube cores
+    mm = F.MatmulTiling("input_grad", 4096, 4096, 32000, 128, 256, 64, 4)
+    a, b = 128 * 32000 * 2, 32000 * 256 * 2
+    order = F.tile_traversal(mm, 24, 2, 2, L2_A2)
+    waves = F.wave_panel_bytes(mm, order, 24, 2)
+    row_major = F.wave_panel_bytes(mm, _row_major(mm), 24, 2)
+    # the first wave is a compact block: rows x columns = 24 tiles, the least panel bytes of
+    # any 24-tile rectangle of the grid (8 x 3 or 6 x 4: 112 MiB)
+    first = order[:24]
+    rows, cols = {t[0] for t in first}, {t[1] for t in first}
+    assert len(rows) * len(cols) == 24
+    best = min(g * a + (24 // g) * b for g in (1, 2, 3, 4, 6, 8, 12, 24) if g <= 32 and 24 // g <= 16)
+    assert waves[0] == best == 8 * a + 3 * b
+    # every wave's panels fit the 192 MiB L2; in row-major order most waves' do not
+    assert max(waves) <= L2_A2 < max(row_major)
+    assert sum(w > L2_A2 for w in row_major) > len(row_major) // 2
+    assert sum(waves) < 0.6 * sum(row_major)
+
+
+def _plan(bt, h, v, mode):
+    t = {k: TensorDesc(d.shape, nx.dtype(d.dtype)) for k, d in _specs(bt, h, v, mode).items()}
+    return F.plan(opsim.device_spec("atlas-a2"), t, {})
+
+
+def test_the_plan_deals_the_traversal_to_the_cores_round_robin_and_is_deterministic():
+    tiling = _plan(4096, 4096, 32000, F.MEMORY_SAVING)
+    assert tiling.assignment == _plan(4096, 4096, 32000, F.MEMORY_SAVING).assignment
+    logits = tiling.matmuls[0]                       # the first phase alone; every tile equal
+    order = F.tile_traversal(logits, tiling.block_dim, 2, 4, L2_A2)
+    p = tiling.block_dim
+    for core, tiles in enumerate(tiling.assignment):
+        mine = [(tm, tn) for i, tm, tn in tiles if i == 0]
+        assert mine == list(order[core::p])           # the j-th tile of every core is wave j
+    dealt = sorted((i, tm, tn) for tiles in tiling.assignment for i, tm, tn in tiles)
+    expected = sorted((i, tm, tn) for i, mm in enumerate(tiling.matmuls) for tm, tn in _row_major(mm))
+    assert dealt == expected                          # every tile of every matmul exactly once
+
+
+def test_the_swizzled_traversal_reuses_l2_where_row_major_thrashes_it(monkeypatch):
+    # the 910B-class case scaled by 8 (V 32000 -> 4000 and the 192 MiB L2 -> 24 MiB): in row-major
+    # order a wave's B panels (16 x 2 MB) exceed the L2; coarse cube instructions (sampled L2)
+    bt, h, v = 1024, 4096, 4000
+    spec = opsim.device_spec("atlas-a2", {"l2.size": 24 * 2 ** 20})
+    ops = _specs(bt, h, v, F.MEMORY_SAVING)
+    swizzled = opsim.run(OP, device=spec, mode="timing", trace="off", **ops)
+    monkeypatch.setattr(F, "tile_traversal", lambda mm, *args: _row_major(mm))
+    row_major = opsim.run(OP, device=spec, mode="timing", trace="off", **ops)
+    assert swizzled.tiling.coarsen > 1 and swizzled.tiling.assignment != row_major.tiling.assignment
+    assert swizzled.stats["l2_hit_rate"] > row_major.stats["l2_hit_rate"] + 0.1
+    assert swizzled.cycles < 0.85 * row_major.cycles
 
 
 def test_a_tiling_whose_result_tile_exceeds_l0c_raises_capacity_error():

@@ -1,0 +1,41 @@
+"""The L2 model: LRU over lines, sampled (weighted) lines and the hit/miss totals."""
+from __future__ import annotations
+
+from simulator.l2 import L2Cache
+
+LINE = 512
+
+
+def test_a_weighted_line_occupies_that_many_lines_of_capacity():
+    l2 = L2Cache(8 * LINE, LINE)
+    l2.access(0 * LINE, LINE, write=False, weight=4)
+    l2.access(1 * LINE, LINE, write=False, weight=4)      # full: 8 of 8 lines
+    assert l2.access(0 * LINE, LINE, write=False, weight=4) == LINE
+    l2.access(2 * LINE, LINE, write=False, weight=4)      # evicts the least recent (line 1)
+    assert l2.access(1 * LINE, LINE, write=False, weight=4) == 0
+    assert l2.access(2 * LINE, LINE, write=False) == LINE
+
+
+def test_unit_weight_keeps_one_line_per_line():
+    l2 = L2Cache(8 * LINE, LINE)
+    l2.access(0, 8 * LINE, write=True)
+    assert l2.access(0, 8 * LINE, write=False) == 8 * LINE
+    l2.access(8 * LINE, LINE, write=False)                # the ninth line evicts line 0
+    assert l2.access(0, LINE, write=False) == 0
+
+
+def test_an_access_that_does_not_count_leaves_the_totals_to_the_caller():
+    l2 = L2Cache(8 * LINE, LINE)
+    l2.access(0, LINE, write=False, count=False)
+    assert l2.access(0, LINE, write=False, count=False) == LINE
+    assert (l2.hit_bytes, l2.miss_bytes) == (0, 0)
+    l2.count(3 * LINE, LINE)
+    assert l2.hit_rate == 0.75
+
+
+def test_invalidate_frees_the_capacity_of_weighted_lines():
+    l2 = L2Cache(8 * LINE, LINE)
+    l2.access(0, LINE, write=False, weight=8)
+    l2.invalidate(0, LINE)
+    l2.access(LINE, 8 * LINE, write=False)                # fits only if line 0's 8 were given back
+    assert l2.access(LINE, 8 * LINE, write=False) == 8 * LINE
