@@ -39,24 +39,35 @@ class L2Cache:
         c = self.chunk
         first, last = addr // c, (addr + nbytes - 1) // c
         lru = self._lru
+        cap = self.capacity_chunks
         w = float(weight)
         hit = 0
-        for ch in range(first, last + 1):
-            lo = max(addr, ch * c)
-            hi = min(addr + nbytes, (ch + 1) * c)
+        # Lines are touched in address order. The resident ones are found with one set
+        # intersection and the runs of new lines between them are inserted in bulk, so a
+        # streaming access costs a few C-level calls instead of a Python step per line.
+        present = sorted(lru.keys() & set(range(first, last + 1))) if lru else ()
+        run_start = first
+        for ch in (*present, last + 1):
+            if run_start < ch:                               # new lines [run_start, ch)
+                lru.update(dict.fromkeys(range(run_start, ch), w))
+                self._used += w * (ch - run_start)
+                while self._used > cap and len(lru) > 1:
+                    self._used -= lru.popitem(last=False)[1]
+            if ch > last:
+                break
             old = lru.get(ch)
-            if old is not None:
-                lru.move_to_end(ch)
-                hit += hi - lo
-                if old == w:
-                    continue
-                lru[ch] = w
-                self._used += w - old
-            else:
+            if old is None:                                  # evicted by this very access
                 lru[ch] = w
                 self._used += w
-            while self._used > self.capacity_chunks and len(lru) > 1:
+            else:
+                lru.move_to_end(ch)
+                hit += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
+                if old != w:
+                    lru[ch] = w
+                    self._used += w - old
+            while self._used > cap and len(lru) > 1:
                 self._used -= lru.popitem(last=False)[1]
+            run_start = ch + 1
         if write:
             return 0
         if count:
