@@ -23,12 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernels import analytic  # noqa: E402
+from kernels.ascend import flce_estimate  # noqa: E402
 from kernels import registry  # noqa: E402
 from opsim.sweep import StudyError, load_study, run_points, sweep  # noqa: E402
 
 # points of each study confirmed with the simulator (evenly spaced over the points that ran);
-# the embedding's simulation takes 10-25 s a point, the others well under a few seconds
-SAMPLE = {"embedding_capacity_ub": 8}
+# the embedding's simulation takes 10-25 s a point, the fused linear cross-entropy's 3-80 s,
+# the others well under a few seconds
+SAMPLE = {"embedding_capacity_ub": 8, "flce_vocab_capacity": 8}
 DEFAULT_SAMPLE = 60
 
 
@@ -118,7 +120,8 @@ def run(workers: int) -> str:
                   f"`{r['tiling']}` | `{r['overrides']}` | `{r['attrs']}` | {r['cycles']} | "
                   f"{r['confirmed_cycles']} | {_pct(r['estimate_error'])} |")
     return TEMPLATE.format(table="\n".join(lines), worst="\n".join(wl), notes="\n".join(notes),
-                           weight=analytic.LOCKSTEP_WEIGHT, operators=", ".join(registry.names()),
+                           weight=analytic.LOCKSTEP_WEIGHT, drift=flce_estimate.DRIFT_LIMIT,
+                           operators=", ".join(registry.names()),
                            wall=f"{wall:.0f}", workers=workers, cpus=os.cpu_count())
 
 
@@ -158,7 +161,34 @@ in seconds and confirm the best with the simulator (`opsim sweep study.toml --co
   per-core DMA rates, heads, launch overhead) and say so in `stats["estimate_model"]`. The
   element-wise operators (MSE, BCE with its host flow of casts and OnesLike) and the DSP
   binarycrossentropygrad have pipeline models; the embedding and the fused linear cross-entropy
-  operators use the roofline until they carry a model (`OpDef.estimate`).
+  operators have models of their own structure (below).
+- **embedding_dense_backward** (`estimate` in kernels/ascend/embedding_backward.py, model
+  `embedding`): every launch of the call in order, each with its launch overhead — ZerosLike (a
+  Duplicate, then the block's share of the accumulator and counts in buffer-sized stores), the
+  casts (the element-wise pipeline), SortIndices (load, cast, Sort32 + MrgSort passes, two stores
+  per UB tile) and the MergeSortedRuns passes, EmbeddingCount, the accumulation kernel (Atlas A2:
+  per row a gather, then a Copy/Add, one-deep row queue; an atomic flush per run of equal indices
+  and every 10 rows, overlapping the next gathers; the first gather after a flush shares the link
+  with every core's flush, as identical cores run in lockstep; Atlas training series: per block of
+  indices the index load, the rows, then one atomic add per row), the scale kernel and CastOut.
+  What depends on the index values uses the pattern timing mode assumes (row *i* has index
+  *i* mod numWeights): every index distinct, one flush per row, when gradRow ≤ numWeights (the worst
+  case), else runs of gradRow/numWeights rows. A tensor an earlier launch wrote is read from the L2
+  when it and what was touched since fit in it. A UB budget beyond the UB is refused with
+  CapacityError, as the simulator refuses it.
+- **fused_linear_cross_entropy_loss_grad** (kernels/ascend/flce_estimate.py, model `flce`): the
+  mixed launch's phases one after another (memory-saving: the logits matmul; the vector stage; the
+  two gradient matmuls), each the slowest core's **replay** of its program — the same TQue flags,
+  in-order pipes and 16-entry pipe queues (the dispatcher stalls on a full queue, which limits how
+  far MTE2 loads ahead of MTE1/CUBE) — with the simulator's costs (Mmad fractals / MACs per
+  cycle, LoadData bytes / L1→L0 rate, DMA start-up + bytes / rate, vector `k·N + b`), the coarse
+  timing-mode instructions mirrored, and a steady state skipped by a shift once an iteration moves
+  every time equally. The L2: an LRU over matmul panels wave by wave (the cores' j-th tiles of the
+  assignment), a panel not resident is missed by the first core of the wave that loads it; hits at
+  `rates.l2_read`, misses at `rates.gm_read`, each capped by a fair share of its link. Sharing
+  breaks when a chunk's miss-minus-hit time times the cores' load rate exceeds
+  `DRIFT_LIMIT = {drift}` L2 sizes (the sharers drift apart; a calibration against the simulator,
+  which kept sharing at 2.6 and lost it at 3.5 for BT = H = 4096): then every core misses it.
 
 ## Error on the example studies
 
@@ -185,8 +215,9 @@ worker processes on a {cpus}-CPU machine by `.venv/bin/python benchmarks/estimat
   simulator's cores drift out of lockstep in a way a closed form only brackets.
 - A roofline row is a bound, not a model: it ignores the operator's structure (sorting, atomics,
   zero-fill of the output) and can be far off. Rank such points with care, and confirm them.
-- The tests (`tests/opsim/test_estimate.py`) hold the models to 10 % on a fixed suite of
-  uncontended and contended points.
+- The tests (`tests/opsim/test_estimate.py`) hold the element-wise models to 10 % on a fixed suite
+  of uncontended and contended points; `tests/opsim/test_estimate_hooks.py` holds the embedding and
+  fused linear cross-entropy models to 15 % on small and medium points of every path.
 """
 
 

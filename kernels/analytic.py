@@ -32,7 +32,8 @@ from devices.spec import DeviceSpec, DmaModel
 from simulator.core import pipe_head_cycles
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
-           "pipeline_estimate", "roofline_estimate", "memory_pipes"]
+           "pipeline_estimate", "roofline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
+           "dma_cycles", "sequence", "lockstep_copy_cycles"]
 
 
 @dataclass(frozen=True)
@@ -366,3 +367,72 @@ def roofline_estimate(spec: DeviceSpec, *, bytes_read: int, bytes_written: int, 
                     ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
                     model="roofline",
                     notes="operand bytes at the calibrated per-core DMA rates; no pipeline model")
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks of operator models whose launches are not one element-wise pipeline
+# (kernels/ascend/embedding_backward.py, kernels/ascend/flce_estimate.py)
+# ---------------------------------------------------------------------------------------------
+
+def shared_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[float, float]:
+    """:func:`copy_rates` for an average number of copies in flight (cores times the fraction
+    of the time each has one on the pipe): a pool's bonus is never split among fewer than one."""
+    nl = max(1.0, loaders) if loaders > 0 else 0.0
+    ns = max(1.0, storers) if storers > 0 else 0.0
+    return copy_rates(spec, nl, ns)   # type: ignore[arg-type]
+
+
+def l2_read_rate(spec: DeviceSpec, concurrent: float) -> float:
+    """Bytes/cycle of each of ``concurrent`` loads served by the L2: the per-core L2 read rate,
+    capped by a fair share of the L2 link (``Device.gm_transfer`` puts hits on that link)."""
+    if spec.l2 is None:
+        return copy_rates(spec, max(1, round(concurrent)), 0)[0]
+    return min(float(spec.rates.l2_read), spec.bytes_per_cycle(spec.l2.bandwidth) / max(1.0, concurrent))
+
+
+def lockstep_copy_cycles(spec: DeviceSpec, load_bytes: float, store_bytes: float, cores: int,
+                         load_from_l2: bool = False) -> tuple[int, int, int]:
+    """Data cycles of (a load that runs beside a store, that store, a load alone) when ``cores``
+    identical cores do the same at the same time (they start together and stay in lockstep):
+    both at the contended rates while both move, then the longer one alone at its own rate.
+    Loads served by the L2 ride the L2 link and do not contend with the stores."""
+    _, rs_only = shared_rates(spec, 0, cores)
+    if load_from_l2:
+        r = l2_read_rate(spec, cores)
+        return (math.ceil(load_bytes / r), math.ceil(store_bytes / rs_only) if store_bytes else 0,
+                math.ceil(load_bytes / r))
+    rl_only, _ = shared_rates(spec, cores, 0)
+    if store_bytes <= 0:
+        return math.ceil(load_bytes / rl_only), 0, math.ceil(load_bytes / rl_only)
+    if load_bytes <= 0:
+        return 0, math.ceil(store_bytes / rs_only), 0
+    rl, rs = shared_rates(spec, cores, cores)
+    t = store_bytes / rs
+    if load_bytes >= rl * t:
+        load, store = t + (load_bytes - rl * t) / rl_only, t
+    else:
+        load = load_bytes / rl
+        store = load + (store_bytes - rs * load) / rs_only
+    return math.ceil(load), math.ceil(store), math.ceil(load_bytes / rl_only)
+
+
+def dma_cycles(startup: float, nbytes: float, rate: float) -> int:
+    """One copy: its start-up latency, then ``nbytes`` at ``rate`` bytes/cycle, ending on a whole
+    cycle as a link transfer does (``simulator/links.py``)."""
+    return int(startup) + (math.ceil(nbytes / rate) if nbytes > 0 else 0)
+
+
+def sequence(parts: Sequence[Estimate], model: str, notes: str = "", **extra: object) -> Estimate:
+    """Launches queued one after another on one stream: cycles, busy cycles and bytes add; the
+    UB is the largest any launch uses."""
+    busy: dict[str, int] = {}
+    for e in parts:
+        for p, b in e.pipe_busy.items():
+            busy[p] = busy.get(p, 0) + int(b)
+    return Estimate(cycles=sum(int(e.cycles) for e in parts), pipe_busy=busy,
+                    bytes_read=sum(int(e.bytes_read) for e in parts),
+                    bytes_written=sum(int(e.bytes_written) for e in parts),
+                    block_dim=max((e.block_dim for e in parts), default=0),
+                    ub_bytes=max((e.ub_bytes for e in parts), default=0),
+                    workspace_bytes=max((e.workspace_bytes for e in parts), default=0),
+                    launches=sum(e.launches for e in parts), model=model, notes=notes, extra=dict(extra))

@@ -21,7 +21,12 @@ from traces.summary import classify_bound
 def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
              attrs: Mapping[str, Any], tiling: Any) -> Any:
     """The RunResult of an analytical estimate of ``opdef`` with this tiling on ``spec``."""
-    from opsim.api import RunResult  # api imports this module lazily; keep the cycle one-way
+    from opsim.api import RunResult, _check_gm_capacity  # api imports this module lazily
+    if getattr(opdef, "place", None) is None:
+        # a call whose operands, outputs and workspace exceed device memory is refused with the
+        # numbers, as the simulator refuses it (capacity studies find the limit in either mode)
+        _check_gm_capacity(opdef.name, spec, {n: d.nbytes for n, d in descs.items() if d is not None},
+                           int(opdef.workspace(tiling) or 0))
     hook = getattr(opdef, "estimate", None) or MODELS.get(opdef.name)
     if hook is not None:
         est: Estimate = hook(spec, descs, attrs, tiling)

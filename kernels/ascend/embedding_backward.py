@@ -50,6 +50,7 @@ numWeights).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator, Mapping, Sequence
@@ -57,7 +58,10 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from devices.spec import DeviceSpec
-from kernels.ascend.elementwise import ElementwiseTiling, plan_elementwise
+from kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, head_cycles, l2_read_rate,
+                              lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
+                              vector_cycles)
+from kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_nd, check_max_dims, check_not_null,
                             check_product, check_same_dtype, tiling_error)
@@ -1169,6 +1173,393 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
             "num_weights": nw, "padding_idx": -1, "scale_grad_by_freq": False}
 
 
+# ---------------------------------------------------------------------------------------------
+# estimate (mode="estimate", DESIGN §7): every launch of the call in closed form
+#
+# The launches are the ones launch() queues, costed from the same tiling and the same cost
+# tables the simulator spends (kernels/analytic.py): ZerosLike, the casts, SortIndices and the
+# merge passes, EmbeddingCount, the accumulation kernel, the scale kernel, CastOut, each paying
+# the launch overhead. What the real work takes from the index values is taken from the
+# data-independent pattern timing mode assumes (_assumed_indices: row i has index
+# i mod numWeights), so the estimate and a timing run price the same work: every index is
+# distinct when gradRow <= numWeights (one atomic flush per row, the worst case of the V2
+# kernel), otherwise the sorted rows come in runs of gradRow / numWeights equal indices, and a
+# run flushes at its end and every LIMIT_COUNT_NUM rows. The L2: a tensor that an earlier launch
+# of the call wrote is read from the L2 when it and what was touched after it fit in the L2,
+# otherwise from HBM (the launches stream it in the same order, so under LRU nothing of a tensor
+# larger than the L2 survives); operands the host wrote are read from HBM.
+# ---------------------------------------------------------------------------------------------
+
+def _fits_l2(spec: DeviceSpec, nbytes: int) -> bool:
+    return spec.l2 is not None and nbytes <= spec.l2.size
+
+
+def _assumed_flushes(tiling: EmbeddingTiling) -> float:
+    """Accumulator flushes of the whole call (one e-chunk pass) under the assumed indices: the
+    ``gradRow mod numWeights`` first indices occur q + 1 times, the others q = gradRow //
+    numWeights times; a run of r rows flushes ceil(r / LIMIT_COUNT_NUM) times."""
+    n, nw = tiling.n_rows, max(tiling.num_weights, 1)
+    q, rem = divmod(n, nw)
+    if q == 0:
+        return float(n)
+    per = lambda r: -(-r // LIMIT_COUNT_NUM)   # noqa: E731
+    return float(rem * per(q + 1) + (nw - rem) * per(q))
+
+
+def _est_launch(spec: DeviceSpec, body: float, busy: Mapping[str, float], read: int, written: int,
+                block_dim: int, ub: int, name: str) -> Any:
+    return Estimate(cycles=int(math.ceil(body)) + spec.launch.overhead,
+                    pipe_busy={p: int(round(b)) for p, b in busy.items()}, bytes_read=int(read),
+                    bytes_written=int(written), block_dim=block_dim, ub_bytes=int(ub), model="embedding",
+                    notes=name)
+
+
+def _est_zero(spec: DeviceSpec, block_dim: int, targets: Sequence[tuple[int, int]]) -> Any:
+    """ZerosLike: one Duplicate of the zero buffer, then this block's share of every target in
+    copies of the buffer, back to back on MTE3 (all blocks store at once)."""
+    buf = min(ZERO_BUF_BYTES, spec.ub.size // 2 // 32 * 32)
+    _, rs = shared_rates(spec, 0, block_dim)
+    st = spec.mte3.startup
+    vec = head_cycles(spec, "VECTOR", block_dim) + vector_cycles(spec, "Duplicate", "fp32", buf // 4)
+    store = float(head_cycles(spec, "MTE3", block_dim))
+    written = 0
+    for numel, item in targets:
+        longest = -(-numel // block_dim)
+        per = buf // item
+        full, rem = divmod(longest, per)
+        store += full * dma_cycles(st, per * item, rs) + (dma_cycles(st, rem * item, rs) if rem else 0)
+        written += numel * item
+    return _est_launch(spec, vec + store, {"VECTOR": vec, "MTE3": store}, 0, written, block_dim, buf, "ZerosLike")
+
+
+def _est_cast(spec: DeviceSpec, ct: ElementwiseTiling, src: str, dst: str, from_l2: bool, name: str) -> Any:
+    """A cast launch: the element-wise pipeline model (kernels.ascend.elementwise)."""
+    si, di = nx.dtype(src).itemsize, nx.dtype(dst).itemsize
+
+    def work(n: int) -> TileWork:
+        load = (n * si,)
+        return TileWork(loads=() if from_l2 else load, vector=cast_work(src, dst, n), stores=(n * di,),
+                        l2_loads=load if from_l2 else ())
+    e = estimate_elementwise(spec, ct, work)
+    return Estimate(**{**e.__dict__, "model": "embedding", "notes": name})
+
+
+def _sort_passes(n: int) -> int:
+    """MrgSort passes of the Sort instruction over n elements (simulator/isa.py Sort)."""
+    groups, passes = max(1, -(-n // 32)), 0
+    while groups > 1:
+        groups = -(-groups // 4)
+        passes += 1
+    return passes
+
+
+def _est_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+    """SortIndices: per run (one UB tile) load, cast to int32, Sort32 + MrgSort passes, store
+    keys and positions; one-deep queues let the next load overlap the stores. A shorter last
+    run leaves the link to the others sooner (counted as a fraction of a copy in flight)."""
+    bd = max(1, min(spec.vector_cores, tiling.sort_runs))
+    runs = -(-tiling.sort_runs // bd)
+    n = tiling.sort_tile
+    last = tiling.n_rows - (tiling.sort_runs - 1) * n
+    busy_copies = bd - 1 + last / n if tiling.sort_runs == bd else bd
+    idt = tiling.index_dtype
+    isz = nx.dtype(idt).itemsize
+    rl, _ = shared_rates(spec, busy_copies, 0)
+    _, rs = shared_rates(spec, 0, busy_copies)
+    load = dma_cycles(spec.mte2.startup, n * isz, rl)
+    vec = ((vector_cycles(spec, f"Cast_{idt}_int32", idt, n) if idt != "int32" else 0)
+           + vector_cycles(spec, "Sort32", "fp32", n) + _sort_passes(n) * vector_cycles(spec, "MrgSort", "fp32", n))
+    store = 2 * dma_cycles(spec.mte3.startup, n * 4, rs)
+    heads = sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3"))
+    body = heads + load + vec + (runs - 1) * (vec + max(load, store)) + store
+    busy = {"MTE2": runs * load + head_cycles(spec, "MTE2", bd), "VECTOR": runs * vec,
+            "MTE3": runs * store}
+    return _est_launch(spec, body, busy, tiling.n_rows * isz, tiling.n_rows * 8, bd,
+                       _slot(n, isz) + 16 * _pad8(n) + 8 * _pad8(n), "SortIndices")
+
+
+def _est_merges(spec: DeviceSpec, tiling: EmbeddingTiling) -> list:
+    """MergeSortedRuns passes: groups of 4 sorted runs, merge_block elements per MrgSort,
+    double-buffered; the runs a pass reads were just written (L2 when they fit)."""
+    n_rows, m_blk, cores = tiling.n_rows, tiling.merge_block, spec.vector_cores
+    l2 = _fits_l2(spec, 4 * n_rows * 4)
+    parts = []
+    run_len, runs = tiling.sort_tile, tiling.sort_runs
+    for _ in range(tiling.merge_passes):
+        groups = -(-runs // 4)
+        bd = max(1, min(cores, groups))
+        q = min(4, runs)
+        total = [min(4 * run_len, n_rows - g * 4 * run_len) for g in range(groups)]
+        per_block = [sum(total[g] for g in range(b, groups, bd)) for b in range(bd)]
+
+        def work(n: int, q: int = q) -> TileWork:
+            take = tuple([-(-n // q) * 4] * (2 * q))
+            return TileWork(loads=() if l2 else take, vector=(("MrgSort", "fp32", n),), stores=(n * 4, n * 4),
+                            l2_loads=take if l2 else ())
+        e = pipeline_estimate(spec, block_dim=bd, per_core=max(per_block), last_core=per_block[-1],
+                              tile_length=m_blk, buffer_num=2, work=work, cores=cores,
+                              ub_bytes=2 * 8 * m_blk * 4 + 2 * 2 * m_blk * 4)
+        parts.append(Estimate(**{**e.__dict__, "model": "embedding", "notes": "MergeSortedRuns"}))
+        run_len, runs = run_len * 4, groups
+    return parts
+
+
+def _est_count(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+    """EmbeddingCount: per run of equal sorted indices a Duplicate and a 4 B atomic add
+    (two-deep queue); the scalar feed of sorted keys runs beside it on MTE2/SCALAR."""
+    bd = tiling.block_dim
+    rows = -(-tiling.n_rows // bd)
+    # one add per run of equal indices: rows / (gradRow / numWeights) runs when indices repeat
+    runs = rows * min(tiling.num_weights, tiling.n_rows) / max(tiling.n_rows, 1)
+    rl, rs = shared_rates(spec, bd, bd)
+    dup = vector_cycles(spec, "Duplicate", "fp32", 8)
+    add = dma_cycles(spec.mte3.startup, 4, rs)
+    period = max(dup, add, (dup + add) / 2)
+    chain = head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd) + runs * period + add
+    batches = -(-rows // INDEX_BATCH)
+    feed = (head_cycles(spec, "MTE2", bd) + batches * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
+            + (batches - 1) * math.ceil(INDEX_BATCH * spec.scalar.cycles_per_op))
+    busy = {"VECTOR": runs * dup, "MTE3": runs * add, "MTE2": feed,
+            "SCALAR": rows * spec.scalar.cycles_per_op}
+    return _est_launch(spec, max(chain, feed), busy, tiling.n_rows * 4, int(runs * bd * 4), bd,
+                       INDEX_BATCH * 4 + 2 * 32, "EmbeddingCount")
+
+
+def _run_end(p: int, n_rows: int, num_weights: int) -> int:
+    """End (exclusive) of the run of equal assumed indices that sorted row ``p`` belongs to."""
+    q, rem = divmod(n_rows, max(num_weights, 1))
+    if q == 0:
+        return p + 1
+    a = q + 1
+    if p < rem * a:
+        return (p // a + 1) * a
+    return rem * a + ((p - rem * a) // q + 1) * q
+
+
+def _det_rows(tiling: EmbeddingTiling) -> int:
+    """Rows of the busiest core in deterministic mode (_owned_range on the assumed indices)."""
+    best = 0
+    for b in range(tiling.block_dim):
+        lo, hi = _slice(tiling.n_rows, tiling.block_dim, b)
+        if lo >= hi:
+            continue
+        olo = min(hi, _run_end(lo - 1, tiling.n_rows, tiling.num_weights)) if lo > 0 else lo
+        if olo < hi:
+            best = max(best, max(hi, _run_end(hi - 1, tiling.n_rows, tiling.num_weights)) - olo)
+    return best
+
+
+def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
+    """EmbeddingDenseGradV2, the busiest core's slice of the sorted rows per e-chunk pass: each
+    row gathered (one-deep row queue: the next gather waits for this row's Copy/Add), summed
+    into an accumulator, flushed by an atomic add at the end of a run and every LIMIT_COUNT_NUM
+    rows; the flush overlaps the next gathers (two fp32 accumulators, or one output buffer for
+    fp16/bf16 sums). The cores run the same work in lockstep, so the first gather after a
+    flush shares the link with every core's flush."""
+    bd = tiling.block_dim
+    rows = _det_rows(tiling) if tiling.deterministic else -(-tiling.n_rows // bd)
+    if 0 <= tiling.padding_idx < tiling.num_weights:   # padding rows are skipped
+        rows -= rows // max(tiling.num_weights, 1)
+    flushes = max(1.0, rows * _assumed_flushes(tiling) / max(tiling.n_rows, 1))
+    group = rows / flushes
+    half = tiling.acc_dtype != "fp32"
+    kdt = tiling.acc_dtype if half else "fp32"
+    kitem = nx.dtype(kdt).itemsize
+    passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
+    if tiling.emb_dim % tiling.e_chunk:
+        passes.append(tiling.emb_dim % tiling.e_chunk)
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
+    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
+    batches = -(-rows // INDEX_BATCH)
+    for n in passes:
+        if half:
+            first = vector_cycles(spec, f"Cast_{kdt}_fp32", kdt, n)
+            other = first + vector_cycles(spec, "Add", "fp32", n)
+            flush_vec = vector_cycles(spec, f"Cast_fp32_{kdt}", "fp32", n)
+        else:
+            first = vector_cycles(spec, "Copy", "fp32", n)
+            other = vector_cycles(spec, "Add", "fp32", n)
+            flush_vec = 0
+        # gathers from the L2 drift apart (the runs end at different rows on different cores):
+        # the cores share the L2 link by the fraction of the time their gathers move data
+        sharing = float(bd)
+        for _ in range(3 if grad_from_l2 else 1):
+            beside, store, alone = lockstep_copy_cycles(spec, n * kitem, n * kitem, max(1, round(sharing)),
+                                                  grad_from_l2)
+            sharing = bd * alone / (st2 + alone + other)
+        load = st2 + (beside + (group - 1) * alone) / group
+        store += st3
+        work = group * load + first + (group - 1) * other
+        if half:    # one output buffer: a flush's cast waits for the previous flush's store
+            period = max(work, flush_vec + store)
+        else:       # two accumulators: a group waits for the flush before the previous one
+            period = max(work, store, (work + store) / 2)
+        lone = lockstep_copy_cycles(spec, min(rows, INDEX_BATCH) * 4, 0, bd, False)[0]
+        feed = batches * 2 * (st2 + lone)
+        total += feed + flushes * period + flush_vec + store
+        busy["MTE2"] += feed + rows * load
+        busy["VECTOR"] += flushes * (first + flush_vec) + (rows - flushes) * other
+        busy["MTE3"] += flushes * store
+    read = tiling.n_rows * (tiling.emb_dim * kitem + 8)
+    written = int(_assumed_flushes(tiling) * tiling.emb_dim * kitem)
+    return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
+
+
+def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) -> Any:
+    """EmbeddingDenseGradScale (A2): rows x fp32(1/count) through double-buffered queues, a
+    tile of whole rows (one copy when rows are contiguous and aligned) or row chunks."""
+    emb, nw, bd = tiling.emb_dim, tiling.num_weights, tiling.scale_block_dim
+    per_buf = (spec.ub.size - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8
+    ep = _pad8(emb)
+    rows = -(-nw // bd)
+    last = nw - (bd - 1) * rows if bd > 1 else nw
+    if ep <= per_buf:
+        rows_per_tile = max(1, per_buf // ep)
+        one_dma = emb % 8 == 0
+
+        def work(k: int) -> TileWork:
+            copies = (k * emb * 4,) if one_dma else (emb * 4,) * k
+            return TileWork(loads=() if acc_from_l2 else copies, vector=(("Muls", "fp32", emb),) * k,
+                            stores=copies, l2_loads=copies if acc_from_l2 else ())
+        e = pipeline_estimate(spec, block_dim=bd, per_core=rows, last_core=max(last, 0), tile_length=rows_per_tile,
+                              buffer_num=2, work=work, cores=spec.vector_cores, ub_bytes=4 * per_buf * 4)
+    else:
+        def work(n: int) -> TileWork:
+            return TileWork(loads=() if acc_from_l2 else (n * 4,), vector=(("Muls", "fp32", n),), stores=(n * 4,),
+                            l2_loads=(n * 4,) if acc_from_l2 else ())
+        e = pipeline_estimate(spec, block_dim=bd, per_core=rows * emb, last_core=max(last, 0) * emb,
+                              tile_length=per_buf, buffer_num=2, work=work, cores=spec.vector_cores,
+                              ub_bytes=4 * per_buf * 4)
+    rl, _ = shared_rates(spec, bd, 0)
+    feed = -(-rows // INDEX_BATCH) * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
+    return Estimate(**{**e.__dict__, "cycles": e.cycles + feed, "model": "embedding",
+                       "notes": "EmbeddingDenseGradScale"})
+
+
+def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_item: int) -> Any:
+    """EmbeddingDenseGrad (Atlas training series model): per block of ub_indices positions the
+    index load, the rows (one copy when whole aligned rows, else one per row), then one atomic
+    add per row; the next block waits for those adds. The cores do the same at the same time,
+    so loads share the link with the other cores' loads and adds with their adds.
+    Deterministic: every core scans every block and moves only the rows of its own out range
+    (owner 0 is the busiest under the assumed indices)."""
+    bd, nb, emb, ec = tiling.block_dim, tiling.ub_indices, tiling.emb_dim, tiling.e_chunk
+    n_rows, nw = tiling.n_rows, max(tiling.num_weights, 1)
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
+    rl, _ = shared_rates(spec, bd, 0)
+    _, rs = shared_rates(spec, 0, bd)
+    rate = l2_read_rate(spec, bd) if grad_from_l2 else rl
+    scan = spec.scalar.cycles_per_op
+    if tiling.deterministic:
+        blocks = [min(nb, n_rows - s) for s in range(0, n_rows, nb)]
+        # owner 0 holds out rows [0, rows_per_owner): under the assumed pattern the positions i
+        # with i mod numWeights below that bound, in n_rows // numWeights + 1 stretches
+        mine = (n_rows // nw) * min(tiling.rows_per_owner, nw) + min(n_rows % nw, tiling.rows_per_owner)
+        busy_blocks = min(len(blocks), -(-mine // nb) + n_rows // nw + 1)
+        row_blocks: list[int] = []
+    else:
+        rows = -(-n_rows // bd)
+        blocks = [min(nb, rows - s) for s in range(0, rows, nb)]
+        mine, busy_blocks = rows, len(blocks)
+        row_blocks = blocks if ec == emb and emb % 8 == 0 else []
+    total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "MTE3", bd))
+    busy = {"MTE2": 0.0, "MTE3": 0.0, "SCALAR": float(sum(blocks) * scan)}
+    for n in passes:
+        idx_loads = sum(dma_cycles(st2, k * idx_item, rl) for k in blocks)
+        if row_blocks:      # one copy of the block's whole rows
+            rows_load = sum(dma_cycles(st2, k * emb * 4, rate) for k in row_blocks)
+        else:
+            rows_load = mine * dma_cycles(st2, n * 4, rate)
+        adds = mine * dma_cycles(st3, n * 4, rs)
+        scans = sum(blocks[busy_blocks:]) * scan    # blocks with none of this core's rows
+        total += idx_loads + rows_load + adds + scans
+        busy["MTE2"] += idx_loads + rows_load
+        busy["MTE3"] += adds
+    return _est_launch(spec, total, busy, n_rows * (idx_item + emb * 4), n_rows * emb * 4, bd,
+                       tiling.ub_bytes, "EmbeddingDenseGrad")
+
+
+def _est_v1_scale(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool, idx_item: int) -> Any:
+    """EmbeddingDenseGradScale (Atlas training series model): each owner core scans every index
+    (load, then count on SCALAR, one block after the other), then loads, scales and stores its
+    rows one at a time (all cores at the same time)."""
+    bd, nb, emb = tiling.scale_block_dim, tiling.ub_indices, tiling.emb_dim
+    n_rows = tiling.n_rows
+    rows = tiling.rows_per_owner
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    # every core reads the same index blocks at about the same time: one misses, the rest hit
+    idx_rate = l2_read_rate(spec, bd) if spec.l2 is not None else shared_rates(spec, bd, 0)[0]
+    blocks = [min(nb, n_rows - s) for s in range(0, n_rows, nb)]
+    count = (head_cycles(spec, "MTE2", bd) + sum(dma_cycles(st2, k * idx_item, idx_rate) for k in blocks)
+             + (n_rows - blocks[-1]) * spec.scalar.cycles_per_op)
+    muls = vector_cycles(spec, "Muls", "fp32", emb)
+    rl, _ = shared_rates(spec, bd, 0)
+    _, rs = shared_rates(spec, 0, bd)
+    load = dma_cycles(st2, emb * 4, l2_read_rate(spec, bd) if acc_from_l2 else rl)
+    store = dma_cycles(st3, emb * 4, rs)
+    body = count + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd) + rows * (load + muls + store)
+    busy = {"MTE2": count + rows * load, "VECTOR": rows * muls, "MTE3": rows * store,
+            "SCALAR": n_rows * spec.scalar.cycles_per_op}
+    return _est_launch(spec, body, busy, bd * n_rows * idx_item + tiling.num_weights * emb * 4,
+                       tiling.num_weights * emb * 4, bd, tiling.ub_bytes, "EmbeddingDenseGradScale")
+
+
+def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
+             tiling: EmbeddingTiling) -> Any:
+    """Closed-form cycles of the call: the launches of :func:`launch` one after another (see the
+    section comment for the assumptions on index values and the L2)."""
+    out = t["out"]
+    parts: list = []
+    nw, emb, n_rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
+    if tiling.path == "empty":
+        if out is not None and out.numel:
+            parts.append(_est_zero(spec, tiling.zero_block_dim, [(out.numel, out.dtype.itemsize)]))
+        return _finish(parts, tiling)
+    acc_ws = tiling.region("acc32") is not None
+    acc_item = 4 if acc_ws else out.dtype.itemsize
+    acc_bytes = nw * emb * acc_item
+    targets = [(nw * emb, acc_item)] + ([(nw, 4)] if tiling.region("counts") else [])
+    parts.append(_est_zero(spec, tiling.zero_block_dim, targets))
+    grad_bytes = n_rows * emb * 4
+    if tiling.cast_grad:
+        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+    # a tensor written by an earlier launch is read back from L2 if it and what the call
+    # touched since fit: grad32 (after it, the sort and the rows the flushes add into); the
+    # accumulator (after it, the rows the gathers read)
+    flushed = int(_assumed_flushes(tiling)) * emb * acc_item
+    grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 16 * n_rows + min(flushed, acc_bytes))
+    read_bytes = n_rows * emb * (4 if tiling.cast_grad else nx.dtype(tiling.grad_dtype).itemsize)
+    acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
+    idx_item = nx.dtype(tiling.index_dtype).itemsize
+    if tiling.path == "v2":
+        parts.append(_est_sort(spec, tiling))
+        parts.extend(_est_merges(spec, tiling))
+        if tiling.scale:
+            parts.append(_est_count(spec, tiling))
+        parts.append(_est_v2(spec, tiling, grad_l2))
+        if tiling.scale:
+            parts.append(_est_scale_v2(spec, tiling, acc_l2))
+    else:
+        if tiling.cast_index_tiling is not None:
+            parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+            idx_item = 4
+        parts.append(_est_v1(spec, tiling, grad_l2, idx_item))
+        if tiling.scale:
+            parts.append(_est_v1_scale(spec, tiling, acc_l2, idx_item))
+    if tiling.cast_out_tiling is not None:
+        parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
+    return _finish(parts, tiling)
+
+
+def _finish(parts: list, tiling: EmbeddingTiling) -> Any:
+    est = sequence(parts, "embedding",
+                   f"{len(parts)} launch(es); indices assumed i mod numWeights (as timing mode)",
+                   launch_cycles=tuple((e.notes, int(e.cycles)) for e in parts))
+    return Estimate(**{**est.__dict__, "workspace_bytes": int(tiling.workspace)})
+
+
 OP = OpDef(
     name=NAME,
     inputs=("grad", "indices"),
@@ -1187,4 +1578,5 @@ OP = OpDef(
     required=frozenset({"num_weights"}),
     check_data=check_data,
     is_empty=is_empty,
+    estimate=estimate,
 )

@@ -956,4 +956,5 @@ OP = OpDef(
     dtypes=supported_dtypes,
     workspace=workspace_size,
     summary="vocabulary-parallel linear + cross-entropy gradient: input_grad = S·W, weight_grad = Sᵀ·input",
+    estimate=lambda *a: __import__("kernels.ascend.flce_estimate", fromlist=["estimate"]).estimate(*a),
 )

@@ -1,0 +1,772 @@
+"""Closed-form estimate of aclnnFusedLinearCrossEntropyLossGrad (``mode="estimate"``, DESIGN §7).
+
+The call is one mixed AIC/AIV launch (kernels/ascend/flce_grad.py). Its time is the launch
+overhead plus its phases, each ending at a cross-core barrier:
+
+- memory-saving mode: the cube cores form the logits (matmul 0, fp32 results written by
+  Fixpipe), then every vector core waits for every cube core;
+- the vector stage: each vector core turns its rows into the logit gradient S (load a row chunk,
+  [Adds, Exp, Div,] the target update, Muls, Cast, store it in NZ), two row buffers in place;
+- the cube stage: input_grad = S·W and weight_grad = Sᵀ·input, the tiles of ``tiling.assignment``
+  one after another on each cube core.
+
+**Programs, not formulas.** A pipe executes its queue in order, flags order the pipes, and the
+core's dispatcher stalls when a pipe's queue (16 entries, simulator/core.py) is full, which
+limits how far the cube's MTE2 can load ahead of MTE1/CUBE (an L1 chunk's loads are only
+issued once the previous chunk's LoadData/Mmad are queued). So each core's program is replayed
+as the kernel yields it (the same TQue flags, the same queue depth) through a recurrence of
+start and end times, without SimPy: ``_Core``. The cost of an instruction comes from the cost
+tables the simulator uses (Mmad fractals / cube.macs_per_cycle, LoadData bytes / rates.l1_to_l0a
+or l1_to_l0b, DMA start-up plus bytes / rate, vector ``k·N + b``, pipe heads); in timing mode
+the cube kernel groups L1 chunks into coarse instructions (``tiling.coarsen``), which the replay
+mirrors. The vector stage is the replay of the vector core with the most rows: all vector cores
+run the same program in lockstep, so a row's load shares the link with every core's loads and
+stores (``kernels.analytic.lockstep_copy_cycles``).
+
+**L2.** Whether a cube load is served by the L2 (``rates.l2_read``) or HBM (``rates.gm_read``)
+decides whether the cube stage is cube- or MTE2-bound, so the hit fraction of every tile's A and
+B panels is modelled: the cores' j-th tiles form wave j (the assignment deals tiles round-robin);
+a wave touches the distinct A and B panels (a tile row's rows × K, or K × a tile column) of its
+tiles and allocates its result tiles, in an LRU over panels of ``l2.size`` bytes. A panel in the
+LRU hits; one that is not misses, shared among the cores of the wave that load it (whoever loads
+first misses); a panel of a tensor seen through another view (S by rows for input_grad and by
+columns for weight_grad, W and input by rows in the logits matmul) hits for the fraction of that
+tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
+writes) is resident at the start of the cube stage as far as it fits; the logits the vector
+stage reads back in memory-saving mode follow a fluid LRU (``_stream_hits``). This follows any
+tile traversal ``plan`` chooses, since it reads the assignment. Two timing-mode effects of the
+simulator are mirrored: coarse transfers show the L2 a geometry-dependent sample of their lines,
+so data written or read through another view is not found (``_miss_fractions``, ``sampled``);
+and sharers of a panel drift apart when a coarse chunk's miss makes one of them lag too far
+(``DRIFT_LIMIT``).
+
+**Links.** A cube core loads misses at ``rates.gm_read`` and hits at ``rates.l2_read``, both
+capped by a fair share of their link (HBM with the other cores' misses and Fixpipe stores, the
+L2 link with their hits), from the fraction of the time the cores keep a transfer in flight.
+
+**Cost.** Cores with the same program (tile shapes and L2 behaviour) are replayed once; a loop
+whose iteration shifts every time of the replay by the same amount is extended by that shift
+(``_Core.repeat``), so an estimate takes milliseconds (about 0.1–0.3 s at V = 256 Ki, BT = H =
+4096), typically less than ``plan``'s traversal search.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from typing import Any, Iterable, Mapping
+
+from devices.spec import DeviceSpec
+from kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
+from kernels.ascend.flce_grad import (COARSE_L2_SAMPLE, L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
+                                      FlceTiling, MatmulTiling)
+from kernels.common import TensorDesc
+from simulator.core import PIPE_QUEUE_DEPTH
+from simulator.cube import align16, ceil_div, nz_bytes
+
+__all__ = ["estimate", "DRIFT_LIMIT"]
+
+# The cores of a wave share a panel chunk (one misses, the others hit) while they load it close
+# together. The one that misses falls behind by the chunk's miss time minus its hit time; when
+# that lag times the bytes all cube cores load per cycle exceeds DRIFT_LIMIT L2 sizes, the
+# sharers have drifted apart and each misses. A calibration against the simulator in timing mode
+# (BT = H = 4096, bf16: sharing held at 2.6 L2 sizes, V = 65536 memory-saving, and was lost at
+# 3.5, V = 131072 high-performance; docs/estimate.md), not a hardware fact. Only coarse timing-mode
+# chunks (tiling.coarsen) are large enough to reach it.
+DRIFT_LIMIT = 3.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the replay of one core's program: in-order pipes, flags, bounded dispatch
+# ---------------------------------------------------------------------------------------------
+
+class _Core:
+    """Start and end times of a core's instructions as the simulator's core runs them.
+
+    ``op(pipe, cycles)`` is a busy instruction, ``set``/``wait`` a flag. The dispatcher pushes
+    entries in program order and stalls while the target pipe already holds ``depth`` entries;
+    a pipe pops its next entry when the previous one ended (a WaitFlag then blocks the pipe until
+    its flag is set). Times are floats; only differences matter.
+    """
+
+    __slots__ = ("depth", "pushed", "free", "pops", "flags", "busy", "first")
+
+    def __init__(self, start: float = 0.0, depth: int = PIPE_QUEUE_DEPTH) -> None:
+        self.depth = depth
+        self.pushed = start
+        self.free: dict[str, float] = {}
+        self.pops: dict[str, deque] = {}
+        self.flags: dict[tuple, deque] = {}
+        self.busy: dict[str, float] = {}
+        self.first: set[str] = set()        # pipes that paid their head
+
+    def _pop(self, pipe: str) -> float:
+        q = self.pops.get(pipe)
+        if q is None:
+            q = self.pops[pipe] = deque(maxlen=self.depth)
+        t = self.pushed
+        if len(q) == self.depth and q[0] > t:
+            t = q[0]                        # wait until the entry `depth` earlier left the queue
+        self.pushed = t
+        pop = max(self.free.get(pipe, t), t)
+        q.append(pop)
+        return pop
+
+    def op(self, pipe: str, cycles: float) -> float:
+        end = self._pop(pipe) + cycles
+        self.free[pipe] = end
+        self.busy[pipe] = self.busy.get(pipe, 0.0) + cycles
+        return end
+
+    def set(self, src: str, dst: str, key: Any) -> None:
+        t = self._pop(src)
+        self.free[src] = t
+        self.flags.setdefault((src, dst, key), deque()).append(t)
+
+    def wait(self, src: str, dst: str, key: Any) -> None:
+        t = self._pop(dst)
+        q = self.flags.get((src, dst, key))
+        if q:
+            t = max(t, q.popleft())
+        self.free[dst] = t
+
+    def wait_until(self, pipe: str, when: float) -> None:
+        """A cross-core wait: ``pipe`` blocks until ``when`` (set by other cores)."""
+        self.free[pipe] = max(self._pop(pipe), when)
+
+    def head(self, spec: DeviceSpec, pipe: str, block_dim: int) -> int:
+        """The pipe head, paid by the first busy instruction of the block on ``pipe``."""
+        if pipe in self.first:
+            return 0
+        self.first.add(pipe)
+        return head_cycles(spec, pipe, block_dim)
+
+    @property
+    def end(self) -> float:
+        return max(self.free.values(), default=self.pushed)
+
+    # -- steady state ----------------------------------------------------------------------------
+    # A time at or below the dispatcher's (``pushed``, which never decreases) acts exactly like
+    # ``pushed`` in every later max(), so the state is compared with such times clamped. If an
+    # iteration of a loop moved every clamped time by the same d, the next identical iteration
+    # moves them by d again (the recurrence is built of max and +): it can be skipped by a shift.
+
+    def snapshot(self) -> tuple[tuple, list[float]]:
+        t = self.pushed
+        sig: list = []
+        vals = [t]
+        for p, v in self.free.items():
+            sig.append(p)
+            vals.append(v if v > t else t)
+        for p, q in self.pops.items():
+            sig.append((p, len(q)))
+            vals.extend(v if v > t else t for v in q)
+        for k, q in self.flags.items():
+            sig.append((k, len(q)))
+            vals.extend(v if v > t else t for v in q)
+        return tuple(sig), vals
+
+    def advance(self, d: float, busy: Mapping[str, float]) -> None:
+        """Skip iterations that would move every time by ``d`` and add ``busy`` cycles."""
+        t = self.pushed
+        self.free = {p: (v if v > t else t) + d for p, v in self.free.items()}
+        for q in self.pops.values():
+            vals = [(v if v > t else t) + d for v in q]
+            q.clear()
+            q.extend(vals)
+        for q in self.flags.values():
+            vals = [(v if v > t else t) + d for v in q]
+            q.clear()
+            q.extend(vals)
+        self.pushed = t + d
+        for p, b in busy.items():
+            self.busy[p] = self.busy.get(p, 0.0) + b
+
+    def repeat(self, count: int, body: Any, ques: Iterable["_Que"] = (), period: int = 2) -> None:
+        """Run ``body()`` ``count`` times; once ``period`` iterations shift the whole state
+        uniformly (two buffers alternate: period 2), the rest but a remainder are a shift."""
+        if count < 2 * period + 1:     # too short for a skip to pay
+            for _ in range(count):
+                body()
+            return
+        ques = tuple(ques)
+        hist: list = []
+        i = 0
+        while i < count:
+            body()
+            i += 1
+            sig, vals = self.snapshot()
+            sig = (sig, tuple((tuple(q.free_ids), tuple(q.fifo), tuple(q.used)) for q in ques))
+            hist.append((sig, vals, dict(self.busy)))
+            if len(hist) > period:
+                s0, v0, b0 = hist[-1 - period]
+                if s0 == sig and len(v0) == len(vals) and count - i >= period:
+                    d = vals[0] - v0[0]
+                    tol = 1e-6 * (1.0 + abs(d))
+                    if d > 0 and all(abs(a - b - d) <= tol for a, b in zip(vals, v0)):
+                        r = (count - i) // period
+                        self.advance(r * d, {p: r * (b - b0.get(p, 0.0)) for p, b in self.busy.items()})
+                        i += r * period
+                        hist.clear()
+                        continue
+                del hist[0]
+
+
+class _Que:
+    """A TQue of ``depth`` buffers between two pipes, inserting the flags Ascend C's do."""
+
+    __slots__ = ("core", "name", "producer", "consumer", "free_ids", "used", "fifo")
+
+    def __init__(self, core: _Core, name: str, producer: str, consumer: str, depth: int) -> None:
+        self.core, self.name, self.producer, self.consumer = core, name, producer, consumer
+        self.free_ids = deque(range(depth))
+        self.used = [False] * depth
+        self.fifo: deque = deque()
+
+    def alloc(self) -> int:
+        i = self.free_ids.popleft()
+        if self.used[i]:
+            self.core.wait(self.consumer, self.producer, (self.name, i))
+        self.used[i] = True
+        return i
+
+    def enque(self, i: int) -> None:
+        self.core.set(self.producer, self.consumer, (self.name, i))
+        self.fifo.append(i)
+
+    def deque(self) -> int:
+        i = self.fifo.popleft()
+        self.core.wait(self.producer, self.consumer, (self.name, i))
+        return i
+
+    def free(self, i: int) -> None:
+        self.core.set(self.consumer, self.producer, (self.name, i))
+        self.free_ids.append(i)
+
+
+# ---------------------------------------------------------------------------------------------
+# the L2: an LRU over matmul panels, wave by wave
+# ---------------------------------------------------------------------------------------------
+
+# (tensor, view) of the A and B operands of each matmul, by matmul name
+_VIEWS = {"logits": (("input", "rows"), ("weight", "rows")),
+          "input_grad": (("s", "rows"), ("weight", "cols")),
+          "weight_grad": (("s", "cols"), ("input", "cols"))}
+
+
+class _L2:
+    """Panels of the matmul operands (and result tiles, which stores allocate) in LRU order."""
+
+    def __init__(self, size: int, tensors: Mapping[str, int]) -> None:
+        self.size = size
+        self.tensors = dict(tensors)          # tensor -> bytes
+        self.lru: OrderedDict[tuple, float] = OrderedDict()
+        self.used = 0.0
+        self.by_view: dict[tuple[str, str], float] = {}
+
+    def copy(self) -> "_L2":
+        new = _L2(self.size, self.tensors)
+        new.lru = OrderedDict(self.lru)
+        new.used = self.used
+        new.by_view = dict(self.by_view)
+        return new
+
+    def resident(self, tensor: str, view: str | None = None) -> float:
+        """Fraction of ``tensor`` resident (under ``view``, or under any other view)."""
+        total = self.tensors.get(tensor, 0)
+        if not total:
+            return 0.0
+        got = sum(b for (t, v), b in self.by_view.items() if t == tensor and (v == view if view else True))
+        return min(1.0, got / total)
+
+    def other_views(self, tensor: str, view: str) -> float:
+        total = self.tensors.get(tensor, 0)
+        if not total:
+            return 0.0
+        got = sum(b for (t, v), b in self.by_view.items() if t == tensor and v != view)
+        return min(1.0, got / total)
+
+    def touch(self, key: tuple, nbytes: float) -> bool:
+        """Make ``key`` most recent; True if it was resident."""
+        if key in self.lru:
+            self.lru.move_to_end(key)
+            return True
+        self.lru[key] = nbytes
+        self.used += nbytes
+        tv = key[:2]
+        self.by_view[tv] = self.by_view.get(tv, 0.0) + nbytes
+        while self.used > self.size and len(self.lru) > 1:
+            old, b = self.lru.popitem(last=False)
+            self.used -= b
+            self.by_view[old[:2]] -= b
+        return False
+
+    def stream(self, parts: Iterable[tuple[str, str, float]], slices: int = 8) -> None:
+        """Entries touched as an interleaved stream (the vector stage: rows read, S written),
+        in ``slices`` rounds so that what survives is the stream's most recent bytes."""
+        parts = [p for p in parts if p[2] > 0]
+        for r in range(slices):
+            for tensor, view, nbytes in parts:
+                self.touch((tensor, view, "stream", r), nbytes / slices)
+
+
+Miss = tuple[float, float]   # (probability that this core's load is the wave's first, fraction missed then)
+
+
+def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_items: Mapping[int, int],
+                    sampled: bool, apart: frozenset = frozenset()) -> dict[tuple[int, int], tuple[Miss, Miss]]:
+    """(core, position in its list) -> how the tile's A and B loads miss the L2. ``sampled``:
+    coarse timing-mode transfers show the L2 a sample of their lines that depends on their
+    geometry (simulator/cube.py _l2_view), so data written or read through another view (S as
+    the vector cores wrote it, W and input as the logits matmul read them) is not found.
+    ``apart``: (matmul, "a" | "b") whose panel loads the cores of a wave do not share (they
+    drifted apart: each misses what is not resident from earlier waves)."""
+    item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    lists = [[(j, x) for j, x in enumerate(tiles) if x[0] in phase] for tiles in tiling.assignment]
+    out: dict[tuple[int, int], tuple[Miss, Miss]] = {}
+    if l2 is None:
+        for c, tiles in enumerate(lists):
+            for j, _ in tiles:
+                out[(c, j)] = ((1.0, 1.0), (1.0, 1.0))
+        return out
+    # per matmul: the views of A and B, rows of each tile row, columns of each tile column
+    views = [_VIEWS[mm.name] for mm in tiling.matmuls]
+    rows = [[min(mm.base_m, mm.m - t * mm.base_m) for t in range(mm.tiles_m)] for mm in tiling.matmuls]
+    cols = [[min(mm.base_n, mm.n - t * mm.base_n) for t in range(mm.tiles_n)] for mm in tiling.matmuls]
+    kbytes = [mm.k * item for mm in tiling.matmuls]
+    waves = max((len(x) for x in lists), default=0)
+    for w in range(waves):
+        users: dict[tuple, int] = {}
+        sizes: dict[tuple, int] = {}
+        results: dict[int, int] = {}
+        wave = [(c, tiles[w]) for c, tiles in enumerate(lists) if w < len(tiles)]
+        for c, (_, (i, tm, tn)) in wave:
+            (ta, va), (tb, vb) = views[i]
+            ka, kb = (ta, va, tm), (tb, vb, tn)
+            users[ka] = users.get(ka, 0) + 1
+            users[kb] = users.get(kb, 0) + 1
+            sizes[ka] = rows[i][tm] * kbytes[i]
+            sizes[kb] = cols[i][tn] * kbytes[i]
+            results[i] = results.get(i, 0) + rows[i][tm] * cols[i][tn] * out_items[i]
+        miss: dict[tuple, Miss] = {}
+        for key, n in users.items():
+            if l2.touch(key, sizes[key]):
+                miss[key] = (0.0, 0.0)
+            else:      # the first of the wave's cores to load it misses (whoever that is)
+                seen = 0.0 if sampled else l2.other_views(key[0], key[1])
+                miss[key] = (1.0 / n, 1.0 - seen)
+        for c, (j, (i, tm, tn)) in wave:
+            (ta, va), (tb, vb) = views[i]
+            ma, mb = miss[(ta, va, tm)], miss[(tb, vb, tn)]
+            if (i, "a") in apart and ma[0] > 0:
+                ma = (1.0, ma[1])
+            if (i, "b") in apart and mb[0] > 0:
+                mb = (1.0, mb[1])
+            out[(c, j)] = (ma, mb)
+        for i, nbytes in results.items():      # the results allocate in the L2 (stores do)
+            name = tiling.matmuls[i].name
+            l2.touch(("logits" if name == "logits" else "result", "tiles", w, name), nbytes)
+    return out
+
+
+def _stream_hits(l2: _L2, rows_bytes: int, s_bytes: int, steps: int = 64) -> float:
+    """Fraction of the logits the vector stage reads from the L2 (memory-saving mode).
+
+    A fluid LRU: the stage reads the logits (every vector core its rows, all at once) while it
+    writes S. A read of a resident line hits and makes it recent; a miss and every S line are
+    new bytes, which evict the oldest: what else the logits matmul left (its input and weight
+    panels) and the logits not read yet, in proportion to what is resident of each."""
+    unread = l2.resident("logits") * rows_bytes
+    other = max(0.0, l2.used - unread)
+    free = max(0.0, l2.size - l2.used)
+    missed = 0.0
+    for k in range(steps):
+        left = (1.0 - k / steps) * rows_bytes
+        read = rows_bytes / steps
+        hit = read * min(1.0, unread / left) if left > 0 else read
+        unread -= hit
+        missed += read - hit
+        new = s_bytes / steps + read - hit
+        take = min(free, new)
+        free -= take
+        new -= take
+        if new > 0 and unread + other > 0:
+            share = unread / (unread + other)
+            unread = max(0.0, unread - new * share)
+            other = max(0.0, other - new * (1.0 - share))
+    return 1.0 - missed / rows_bytes if rows_bytes else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the cube cores
+# ---------------------------------------------------------------------------------------------
+
+class _CubeCosts:
+    """Cycles of the cube instructions of one tile shape (the simulator's cost rules)."""
+
+    def __init__(self, spec: DeviceSpec, tiling: FlceTiling, rates: tuple[float, float, float]) -> None:
+        self.spec = spec
+        self.item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+        self.macs = spec.cube.macs_per_cycle[tiling.dtype]
+        self.frac = spec.cube.m * spec.cube.k * spec.cube.n
+        self.hbm, self.l2, self.fixp = rates     # per-transfer bytes/cycle: misses, hits, Fixpipe
+        self.m1 = spec.mte1.startup if spec.mte1 is not None else 0
+        self.startup = spec.mte2.startup
+
+    def transfer(self, nbytes: float, miss: float) -> int:
+        """Data cycles of a load whose ``miss`` fraction misses: hit and miss parts move at
+        once on their links (Device.gm_transfer)."""
+        hit = nbytes * (1.0 - miss)
+        return max(math.ceil(hit / self.l2) if hit >= 1 else 0,
+                   math.ceil(nbytes * miss / self.hbm) if nbytes * miss >= 1 else 0)
+
+    def load(self, nbytes: int, miss: Miss, reps: int) -> float:
+        """CopyGmToL1, expected cycles: the first core of the wave to load a panel misses its
+        non-resident part, the others hit."""
+        p, frac = miss
+        data = p * self.transfer(nbytes, frac) + (1.0 - p) * self.transfer(nbytes, 0.0)
+        return self.startup * reps + data
+
+    def load_data(self, rows: int, cols: int, to_a: bool, reps: int) -> int:
+        rate = self.spec.rates.l1_to_l0a if to_a else self.spec.rates.l1_to_l0b
+        return math.ceil(nz_bytes(rows, cols, self.item) / rate) + reps * self.m1
+
+    def mmad(self, m: int, k: int, n: int) -> int:
+        c = self.spec.cube
+        return math.ceil(ceil_div(m, c.m) * ceil_div(k, c.k) * ceil_div(n, c.n) * self.frac / self.macs)
+
+    def fixpipe(self, m: int, n: int, out_item: int) -> int:
+        return self.spec.fixp.startup + math.ceil(m * n * out_item / self.fixp)
+
+
+class _CubeCore:
+    """One cube core's queues and program (flce_grad._aic_program / _matmul_tile)."""
+
+    def __init__(self, spec: DeviceSpec, tiling: FlceTiling, start: float) -> None:
+        self.spec, self.tiling = spec, tiling
+        self.core = _Core(start)
+        c = self.core
+        self.a1 = _Que(c, "A1", "MTE2", "MTE1", L1_BUFFERS)
+        self.b1 = _Que(c, "B1", "MTE2", "MTE1", L1_BUFFERS)
+        self.a2 = _Que(c, "A2", "MTE1", "CUBE", L0_BUFFERS)
+        self.b2 = _Que(c, "B2", "MTE1", "CUBE", L0_BUFFERS)
+        self.co1 = _Que(c, "CO1", "CUBE", "FIXP", tiling.l0c_depth)
+        self.ques = (self.a1, self.b1, self.a2, self.b2, self.co1)
+
+    # transfer cycles in flight (misses, hits, Fixpipe stores: for the link shares), counted
+    # with the busy cycles so that a skipped steady state adds them too
+    @property
+    def miss_cycles(self) -> float:
+        return self.core.busy.get("~miss", 0.0)
+
+    @property
+    def hit_cycles(self) -> float:
+        return self.core.busy.get("~hit", 0.0)
+
+    @property
+    def fixp_cycles(self) -> float:
+        return self.core.busy.get("~fixp", 0.0)
+
+    def tile(self, costs: _CubeCosts, mm: MatmulTiling, tm: int, tn: int, miss_a: Miss, miss_b: Miss,
+             out_item: int) -> None:
+        spec, c, bd = self.spec, self.core, self.tiling.block_dim
+        coarse = max(1, self.tiling.coarsen)
+        ml = min(mm.base_m, mm.m - tm * mm.base_m)
+        nl = min(mm.base_n, mm.n - tn * mm.base_n)
+        kc = mm.chunk_k * coarse
+        item = costs.item
+        acc = self.co1.alloc()
+        busy = c.busy
+
+        def chunk(kk: int) -> None:
+            reps = ceil_div(kk, mm.chunk_k)
+            for q, nbytes, miss in ((self.a1, ml * kk * item, miss_a), (self.b1, kk * nl * item, miss_b)):
+                b = q.alloc()
+                cyc = costs.load(nbytes, miss, reps)
+                c.op("MTE2", cyc + c.head(spec, "MTE2", bd))
+                f = miss[0] * miss[1]                    # expected fraction of bytes missed
+                data = cyc - costs.startup * reps
+                busy["~bytes"] = busy.get("~bytes", 0.0) + nbytes
+                busy["~miss"] = busy.get("~miss", 0.0) + data * f
+                busy["~hit"] = busy.get("~hit", 0.0) + data * (1.0 - f)
+                q.enque(b)
+            a1, b1 = self.a1.deque(), self.b1.deque()
+            if coarse > 1:
+                steps = [(kk, ceil_div(kk, mm.base_k))]
+            else:
+                steps = [(min(mm.base_k, kk - s), 1) for s in range(0, kk, mm.base_k)]
+            for ks, rep in steps:
+                a2 = self.a2.alloc()
+                c.op("MTE1", costs.load_data(ml, ks, True, rep))
+                self.a2.enque(a2)
+                b2 = self.b2.alloc()
+                c.op("MTE1", costs.load_data(ks, nl, False, rep))
+                self.b2.enque(b2)
+                a2, b2 = self.a2.deque(), self.b2.deque()
+                c.op("CUBE", costs.mmad(ml, ks, nl))
+                self.a2.free(a2)
+                self.b2.free(b2)
+            self.a1.free(a1)
+            self.b1.free(b1)
+
+        full, rem = divmod(mm.k, kc)
+        c.repeat(full, lambda: chunk(kc), self.ques)
+        if rem:
+            chunk(rem)
+        self.co1.enque(acc)
+        acc = self.co1.deque()
+        cyc = costs.fixpipe(ml, nl, out_item)
+        c.op("FIXP", cyc + c.head(spec, "FIXP", bd))
+        busy["~fixp"] = busy.get("~fixp", 0.0) + cyc - spec.fixp.startup
+        self.co1.free(acc)
+
+
+def _runs(keys: list, longest: int = 8) -> list[tuple[int, int, int]]:
+    """(start, group size, repetitions) covering ``keys``: at each position the group of up to
+    ``longest`` keys that repeats back to back over the most keys (a tile traversal in bands
+    repeats a short pattern of L2 misses and hits), else a single key."""
+    out = []
+    k, n = 0, len(keys)
+    while k < n:
+        best = (1, 1)
+        for size in range(1, longest + 1):
+            if k + 2 * size > n:
+                break
+            reps = 1
+            while k + (reps + 1) * size <= n and keys[k + reps * size:k + (reps + 1) * size] == keys[k:k + size]:
+                reps += 1
+            if reps > 1 and size * reps > best[0] * best[1]:
+                best = (size, reps)
+        out.append((k, best[0], best[1]))
+        k += best[0] * best[1]
+    return out
+
+
+def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set[int], start: float,
+                out_items: Mapping[int, int], sampled: bool,
+                state: list[_CubeCore] | None) -> tuple[float, list[_CubeCore], _L2 | None]:
+    """A cube phase with its L2 behaviour: a first replay assumes that the cores of a wave share
+    the panels they load; the operands whose chunks drift the sharers apart (DRIFT_LIMIT) are
+    replayed with every core missing them."""
+    before = l2.copy() if l2 is not None else None
+    misses = _miss_fractions(l2, tiling, phase, out_items, sampled)
+    end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
+    if l2 is None or not cores:
+        return end, cores, l2
+    span = max(end - start, 1.0)
+    per_cycle = sum(cc.core.busy.get("~bytes", 0.0) for cc in cores) / span
+    item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    gm_read = float(spec.rates.gm_read or spec.mte2.base)
+    l2_read = float(spec.rates.l2_read or gm_read)
+    apart = set()
+    for i in phase:
+        mm = tiling.matmuls[i]
+        kc = min(mm.k, mm.chunk_k * max(1, tiling.coarsen))
+        for side, nbytes in (("a", mm.base_m * kc * item), ("b", kc * mm.base_n * item)):
+            lag = nbytes / gm_read - nbytes / l2_read
+            if lag * per_cycle > DRIFT_LIMIT * l2.size:
+                apart.add((i, side))
+    if not apart:
+        return end, cores, l2
+    l2 = before
+    misses = _miss_fractions(l2, tiling, phase, out_items, sampled, frozenset(apart))
+    end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
+    return end, cores, l2
+
+
+def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: float,
+                misses: Mapping[tuple[int, int], tuple[Miss, Miss]], out_items: Mapping[int, int],
+                cores_state: list[_CubeCore] | None) -> tuple[float, list[_CubeCore]]:
+    """End of a cube phase (the last core's last Fixpipe) from ``start``; the link rates from
+    the fraction of the time the cores keep transfers in flight (two passes)."""
+    cap_hbm = spec.bytes_per_cycle(spec.gm.bandwidth)
+    cap_l2 = spec.bytes_per_cycle(spec.l2.bandwidth) if spec.l2 is not None else 0.0
+    gm_read = float(spec.rates.gm_read or spec.mte2.base)
+    l2_read = float(spec.rates.l2_read or gm_read)
+    fixp = float(spec.fixp.base)
+    rates = (gm_read, l2_read, fixp)
+    bd = tiling.block_dim
+    result: list[_CubeCore] = []
+    end = start
+    for attempt in range(2):
+        result = []
+        costs = _CubeCosts(spec, tiling, rates)
+        replayed: dict[tuple, _CubeCore] = {}
+        for c in range(bd):
+            mine = [(j, x) for j, x in enumerate(tiling.assignment[c] if c < len(tiling.assignment) else ())
+                    if x[0] in phase]
+            keys = []
+            for j, (i, tm, tn) in mine:
+                mm = tiling.matmuls[i]
+                keys.append((i, min(mm.base_m, mm.m - tm * mm.base_m), min(mm.base_n, mm.n - tn * mm.base_n),
+                             misses[(c, j)]))
+            seq = (tuple(keys), cores_state is not None and bool(cores_state[c].core.first))
+            if seq in replayed:        # cores with the same program take the same time
+                result.append(replayed[seq])
+                continue
+            cc = _CubeCore(spec, tiling, start)
+            if cores_state is not None:        # the same block continues: heads already paid
+                cc.core.first = set(cores_state[c].core.first)
+            cc.core.wait_until("MTE2", start)
+            for k, size, reps in _runs(keys):   # repeating groups of tiles: steady states skip
+                group = [(tiling.matmuls[i], tm, tn, *misses[(c, j)], out_items[i])
+                         for j, (i, tm, tn) in mine[k:k + size]]
+                cc.core.repeat(reps, lambda g=group: [cc.tile(costs, *x) for x in g], cc.ques)
+            replayed[seq] = cc
+            result.append(cc)
+        end = max((cc.core.end for cc in result), default=start)
+        span = max(end - start, 1.0)
+        # transfers in flight on average: misses and stores share HBM, hits the L2 link
+        n_hbm = sum(cc.miss_cycles + cc.fixp_cycles for cc in result) / span
+        n_l2 = sum(cc.hit_cycles for cc in result) / span
+        new = (min(gm_read, cap_hbm / max(1.0, n_hbm)), min(l2_read, cap_l2 / max(1.0, n_l2)) if cap_l2 else l2_read,
+               min(fixp, cap_hbm / max(1.0, n_hbm)))
+        if attempt == 0 and all(abs(a - b) <= 1e-3 * a for a, b in zip(new, rates)):
+            break
+        rates = new
+    return end, result
+
+
+# ---------------------------------------------------------------------------------------------
+# the vector cores
+# ---------------------------------------------------------------------------------------------
+
+def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_l2: float,
+                  int_item: int, packed: bool) -> tuple[float, _Core]:
+    """End of the vector stage: the replay of the vector core with the most rows
+    (flce_grad._vector_rows); every vector core does the same at the same time."""
+    ms = tiling.mode == MEMORY_SAVING
+    v, chunk = tiling.v, tiling.vec_chunk
+    item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    cores = tiling.aiv_num
+    bd = tiling.block_dim
+    _, nrows = tiling.rows_of(0)
+    c = _Core(start)
+    if nrows == 0:
+        return start, c
+    if ms:
+        c.wait_until("MTE2", start)
+    chunks = [min(chunk, v - c0) for c0 in range(0, v, chunk)]
+    # a row chunk's load shares the link with every core's loads and the store of the chunk
+    # before (the same chunk of the previous row when a row is one chunk); loads of the
+    # recomputed logits are served by the L2 for the resident fraction
+    costs = []
+    for k, n in enumerate(chunks):
+        prev = chunks[k - 1]
+        lb, sb = n * 4, align16(prev) * item
+        hit_part = lb * rows_from_l2
+        beside, store_prev, alone = lockstep_copy_cycles(spec, lb - hit_part, sb, cores)
+        hit = math.ceil(hit_part / l2_read_rate(spec, cores)) if hit_part >= 1 else 0
+        vec = (vector_cycles(spec, "Muls", "fp32", n) + vector_cycles(spec, "Cast_fp32_" + tiling.dtype, "fp32", n)
+               + vector_cycles(spec, "Adds", "fp32", 8))
+        if ms:
+            vec += (vector_cycles(spec, "Adds", "fp32", n) + vector_cycles(spec, "Exp", "fp32", n)
+                    + vector_cycles(spec, "Div", "fp32", n))
+        costs.append([max(beside, hit), store_prev, max(alone, hit), vec])
+    # the store of chunk k runs beside the load of chunk k + 1
+    costs = [(ld, costs[(k + 1) % len(costs)][1], alone, vec) for k, (ld, _, alone, vec) in enumerate(costs)]
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    meta_copies = 3 + (2 if ms else 0)
+    state = {"slot": 0, "used": [False, False], "first": True}
+
+    def row() -> None:
+        used = state["used"]
+        for load_b, store, load_a, vec in costs:
+            slot = state["slot"]
+            if used[slot]:
+                c.wait("MTE3", "MTE2", slot)
+            # the first load of the stage runs before any store
+            c.op("MTE2", st2 + (load_a if state["first"] else load_b) + c.head(spec, "MTE2", bd))
+            state["first"] = False
+            used[slot] = True
+            c.set("MTE2", "VECTOR", slot)
+            c.wait("MTE2", "VECTOR", slot)
+            c.op("VECTOR", vec + c.head(spec, "VECTOR", bd))
+            c.set("VECTOR", "MTE3", slot)
+            c.wait("VECTOR", "MTE3", slot)
+            c.op("MTE3", st3 + store + c.head(spec, "MTE3", bd))
+            c.set("MTE3", "MTE2", slot)
+            state["slot"] = slot ^ 1
+
+    for b0 in range(0, nrows, META_ROWS):
+        nb = min(META_ROWS, nrows - b0)
+        if b0:
+            c.wait("VECTOR", "MTE2", "meta")
+        meta_sizes = [nb * 4, nb * int_item, (ceil_div(nb, 8) + 1) if packed else nb] + ([nb * 4] * 2 if ms else [])
+        for k in range(meta_copies):
+            lone = lockstep_copy_cycles(spec, meta_sizes[k], 0, cores)[0]
+            c.op("MTE2", st2 + lone + c.head(spec, "MTE2", bd))
+        c.set("MTE2", "VECTOR", "meta")
+        c.wait("MTE2", "VECTOR", "meta")
+        c.repeat(nb, row)       # identical rows: a steady state is extended by a shift
+        c.set("VECTOR", "MTE2", "meta")
+    return c.end, c
+
+
+# ---------------------------------------------------------------------------------------------
+# the call
+# ---------------------------------------------------------------------------------------------
+
+def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
+             tiling: FlceTiling) -> Estimate:
+    """Closed-form cycles of the mixed launch (module docstring): the phases one after another,
+    each the slowest core's replay, plus the launch overhead."""
+    ms = tiling.mode == MEMORY_SAVING
+    item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    bt, h, v = tiling.bt, tiling.h, tiling.v
+    mt = t.get("masked_target")
+    tm = t.get("target_mask")
+    int_item = mt.dtype.itemsize if mt is not None else 8
+    packed = tm is not None and tm.dtype.name == "uint8"
+    s_bytes = nz_bytes(bt, v, item)
+    rows_bytes = bt * v * 4
+    tensors = {"input": bt * h * item, "weight": v * h * item, "s": s_bytes, "logits": rows_bytes,
+               "softmax": rows_bytes}
+    l2 = _L2(spec.l2.size, tensors) if spec.l2 is not None else None
+    out_items = {i: (4 if mm.name == "logits" else item) for i, mm in enumerate(tiling.matmuls)}
+    sampled = tiling.coarsen > 1
+    overhead = spec.launch.overhead
+    now = float(overhead)
+    notes = []
+    busy: dict[str, float] = {}
+    state = None
+    if ms:
+        end, state, l2 = _cube_stage(spec, tiling, l2, {0}, now, out_items, sampled, None)
+        notes.append(f"logits {end - now:.0f}")
+        now = end
+        logits_l2 = _stream_hits(l2, rows_bytes, s_bytes) if l2 is not None else 0.0
+        if sampled and l2 is not None:
+            # Fixpipe showed the L2 COARSE_L2_SAMPLE lines of each logits tile; a vector core's
+            # row load looks at every line: only the sampled ones are found
+            mm = tiling.matmuls[0]
+            lines = mm.base_m * ceil_div(mm.base_n * 4, spec.l2.chunk)
+            logits_l2 *= min(1.0, COARSE_L2_SAMPLE / lines)
+    else:
+        logits_l2 = 0.0
+    end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed)
+    notes.append(f"vector {end - now:.0f}")
+    now = end
+    if l2 is not None:
+        l2.stream([("logits" if ms else "softmax", "stream", rows_bytes), ("s", "stream", s_bytes)])
+    grads = {i for i, mm in enumerate(tiling.matmuls) if mm.name != "logits"}
+    end, cubes, l2 = _cube_stage(spec, tiling, l2, grads, now, out_items, sampled, state)
+    notes.append(f"grads {end - now:.0f}")
+    for c, cc in enumerate(cubes):      # the busiest core per pipe, both cube phases
+        for p, b in cc.core.busy.items():
+            if not p.startswith("~"):
+                busy[p] = max(busy.get(p, 0.0), b + (state[c].core.busy.get(p, 0.0) if state else 0.0))
+    for p, b in vcore.busy.items():
+        busy[p] = max(busy.get(p, 0.0), b)
+    # bytes moved: the cube's panel loads (re-reads included) and results, the vector cores'
+    # row loads, per-row scalars and S stores
+    cube_loads = sum(cc.core.busy.get("~bytes", 0.0) for cc in cubes) + sum(
+        cc.core.busy.get("~bytes", 0.0) for cc in state or ())
+    meta = bt * (4 + int_item + (1 if tm is None or not packed else 0)) + (bt + 7) // 8 * packed + (8 * bt if ms else 0)
+    chunks = [min(tiling.vec_chunk, v - c0) for c0 in range(0, v, tiling.vec_chunk)]
+    reads = cube_loads + rows_bytes + meta
+    writes = (bt * sum(align16(n) for n in chunks) * item + bt * h * item + v * h * item
+              + (rows_bytes if ms else 0))
+    return Estimate(cycles=int(math.ceil(end)), pipe_busy={p: int(round(b)) for p, b in busy.items()},
+                    bytes_read=int(reads), bytes_written=int(writes), block_dim=tiling.block_dim,
+                    ub_bytes=tiling.ub_bytes, workspace_bytes=tiling.workspace, launches=1, model="flce",
+                    notes="mixed launch: " + ", ".join(notes) + " cycles",
+                    extra={"estimate_phases": tuple(notes)})

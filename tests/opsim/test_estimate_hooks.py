@@ -1,0 +1,147 @@
+"""The estimate models of embedding_dense_backward and fused_linear_cross_entropy_loss_grad
+against the simulator in timing mode (the same shapes, tilings and data-independent index
+pattern), and what they refuse."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import opsim
+from opsim import TensorSpec as T
+from opsim.sweep import sweep
+from simulator.errors import CapacityError
+
+# Stated tolerance of both models against the simulator (docs/estimate.md measures them on the
+# example studies; the points here are typically within 5 %).
+TOLERANCE = 0.15
+ROOT = Path(__file__).resolve().parents[2]
+EMB = "embedding_dense_backward"
+FLCE = "fused_linear_cross_entropy_loss_grad"
+
+
+def _both(op: str, device: str, tiling=None, overrides=None, **operands):
+    des = opsim.run(op, device=device, mode="timing", trace="off", tiling=tiling, device_overrides=overrides,
+                    **operands)
+    est = opsim.run(op, device=device, mode="estimate", tiling=tiling, device_overrides=overrides, **operands)
+    return des, est
+
+
+def _emb(rows: int, dim: int, num_weights: int, dtype: str = "fp32", index_dtype: str = "int32", **attrs):
+    return dict(grad=T((rows, dim), dtype), indices=T((rows,), index_dtype), num_weights=num_weights, **attrs)
+
+
+def _flce(bt: int, h: int, v: int, mode: str, dtype: str = "bf16", target: str = "int64", mask: str = "bool"):
+    ops = {"grad": T((bt,), "fp32"), "input": T((bt, h), dtype), "weight": T((v, h), dtype),
+           "target_mask": T((bt,) if mask == "bool" else (-(-bt // 8),), mask), "masked_target": T((bt,), target)}
+    if mode == "high_performance":
+        ops["softmax"] = T((bt, v), "fp32")
+    else:
+        ops.update(logits_max=T((bt,), "fp32"), sum_exp_logits=T((bt,), "fp32"))
+    return ops
+
+
+# -- embedding_dense_backward ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("device,ops", [
+    # Atlas A2 (V2 path): every index distinct (one atomic flush per row)
+    ("atlas-a2", _emb(2048, 256, 8000)),
+    # fp16 grad cast to fp32, runs of 4-5 equal indices, counts and the scale kernel, cast out
+    ("atlas-a2", _emb(4096, 512, 1000, "fp16", scale_grad_by_freq=True)),
+    # more rows than one sort tile: merge passes; int64 indices, a padding index
+    ("atlas-a2", _emb(12000, 64, 3000, "bf16", "int64", padding_idx=7)),
+    # deterministic: runs of ~94 equal indices, a core owns whole runs
+    ("atlas-a2", _emb(6000, 128, 64, deterministic=True)),
+    # Atlas training series (V1 model): scaleGradByFreq, rows scaled one at a time
+    ("atlas-training", _emb(2048, 512, 4000, scale_grad_by_freq=True)),
+    # fp16 grad and int8 indices cast first
+    ("atlas-training", _emb(2048, 300, 500, "fp16", "int8")),
+    ("atlas-training", _emb(2048, 256, 300, deterministic=True)),
+])
+def test_embedding_estimate_is_within_tolerance_of_the_simulator(device, ops):
+    des, est = _both(EMB, device, **ops)
+    assert est.stats["estimate_model"] == "embedding"
+    assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE, (est.cycles, des.cycles)
+
+
+def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
+    des, est = _both(EMB, "atlas-a2", **_emb(4096, 512, 1000, "fp16", scale_grad_by_freq=True))
+    names = [n for n, _ in est.stats["launch_cycles"]]
+    assert names == ["ZerosLike", "CastGrad", "SortIndices", "EmbeddingCount", "EmbeddingDenseGradV2",
+                     "EmbeddingDenseGradScale", "CastOut"]
+    assert est.stats["launches"] == des.stats["launches"] == len(names)
+    assert est.stats["launch_overhead_cycles"] == des.stats["launch_overhead_cycles"]
+    assert sum(c for _, c in est.stats["launch_cycles"]) == est.cycles
+
+
+def test_embedding_estimate_counts_one_flush_per_distinct_index():
+    # the same rows and dim: all-distinct indices flush every row, 8 rows per index flush 8x less
+    spread = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 512, 32768))
+    repeated = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 512, 512))
+    acc = {n: c for n, c in spread.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
+    acc_rep = {n: c for n, c in repeated.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
+    assert acc_rep < acc
+
+
+def test_an_empty_embedding_call_is_only_the_zero_fill():
+    des, est = _both(EMB, "atlas-a2", **_emb(0, 256, 3000))
+    assert [n for n, _ in est.stats["launch_cycles"]] == ["ZerosLike"]
+    assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE
+
+
+# -- fused_linear_cross_entropy_loss_grad ------------------------------------------------------------
+
+@pytest.mark.parametrize("device,tiling,ops", [
+    ("atlas-a2", None, _flce(256, 512, 4096, "high_performance")),
+    ("atlas-a2", None, _flce(256, 512, 4096, "memory_saving")),
+    # fewer cube cores, fp16, int32 targets, a bit-packed mask
+    ("atlas-a3", {"block_dim": 6}, _flce(384, 512, 2048, "memory_saving", "fp16", "int32", "uint8")),
+    # edge tiles everywhere, smaller base tiles (two L0C buffers)
+    ("atlas-a2", {"base_m": 64, "base_n": 128}, _flce(300, 700, 5000, "high_performance")),
+])
+def test_flce_estimate_is_within_tolerance_of_the_simulator(device, tiling, ops):
+    des, est = _both(FLCE, device, tiling, **ops)
+    assert est.stats["estimate_model"] == "flce"
+    assert est.stats["workspace_bytes"] == des.stats["workspace_bytes"]
+    assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE, (est.cycles, des.cycles)
+
+
+def test_flce_estimate_replays_a_single_cube_core_to_within_one_percent():
+    # one cube core (and its two vector cores): no link or L2 sharing to approximate, so the
+    # replay of the programs with their flags and queue depths is all there is
+    des, est = _both(FLCE, "atlas-a2", {"core_mask": 0x1}, **_flce(512, 512, 4096, "high_performance"))
+    assert abs(est.cycles - des.cycles) / des.cycles < 0.01, (est.cycles, des.cycles)
+
+
+def test_flce_memory_saving_costs_more_and_both_grow_with_the_vocabulary():
+    cyc = {(v, m): opsim.run(FLCE, mode="estimate", **_flce(1024, 1024, v, m)).cycles
+           for v in (4096, 16384) for m in ("high_performance", "memory_saving")}
+    for v in (4096, 16384):
+        assert cyc[(v, "memory_saving")] > cyc[(v, "high_performance")]
+    for m in ("high_performance", "memory_saving"):
+        assert cyc[(16384, m)] > 3 * cyc[(4096, m)]
+
+
+def test_flce_shape_beyond_device_memory_is_refused_in_estimate_mode_too():
+    ops = _flce(32768, 1024, 600000, "high_performance")   # the softmax alone is 78.6 GB
+    with pytest.raises(CapacityError) as e:
+        opsim.run(FLCE, mode="estimate", **ops)
+    assert e.value.buffer == "HBM" and e.value.available == 64 * 2 ** 30 and e.value.needed > e.value.available
+
+
+def test_flce_example_study_runs_in_estimate_mode(tmp_path):
+    res = sweep(ROOT / "examples" / "studies" / "flce_vocab_capacity.toml", tmp_path / "f.sqlite", workers=2,
+                quiet=True)
+    rows = res.rows()
+    assert len(rows) == res.points == 24
+    assert all(r["status"] == "ok" and r["estimate_model"] == "flce" for r in rows)
+    by = {}
+    for r in rows:
+        shape = r["shape"]
+        v = int(shape.split('"weight":[')[1].split(",")[0])
+        by[(r["device"], v, "softmax" in shape)] = r["cycles"]
+    for (dev, v, hp), cycles in by.items():
+        if hp:
+            assert by[(dev, v, False)] > cycles               # memory-saving recomputes the logits
+        if (dev, 2 * v, hp) in by:
+            assert by[(dev, 2 * v, hp)] > cycles              # a larger vocabulary takes longer
