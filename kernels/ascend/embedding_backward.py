@@ -357,7 +357,7 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
                                e_chunk=0, ub_bytes=0, zero_block_dim=_zero_block_dim(spec, out_bytes),
                                **common)
     if spec.series == "training":
-        return _plan_v1(spec, g, idx, nw, scale, det, ov, common)
+        return _fits_ub(spec, _plan_v1(spec, g, idx, nw, scale, det, ov, common))
     return _plan_v2(spec, g, idx, nw, scale, det, ov, common)
 
 
@@ -413,7 +413,7 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         ("counts", nw * 4 if scale else 0),
     ])
     zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale else 0)
-    return EmbeddingTiling(
+    return _fits_ub(spec, EmbeddingTiling(
         path="v2", cast_grad=cast, acc_dtype=acc_dtype, block_dim=block_dim, e_chunk=e_chunk,
         ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, zero_bytes), sort_tile=sort_tile,
         sort_runs=runs, merge_passes=passes, merge_block=merge_block, scale_block_dim=max(1, min(cores, nw)), workspace=ws,
@@ -422,8 +422,17 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
                                            calc_bytes=0) if cast else None),
         cast_out_tiling=(plan_elementwise(spec, nw * emb, n_inputs=1, in_itemsize=4, out_itemsize=2,
                                           calc_bytes=0) if acc_is_ws else None),
-        **common)
+        **common))
 
+
+
+def _fits_ub(spec: DeviceSpec, tiling: EmbeddingTiling) -> EmbeddingTiling:
+    """Refuse a plan whose UB buffers exceed the core's UB (e.g. a what-if budget above it)."""
+    if tiling.ub_bytes > spec.ub.size:
+        raise tiling_error(
+            f"the embedding kernel's UB plan needs {tiling.ub_bytes} B (budget {tiling.ub_budget} B from "
+            f"kernels.embedding_dense_backward.ub_budget), the UB has {spec.ub.size} B on {spec.name}")
+    return tiling
 
 def _plan_v1(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: bool, det: bool,
              ov: Mapping[str, Any], common: dict) -> EmbeddingTiling:

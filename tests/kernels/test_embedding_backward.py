@@ -600,3 +600,14 @@ def test_numeric_mode_is_the_golden_and_checks_indices_too():
     idx[3] = 5
     with pytest.raises(opsim.MemoryFault, match="flat position 3"):
         _run(grad=g, indices=idx, num_weights=5, mode="numeric")
+
+
+def test_a_ub_budget_beyond_the_ub_is_refused_by_plan_with_the_numbers():
+    g = opsim.TensorSpec((20000, 64), "fp32")
+    idx = opsim.TensorSpec((20000,), "int32")
+    with pytest.raises(opsim.OpError) as ei:
+        opsim.run("embedding_dense_backward", device="atlas-training", mode="timing", grad=g, indices=idx,
+                  num_weights=1000, scale_grad_by_freq=True, trace="off",
+                  device_overrides={"kernels.embedding_dense_backward.ub_budget": 393216})
+    assert ei.value.code == 561002
+    assert "the UB has 262144 B" in ei.value.message and "393216" in ei.value.message
