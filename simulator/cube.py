@@ -759,7 +759,7 @@ class CrossCoreSetFlag(Instruction):
         keys, _ = _cross_keys(pipe, self.flag_id, self.mode, setting=True)
         table = pipe.core.device.cross_flags
         for key in keys:
-            table.set(key)
+            table.set(key, pipe.last_slice)
 
     def describe(self) -> str:
         return f"CrossCoreSetFlag<{self.mode}, {self._pipe}>({self.flag_id})"
@@ -769,13 +769,14 @@ class CrossCoreWaitFlag(Instruction):
     """``CrossCoreWaitFlag(flag_id)``: blocks ``pipe`` until the flag set with ``mode`` is set
     (mode 0: by every core of this kind; mode 2 on a cube core: by all its vector cores)."""
 
-    __slots__ = ("flag_id", "mode", "_pipe")
+    __slots__ = ("flag_id", "mode", "_pipe", "_key")
     busy = False
     name = "CrossCoreWaitFlag"
 
     def __init__(self, flag_id: int, mode: int = 2, pipe: str = "MTE2") -> None:
         super().__init__()
         self.flag_id, self.mode, self._pipe = int(flag_id), int(mode), pipe
+        self._key: tuple | None = None
 
     @property
     def pipe(self) -> str:  # type: ignore[override]
@@ -783,7 +784,14 @@ class CrossCoreWaitFlag(Instruction):
 
     def issue(self, pipe: "Pipe") -> simpy.Event | None:
         keys, per = _cross_keys(pipe, self.flag_id, self.mode, setting=False)
+        self._key = keys[0]
         return pipe.core.device.cross_flags.wait(keys[0], pipe.core.name, per)
+
+    def trace_sync(self, pipe: "Pipe") -> None:
+        # a flow arrow from the work before the (latest) set on the other core to this pipe's next slice
+        src = pipe.core.device.cross_flags.setter_slice(self._key) if self._key is not None else -1
+        if src >= 0:
+            pipe.flow_from = src
 
     def describe(self) -> str:
         return f"CrossCoreWaitFlag<{self.mode}, {self._pipe}>({self.flag_id})"

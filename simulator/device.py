@@ -66,8 +66,11 @@ class CrossCoreFlags:
         self._count: dict[tuple, int] = {}
         self._done: dict[tuple, int] = {}
         self._waiters: dict[tuple, list[tuple[int, simpy.Event]]] = {}
+        self._setter_slice: dict[tuple, int] = {}   # trace slice before the latest set, for flows
 
-    def set(self, key: tuple) -> None:
+    def set(self, key: tuple, slice_index: int = -1) -> None:
+        if slice_index >= 0:
+            self._setter_slice[key] = slice_index
         n = self._count.get(key, 0) + 1
         self._count[key] = n
         waiters = self._waiters.get(key)
@@ -90,6 +93,10 @@ class CrossCoreFlags:
 
     def count(self, key: tuple) -> int:
         return self._count.get(key, 0)
+
+    def setter_slice(self, key: tuple) -> int:
+        """The trace slice the latest set of ``key`` followed (-1 if none was recorded)."""
+        return self._setter_slice.get(key, -1)
 
 
 @dataclass

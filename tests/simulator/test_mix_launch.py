@@ -139,3 +139,21 @@ def test_group_flags_outside_a_mixed_launch_are_refused():
     dev.launch(dev.create_stream(), kernel, 1, unit="vector")
     with pytest.raises(SimulatorError, match="mixed AIC/AIV launch"):
         dev.synchronize()
+
+
+def test_cross_core_flags_are_drawn_as_flow_arrows_between_cube_and_vector_cores():
+    import numpy as np
+    import devices
+    import opsim
+    from kernels import registry
+    op = registry.get("fused_linear_cross_entropy_loss_grad")
+    kw = op.example(np.random.default_rng(0), devices.load("atlas-a2"), "bf16")
+    res = opsim.run(op.name, device="atlas-a2", **kw)
+    tr = res.trace
+    cross = [(a, b) for a, b, _ in tr.flows()
+             if tr.track_names(tr.s_track[a])[0] != tr.track_names(tr.s_track[b])[0]]
+    assert cross
+    kinds = {(tr.track_names(tr.s_track[a])[0].split(".")[1][:7], tr.track_names(tr.s_track[b])[0].split(".")[1][:7])
+             for a, b in cross}
+    assert ("cubecor", "veccore") in kinds
+    assert all(tr.s_end[a] <= tr.s_start[b] for a, b in cross)   # the arrow points forward in time
