@@ -103,6 +103,10 @@ def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None,
     if executor is None:
         log.warning("[%d] %s: executor is null", ACLNN_ERR_PARAM_NULLPTR, api)
         return ACLNN_ERR_PARAM_NULLPTR
+    if not isinstance(executor, AclOpExecutor):
+        log.warning("[%d] %s: executor is a %s, not an aclOpExecutor from GetWorkspaceSize",
+                    ACLNN_ERR_PARAM_INVALID, api, type(executor).__name__)
+        return ACLNN_ERR_PARAM_INVALID
     rt = executor.runtime
     try:
         if executor.used:

@@ -12,9 +12,10 @@ Host↔device copies are functional but not timed: the simulator times operators
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -58,6 +59,35 @@ ACL_INT64 = nx.AclDataType.ACL_INT64
 ACL_UINT8 = nx.AclDataType.ACL_UINT8
 ACL_BOOL = nx.AclDataType.ACL_BOOL
 ACL_DOUBLE = nx.AclDataType.ACL_DOUBLE
+
+
+def _boundary(out_params: int = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Keep a C-style call from raising: an unexpected exception (a wrong argument type, say)
+    becomes ACL_ERROR_INVALID_PARAM with the message in the error log. ``out_params``: how many
+    out-values precede the status code in the call's return tuple (they come back as None)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(self: "AclRuntime", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - nothing may cross the C boundary
+                code = self.fail(ACL_ERROR_INVALID_PARAM, f"{fn.__name__}: invalid argument: "
+                                                          f"{type(exc).__name__}: {exc}")
+                return ((None,) * out_params + (code,)) if out_params else code
+        return call
+    return wrap
+
+
+def _null_on_error(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """aclCreateTensor returns nullptr on failure: an unexpected exception becomes None."""
+    @functools.wraps(fn)
+    def call(self: "AclRuntime", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self.fail(ACL_ERROR_INVALID_PARAM, f"{fn.__name__}: invalid argument: {type(exc).__name__}: {exc}")
+            return None
+    return call
 
 
 @dataclass
@@ -122,12 +152,14 @@ class AclRuntime:
         return self.device.spec  # type: ignore[union-attr]
 
     # -- init / device -------------------------------------------------------------------------
+    @_boundary()
     def aclInit(self, config_path: str | None = None) -> int:
         if self.initialized:
             return self.fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialized")
         self.initialized = True
         return ACL_SUCCESS
 
+    @_boundary()
     def aclFinalize(self) -> int:
         if not self.initialized:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called")
@@ -135,6 +167,7 @@ class AclRuntime:
         self.device = None
         return ACL_SUCCESS
 
+    @_boundary()
     def aclrtSetDevice(self, device_id: int) -> int:
         if not self.initialized:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclrtSetDevice: call aclInit first")
@@ -152,11 +185,13 @@ class AclRuntime:
             self.device = Device(spec, trace=self.trace, functional=self.functional, seed=self.seed)
         return ACL_SUCCESS
 
+    @_boundary()
     def aclrtResetDevice(self, device_id: int) -> int:
         if self.device is None or device_id != 0:
             return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: device {device_id} is not set")
         return ACL_SUCCESS
 
+    @_boundary()
     def aclrtCtxSetSysParamOpt(self, opt: int, value: int) -> int:
         if opt != ACL_OPT_DETERMINISTIC:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtCtxSetSysParamOpt: option {opt} is not supported "
@@ -170,17 +205,20 @@ class AclRuntime:
         return ACL_SUCCESS
 
     # -- streams -------------------------------------------------------------------------------
+    @_boundary(1)
     def aclrtCreateStream(self) -> tuple[AclStream | None, int]:
         if (ret := self._need_device("aclrtCreateStream")) != ACL_SUCCESS:
             return None, ret
         return AclStream(self.device.create_stream()), ACL_SUCCESS  # type: ignore[union-attr]
 
+    @_boundary()
     def aclrtDestroyStream(self, stream: AclStream) -> int:
         if not isinstance(stream, AclStream) or stream.destroyed:
             return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: invalid or destroyed stream")
         stream.destroyed = True
         return ACL_SUCCESS
 
+    @_boundary()
     def aclrtSynchronizeStream(self, stream: AclStream) -> int:
         if (ret := self._need_device("aclrtSynchronizeStream")) != ACL_SUCCESS:
             return ret
@@ -193,6 +231,7 @@ class AclRuntime:
         return ACL_SUCCESS
 
     # -- memory --------------------------------------------------------------------------------
+    @_boundary(1)
     def aclrtMalloc(self, size: int, policy: int = ACL_MEM_MALLOC_HUGE_FIRST) -> tuple[int, int]:
         if (ret := self._need_device("aclrtMalloc")) != ACL_SUCCESS:
             return 0, ret
@@ -205,6 +244,7 @@ class AclRuntime:
         self._allocs[addr] = int(size)
         return addr, ACL_SUCCESS
 
+    @_boundary()
     def aclrtFree(self, ptr: int) -> int:
         if (ret := self._need_device("aclrtFree")) != ACL_SUCCESS:
             return ret
@@ -214,6 +254,7 @@ class AclRuntime:
         del self._allocs[ptr]
         return ACL_SUCCESS
 
+    @_boundary()
     def aclrtMemcpy(self, dst: Any, dst_max: int, src: Any, count: int, kind: int) -> int:
         """Copy ``count`` bytes. Host buffers are numpy arrays (or bytes for a source)."""
         if (ret := self._need_device("aclrtMemcpy")) != ACL_SUCCESS:
@@ -249,6 +290,7 @@ class AclRuntime:
         return ACL_SUCCESS
 
     # -- tensors -------------------------------------------------------------------------------
+    @_null_on_error
     def aclCreateTensor(self, view_dims: Sequence[int], data_type: Any, stride: Sequence[int] | None,
                         offset: int, fmt: int, storage_dims: Sequence[int] | None, tensor_data: int) -> AclTensor | None:
         """Returns None on failure (as the C API returns nullptr); the reason is in the error log."""
@@ -284,6 +326,7 @@ class AclRuntime:
                 return None
         return AclTensor(self, view, dt, strides, int(offset), int(fmt), storage, int(tensor_data))
 
+    @_boundary()
     def aclDestroyTensor(self, tensor: AclTensor | None) -> int:
         if tensor is None or tensor.destroyed:
             return self.fail(ACL_ERROR_INVALID_PARAM, "aclDestroyTensor: null or destroyed tensor")

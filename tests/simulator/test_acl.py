@@ -71,3 +71,16 @@ def test_deterministic_option_is_recorded():
     rt = _rt()
     assert rt.aclrtCtxSetSysParamOpt(acl.ACL_OPT_DETERMINISTIC, 1) == 0 and rt.deterministic
     assert rt.aclrtCtxSetSysParamOpt(5, 1) == acl.ACL_ERROR_INVALID_PARAM
+
+
+def test_garbage_arguments_return_codes_instead_of_raising():
+    from kernels import aclnn
+    rt = _rt()
+    assert rt.aclrtMemcpy("x", 4, "y", 4, acl.ACL_MEMCPY_HOST_TO_DEVICE) == acl.ACL_ERROR_INVALID_PARAM
+    assert "aclrtMemcpy" in rt.aclGetRecentErrMsg()
+    assert rt.aclrtFree("z") == acl.ACL_ERROR_INVALID_PARAM
+    assert rt.aclrtMalloc("big") == (0, acl.ACL_ERROR_INVALID_PARAM)
+    assert rt.aclCreateTensor("a", "b", None, 0, 2, None, 0) is None
+    assert rt.aclrtSynchronizeStream(None) == acl.ACL_ERROR_INVALID_PARAM
+    assert aclnn.aclnnMseLossBackward(0, 0, "not an executor", None) == 161002
+    assert aclnn.aclnnMseLossBackwardGetWorkspaceSize("a", "b", "c", 1, "d")[-1] == 161001
