@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
-                            ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
+                            ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
 from kernels.registry import get as get_op
 from simulator.acl import AclRuntime, AclStream, AclTensor
 from simulator.errors import SimulatorError
@@ -66,7 +66,7 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         if rt.deterministic and "deterministic" in op.attrs and all_attrs.get("deterministic") is None:
             all_attrs["deterministic"] = True
         op.validate(rt.spec, descs, all_attrs)
-        empty = _is_empty(op, descs)
+        empty = op.empty(descs)
         tiling = None if empty else op.plan(rt.spec, descs, all_attrs, None)
         ws = 0 if empty else int(op.workspace(tiling))
         ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty)
@@ -74,28 +74,8 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         if check is not None and not empty and rt.device.functional:
             check(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
         return ws, ex, ACLNN_SUCCESS
-    except OpError as exc:
-        if rt is not None:
-            rt.fail(exc.code, f"{api}: {exc.message}")
-        else:
-            log.warning("[%d] %s: %s", exc.code, api, exc.message)
-        return 0, None, exc.code
-    except SimulatorError as exc:
-        code = 361001
-        if rt is not None:
-            rt.fail(code, f"{api}: {exc}")
-        return 0, None, code
     except Exception as exc:  # never let a Python traceback cross the C-style boundary
-        if rt is not None:
-            rt.fail(ACLNN_ERR_INNER, f"{api}: internal error: {type(exc).__name__}: {exc}")
-        return 0, None, ACLNN_ERR_INNER
-
-
-def _is_empty(op: OpDef, descs: Mapping[str, Any]) -> bool:
-    check = getattr(op, "is_empty", None)
-    if check is not None:
-        return check(descs)
-    return any(d is not None and d.numel == 0 for n, d in descs.items() if n in op.inputs)
+        return 0, None, _status(exc, rt, api)
 
 
 def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None, stream: AclStream | None,
@@ -126,15 +106,25 @@ def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None,
                                                        (executor.workspace_size,))
         executor.launches = executor.op.launch(rt.device, stream.stream, gts, executor.tiling, executor.attrs)
         return ACLNN_SUCCESS
-    except OpError as exc:
-        rt.fail(exc.code, f"{api}: {exc.message}")
-        return exc.code
-    except SimulatorError as exc:
-        rt.fail(361001, f"{api}: {exc}")
-        return 361001
-    except Exception as exc:
-        rt.fail(ACLNN_ERR_INNER, f"{api}: internal error: {type(exc).__name__}: {exc}")
-        return ACLNN_ERR_INNER
+    except Exception as exc:  # never let a Python traceback cross the C-style boundary
+        return _status(exc, rt, api)
+
+
+def _status(exc: Exception, rt: AclRuntime | None, api: str) -> int:
+    """The status code of a failed call, with its message logged (and kept by the runtime):
+    OpError carries its own code, a simulator fault is a runtime error (361001), anything else
+    an internal error (561000)."""
+    if isinstance(exc, OpError):
+        code, message = exc.code, exc.message
+    elif isinstance(exc, SimulatorError):
+        code, message = ACLNN_ERR_RUNTIME_ERROR, str(exc)
+    else:
+        code, message = ACLNN_ERR_INNER, f"internal error: {type(exc).__name__}: {exc}"
+    if rt is not None:
+        rt.fail(code, f"{api}: {message}")
+    else:
+        log.warning("[%d] %s: %s", code, api, message)
+    return code
 
 
 # ---------------------------------------------------------------------------------------------

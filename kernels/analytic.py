@@ -30,6 +30,7 @@ from typing import Callable, Mapping, Sequence
 
 from devices.spec import DeviceSpec, DmaModel
 from simulator.core import pipe_head_cycles
+from simulator.isa import vector_cost
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "roofline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
@@ -73,12 +74,8 @@ class Estimate:
 # ---------------------------------------------------------------------------------------------
 
 def vector_cycles(spec: DeviceSpec, op: str, dtype: str, n: int) -> int:
-    """``ceil(k·n + b)`` from the spec's vector cost table (the simulator's ``_vector_cycles``)."""
-    per_dtype = spec.vector.cost.get(op)
-    if per_dtype is None or dtype not in per_dtype:
-        raise ValueError(f"no vector cost entry for {op} in {dtype} on {spec.name}")
-    k, b = per_dtype[dtype]
-    return math.ceil(k * n + b)
+    """``ceil(k·n + b)`` from the spec's vector cost table: the simulator's own rule."""
+    return vector_cost(spec, op, dtype, n)
 
 
 def cast_work(src: str, dst: str, n: int) -> tuple[tuple[str, str, int], ...]:

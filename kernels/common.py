@@ -230,3 +230,9 @@ class OpDef:
     # for the operands that do not live in GM (e.g. a DSP core's private memory); ``memory`` has
     # write(addr, data) and read(addr, nbytes). Operands it leaves out are malloc'd in GM.
     place: Callable[..., Mapping[str, tuple[int, Any]]] | None = None
+
+    def empty(self, descs: Mapping[str, "TensorDesc | None"]) -> bool:
+        """Whether the call has no work: the operator's own rule, else any input without elements."""
+        if self.is_empty is not None:
+            return self.is_empty(descs)
+        return any(d is not None and d.numel == 0 for n, d in descs.items() if n in self.inputs)

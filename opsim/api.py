@@ -133,7 +133,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         outs = opdef.golden(arrays, attrs)
         return RunResult(op, spec.name, mode, outs, 0, 0.0, {"mode": "numeric"})
 
-    if _is_empty(opdef, descs):
+    if opdef.empty(descs):
         outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
         return RunResult(op, spec.name, mode, outs, 0, 0.0, {"empty": True, "block_dim": 0})
 
@@ -191,13 +191,6 @@ def _check_gm_capacity(op: str, spec: DeviceSpec, buffers: Mapping[str, int], wo
         raise CapacityError(f"{op} needs {need} B of {spec.gm.kind} ({parts}); {spec.name} has "
                             f"{spec.gm.capacity} B", buffer=spec.gm.kind, needed=need,
                             available=spec.gm.capacity)
-
-
-def _is_empty(opdef: Any, descs: Mapping[str, TensorDesc | None]) -> bool:
-    check = getattr(opdef, "is_empty", None)
-    if check is not None:
-        return check(descs)
-    return any(d is not None and d.numel == 0 for n, d in descs.items() if n in opdef.inputs)
 
 
 def _zeros(d: TensorDesc | None) -> np.ndarray:

@@ -165,6 +165,8 @@ class AclRuntime:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called")
         self.initialized = False
         self.device = None
+        self.trace = None
+        self._allocs.clear()
         return ACL_SUCCESS
 
     @_boundary()

@@ -233,6 +233,7 @@ class Core:
         for p in self.pipes.values():
             p.head_pending = True
             p._tile_index = -2
+            p.last_slice = p.flow_from = -1      # no trace links across blocks
         for region in self.memories.values():
             if region.backing != "sparse":
                 region.reset()

@@ -190,7 +190,6 @@ class Device:
             self.space.add(self.smc)
         # links: the shared memory link (HBM/DDR), the L2, and the calibrated DMA pools
         self.net = LinkNetwork(self.env)
-        clk = spec.clock_hz
         self.gm_link = self.net.add_link(gm.kind, spec.bytes_per_cycle(gm.bandwidth))
         self.l2 = L2Cache(spec.l2.size, spec.l2.chunk) if spec.l2 is not None else None
         self.l2_link = (self.net.add_link("L2", spec.bytes_per_cycle(spec.l2.bandwidth))
@@ -214,9 +213,14 @@ class Device:
                     for region in core.memories.values():
                         region.observer = self._occupancy_counter(core.name, region.name)
         self._free: dict[str, simpy.FilterStore] = {}
+        by_list: dict[int, simpy.FilterStore] = {}
         for unit, cores in self.cores.items():
-            store = simpy.FilterStore(self.env)
-            store.items.extend(cores)
+            # coupled parts list the same AI cores as vector and cube units: one pool of free
+            # cores, so a vector and a cube launch never run on one core at once
+            store = by_list.get(id(cores))
+            if store is None:
+                store = by_list[id(cores)] = simpy.FilterStore(self.env)
+                store.items.extend(cores)
             self._free[unit] = store
         self.streams: list[Stream] = []
         self.launches: list[Launch] = []
@@ -284,7 +288,7 @@ class Device:
         return self.gm.allocate(max(int(nbytes), 1), name=name).addr
 
     def free(self, addr: int) -> None:
-        alloc = self.gm.allocation_at(addr) if hasattr(self.gm, "allocation_at") else None
+        alloc = self.gm.allocation_at(addr)
         self.gm.free(addr)
         if self.l2 is not None and alloc is not None:
             self.l2.invalidate(alloc.addr, alloc.nbytes)
@@ -527,16 +531,20 @@ class Device:
                 original = original.__cause__
             self.faulted = original
             raise original from None
-        except RuntimeError as exc:
-            if "No scheduled events left" not in str(exc):
-                raise
-            waiting = [f"{c.name}.{p.name}: {p.waiting_on}" for c in self.all_cores()
-                       for p in c.pipes.values() if p.waiting_on]
-            err = DeadlockError("no event can make progress" +
-                                (f"; waiting: {'; '.join(waiting[:8])}" if waiting else ""),
-                                waiting=waiting)
+        except Exception as exc:
+            if isinstance(exc, RuntimeError) and "No scheduled events left" in str(exc):
+                waiting = [f"{c.name}.{p.name}: {p.waiting_on}" for c in self.all_cores()
+                           for p in c.pipes.values() if p.waiting_on]
+                err: SimulatorError = DeadlockError(
+                    "no event can make progress" + (f"; waiting: {'; '.join(waiting[:8])}" if waiting else ""),
+                    waiting=waiting)
+            else:
+                # a bug in a kernel program (any other exception) is still a fault of this run,
+                # so the runtimes can return a status code instead of a traceback
+                original = exc.__cause__ if exc.__cause__ is not None else exc
+                err = SimulatorError(f"internal error in a kernel: {type(original).__name__}: {original}")
             self.faulted = err
-            raise err from None
+            raise err from exc
 
     @property
     def now(self) -> int:

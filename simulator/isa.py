@@ -25,6 +25,7 @@ from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
 from simulator.tile import GlobalSlice, LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
+    from devices.spec import DeviceSpec
     from simulator.core import Pipe
 
 
@@ -311,13 +312,17 @@ class DataCopyPad(DataCopy):
 # Vector arithmetic
 # ---------------------------------------------------------------------------------------------
 
-def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
-    cost = pipe.core.device.spec.vector.cost.get(op)
+def vector_cost(spec: "DeviceSpec", op: str, dtype: str, n: int) -> int:
+    """``ceil(k·n + b)`` cycles of one vector instruction from the spec's calibrated cost table."""
+    cost = spec.vector.cost.get(op)
     if cost is None or dtype not in cost:
-        raise UnsupportedInstruction(f"no vector cost entry for {op} in {dtype} on "
-                                     f"{pipe.core.device.spec.name}", dtype=dtype)
+        raise UnsupportedInstruction(f"no vector cost entry for {op} in {dtype} on {spec.name}", dtype=dtype)
     k, b = cost[dtype]
-    return math.ceil(k * n + b) + pipe.head_cycles()
+    return math.ceil(k * n + b)
+
+
+def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
+    return vector_cost(pipe.core.device.spec, op, dtype, n) + pipe.head_cycles()
 
 
 def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
@@ -514,7 +519,7 @@ class Cast(Instruction):
 # Sorting (the AI-Core Sort step of aclnnEmbeddingDenseBackward, kernels.md 3b)
 # ---------------------------------------------------------------------------------------------
 
-def _sort_passes(n: int) -> int:
+def sort_passes(n: int) -> int:
     """MrgSort passes (4 queues each) that turn ceil(n/32) Sort32 groups into one sorted list."""
     groups, passes = max(1, -(-n // 32)), 0
     while groups > 1:
@@ -568,7 +573,7 @@ class Sort(Instruction):
                               f"{self.tmp.count * self.tmp.dtype.itemsize} B", address=self.tmp.addr)
         self.tmp.check(self.tmp.count, write=True)
         cycles = _vector_cycles(pipe, "Sort32", "fp32", n)   # pays the pipe head, if due
-        passes = _sort_passes(n)
+        passes = sort_passes(n)
         if passes:
             cycles += passes * _vector_cycles(pipe, "MrgSort", "fp32", n)
         return cycles
@@ -586,7 +591,7 @@ class Sort(Instruction):
         return f"Sort({self.count} x fp32)"
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        return self.count, 0, self.dst_keys.addr, f"fp32 ascending, {_sort_passes(self.count)} merge passes"
+        return self.count, 0, self.dst_keys.addr, f"fp32 ascending, {sort_passes(self.count)} merge passes"
 
 
 class MrgSort(Instruction):

@@ -81,10 +81,14 @@ class L2Cache:
 
     def invalidate(self, addr: int, nbytes: int) -> None:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
-        if nbytes <= 0:
+        if nbytes <= 0 or not self._lru:
             return
         c = self.chunk
-        for ch in range(addr // c, (addr + nbytes - 1) // c + 1):
+        first, last = addr // c, (addr + nbytes - 1) // c
+        # walk whichever is smaller: the range's lines or the resident lines
+        lines = range(first, last + 1) if last - first < len(self._lru) else \
+            [ch for ch in self._lru if first <= ch <= last]
+        for ch in lines:
             self._used -= self._lru.pop(ch, 0.0)
 
     @property

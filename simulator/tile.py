@@ -11,6 +11,7 @@ compiler inserts, so a kernel reads like Ascend C and double buffering falls out
 """
 from __future__ import annotations
 
+import functools
 from collections import deque as _deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -62,7 +63,7 @@ class GlobalTensor:
             n *= s
         return n
 
-    @property
+    @functools.cached_property
     def is_contiguous(self) -> bool:
         return self.strides == contiguous_strides(self.shape) or self.numel <= 1
 
@@ -259,7 +260,7 @@ class TQue:
         self._free = _deque(range(depth))
         self._used_before = [False] * depth
         self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
-        self._out: dict[int, int] = {}  # id(tensor) -> buffer index
+        self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
 
     def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
         """AllocTensor: the next free buffer (waits on the consumer's free flag if reused)."""
@@ -272,11 +273,11 @@ class TQue:
         self._used_before[i] = True
         dt = nx.dtype(dtype)
         t = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
-        self._out[id(t)] = i
+        self._out[t.addr] = i
         return t
 
     def _index(self, t: LocalTensor) -> int:
-        i = self._out.get(id(t))
+        i = self._out.get(t.addr)
         if i is None:
             raise SimulatorError(f"{self.position} queue: tensor {t!r} does not belong to this queue")
         return i
@@ -294,7 +295,7 @@ class TQue:
         return t
 
     def free(self, t: LocalTensor) -> None:
-        i = self._out.pop(id(t), None)
+        i = self._out.pop(t.addr, None)
         if i is None:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
         self.ctx.emit_set(self.consumer, self.producer, self.event_ids[i])

@@ -67,7 +67,7 @@ from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc,
                             check_product, check_same_dtype, tiling_error)
 from simulator import numerics as nx
 from simulator.errors import MemoryFault
-from simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp,
+from simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp, sort_passes,
                            SetAtomicAdd, SetAtomicNone, Sort)
 from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
@@ -1253,15 +1253,6 @@ def _est_cast(spec: DeviceSpec, ct: ElementwiseTiling, src: str, dst: str, from_
     return Estimate(**{**e.__dict__, "model": "embedding", "notes": name})
 
 
-def _sort_passes(n: int) -> int:
-    """MrgSort passes of the Sort instruction over n elements (simulator/isa.py Sort)."""
-    groups, passes = max(1, -(-n // 32)), 0
-    while groups > 1:
-        groups = -(-groups // 4)
-        passes += 1
-    return passes
-
-
 def _est_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     """SortIndices: per run (one UB tile) load, cast to int32, Sort32 + MrgSort passes, store
     keys and positions; one-deep queues let the next load overlap the stores. A shorter last
@@ -1277,7 +1268,7 @@ def _est_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     _, rs = shared_rates(spec, 0, busy_copies)
     load = dma_cycles(spec.mte2.startup, n * isz, rl)
     vec = ((vector_cycles(spec, f"Cast_{idt}_int32", idt, n) if idt != "int32" else 0)
-           + vector_cycles(spec, "Sort32", "fp32", n) + _sort_passes(n) * vector_cycles(spec, "MrgSort", "fp32", n))
+           + vector_cycles(spec, "Sort32", "fp32", n) + sort_passes(n) * vector_cycles(spec, "MrgSort", "fp32", n))
     store = 2 * dma_cycles(spec.mte3.startup, n * 4, rs)
     heads = sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3"))
     body = heads + load + vec + (runs - 1) * (vec + max(load, store)) + store

@@ -40,7 +40,7 @@ from simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreW
                             LoadData, Mmad, align16, ceil_div, nz_bytes)
 from simulator.device import MixKernel
 from simulator.errors import MemoryFault
-from simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls
+from simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, vector_cost
 from simulator.memory import align_up
 from simulator.tile import GlobalTensor, KernelContext, LocalTensor
 
@@ -571,8 +571,7 @@ class TargetUpdate(Instruction):
         self.buf.check(self.count, write=True)
         self.target.check()
         self.mask.check()
-        k, b = pipe.core.device.spec.vector.cost["Adds"]["fp32"]
-        return math.ceil(k * 8 + b) + pipe.head_cycles()
+        return vector_cost(pipe.core.device.spec, "Adds", "fp32", 8) + pipe.head_cycles()
 
     def complete(self, pipe: Any) -> None:
         if not pipe.core.device.functional:

@@ -252,3 +252,35 @@ def test_same_inputs_and_seed_give_identical_outputs_and_traces():
     assert a.cycles == b.cycles
     import json
     assert json.dumps(a.trace.to_chrome_json()) == json.dumps(b.trace.to_chrome_json())
+
+
+def test_coupled_cores_are_one_pool_for_vector_and_cube_launches():
+    spec = devices.load("atlas-training")
+
+    def busy(ctx):
+        yield ScalarOp(1000)
+    dev = Device(spec)
+    s1, s2 = dev.create_stream(), dev.create_stream()
+    a = dev.launch(s1, busy, 1, unit="vector", core_mask=0b1)
+    b = dev.launch(s2, busy, 1, unit="cube", core_mask=0b1)
+    dev.synchronize()
+    (_, core_a, start_a, end_a), (_, core_b, start_b, end_b) = a.blocks[0], b.blocks[0]
+    assert core_a == core_b == "core0.veccore0"
+    assert start_b >= end_a or start_a >= end_b          # never on the same core at once
+
+
+def test_a_bug_in_a_kernel_program_is_a_fault_not_a_traceback_through_acl():
+    from simulator.acl import ACL_ERROR_RT_AICORE_EXCEPTION, AclRuntime
+    from simulator.errors import SimulatorError
+
+    def broken(ctx):
+        yield ScalarOp(1)
+        raise ValueError("kernel bug")
+    rt = AclRuntime("atlas-a2")
+    rt.aclInit(), rt.aclrtSetDevice(0)
+    stream, _ = rt.aclrtCreateStream()
+    rt.device.launch(stream.stream, broken, 1)
+    assert rt.aclrtSynchronizeStream(stream) == ACL_ERROR_RT_AICORE_EXCEPTION
+    assert "kernel bug" in rt.aclGetRecentErrMsg()
+    with pytest.raises(SimulatorError, match="kernel bug"):       # and it stays reported
+        rt.device.synchronize()
