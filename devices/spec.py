@@ -439,18 +439,24 @@ def _build(raw: dict[str, Any], prov: dict[str, Provenance], origin: str, where:
                       raw=MappingProxyType(raw))
 
 
-def load_file(path: str | Path) -> DeviceSpec:
-    """Load and validate one device TOML file (a catalogue entry or a user's own file)."""
-    path = Path(path)
+def read_toml(path: str | Path, error: type[Exception], what: str) -> tuple[dict[str, Any], str]:
+    """(document, text) of a TOML file; an unreadable or malformed file raises ``error`` with a
+    message naming the file (TOMLDecodeError's message carries the line and column)."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise SpecError(f"{where}: cannot read device file: {exc.strerror}") from None
+        raise error(f"{where}: cannot read {what}: {exc.strerror}") from None
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{where}: malformed TOML: {exc}") from None
+        raise error(f"{where}: malformed TOML: {exc}") from None
+
+
+def load_file(path: str | Path) -> DeviceSpec:
+    """Load and validate one device TOML file (a catalogue entry or a user's own file)."""
+    where = str(path)
+    doc, _ = read_toml(path, SpecError, "device file")
     prov: dict[str, Provenance] = {}
     raw = _strip(doc, "", where, prov, None)
     return _build(raw, prov, origin=where, where=where)

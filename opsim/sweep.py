@@ -41,10 +41,11 @@ import re
 import sqlite3
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from devices.spec import read_toml
 
 __all__ = ["Study", "StudyError", "SweepResult", "load_study", "sweep", "run_point", "point_id"]
 
@@ -108,16 +109,8 @@ def load_study(source: str | Path | Mapping[str, Any] | Study, *, strict: bool =
     if isinstance(source, Mapping):
         doc = dict(source)
     else:
-        path = Path(source)
-        where = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise StudyError(f"{where}: cannot read study file: {exc.strerror}") from None
-        try:
-            doc = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise StudyError(f"{where}: malformed TOML: {exc}") from None
+        where = str(source)
+        doc, text = read_toml(source, StudyError, "study file")
     return _validate(doc, where, text, strict)
 
 

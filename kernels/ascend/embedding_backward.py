@@ -562,6 +562,19 @@ def check_data(device: Any, tensors: Mapping[str, GlobalTensor], attrs: Mapping[
 # kernels
 # ---------------------------------------------------------------------------------------------
 
+def _load_and_scan_indices(ctx: KernelContext, ibuf: LocalTensor, idx: GlobalTensor, s: int, bn: int,
+                           to_scalar: int, scanned: int, owe_scan: bool, label: str) -> Iterator[Any]:
+    """MTE2 loads indices [s, s+bn) into UB and the scalar unit scans them; the next load into
+    the same buffer waits for the scan (``owe_scan``: a previous scan is still pending)."""
+    if owe_scan:
+        ctx.emit_wait("SCALAR", "MTE2", scanned)
+    yield DataCopyPad(ibuf[0:bn], idx[s:s + bn], bn)
+    ctx.emit_set("MTE2", "SCALAR", to_scalar)
+    ctx.emit_wait("MTE2", "SCALAR", to_scalar)
+    yield ScalarOp(bn, label)
+    ctx.emit_set("SCALAR", "MTE2", scanned)
+
+
 def _slice(total: int, parts: int, i: int) -> tuple[int, int]:
     """Contiguous share i of ``total``: total/parts each, one more for the first total%parts."""
     q, r = divmod(total, parts)
@@ -973,16 +986,10 @@ def _v1_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, g
             ctx.tile = bi
             bn = min(nb, hi - s)
             sel = s + np.flatnonzero(mine[s:s + bn])
-            if owe_scan:
-                ctx.emit_wait("SCALAR", "MTE2", scanned)
             if owe_store:
                 ctx.emit_wait("MTE3", "MTE2", stored)
                 owe_store = False
-            yield DataCopyPad(ibuf[0:bn], idx[s:s + bn], bn)
-            ctx.emit_set("MTE2", "SCALAR", to_scalar)
-            ctx.emit_wait("MTE2", "SCALAR", to_scalar)
-            yield ScalarOp(bn, "index scan")
-            ctx.emit_set("SCALAR", "MTE2", scanned)
+            yield from _load_and_scan_indices(ctx, ibuf, idx, s, bn, to_scalar, scanned, owe_scan, "index scan")
             owe_scan = True
             if sel.size == 0:
                 continue
@@ -1029,13 +1036,7 @@ def _v1_scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTen
     for bi, s in enumerate(range(0, n_rows, nb)):
         ctx.tile = bi
         bn = min(nb, n_rows - s)
-        if owe_scan:
-            ctx.emit_wait("SCALAR", "MTE2", scanned)
-        yield DataCopyPad(ibuf[0:bn], idx[s:s + bn], bn)
-        ctx.emit_set("MTE2", "SCALAR", to_scalar)
-        ctx.emit_wait("MTE2", "SCALAR", to_scalar)
-        yield ScalarOp(bn, "count")
-        ctx.emit_set("SCALAR", "MTE2", scanned)
+        yield from _load_and_scan_indices(ctx, ibuf, idx, s, bn, to_scalar, scanned, owe_scan, "count")
         owe_scan = True
     for r in range(o_lo, o_hi):
         if owe_store:
