@@ -31,10 +31,8 @@ costs the padded fractal MACs / ``cube.macs_per_cycle[dtype]``; ``Fixpipe`` writ
 Coarse instructions (timing only): ``repeat`` > 1 makes one instruction stand for ``repeat``
 back-to-back instructions on the same buffers. The extent along K it is given is the total of
 the repeats; each repeat's tile must fit the buffer; the pipe is busy for the sum of the
-repeats' costs. A huge timing run then needs far fewer simulation events. A transfer of more
-than ``l2_sample`` L2 lines (set by coarse kernels) shows the L2 model ``l2_sample`` lines at
-evenly spaced offsets, whose hit fraction is applied to all its bytes (``Device.gm_transfer``)
-and each of which occupies the L2 capacity of the lines it stands for (``simulator/l2.py``).
+repeats' costs. A huge timing run then needs far fewer simulation events; such a launch may
+also sample the L2 (``Device.launch(l2_sample=P)``, simulator/l2.py).
 Numeric (full-mode) runs use ``repeat = 1`` and show the L2 every run.
 """
 from __future__ import annotations
@@ -244,39 +242,23 @@ class GmMatrix:
             v[...] = values
 
 
-def _l2_view(device: "Device", geometry: tuple[int, int, int, int],
-             limit: int | None) -> tuple[list[tuple[int, int]], float]:
-    """(runs, weight): the runs the L2 model is shown for a strided transfer of equally spaced
-    runs ``geometry`` = (first address, stride, bytes per run, runs), and how many of the
-    transfer's L2 lines each line shown stands for.
+def _l2_geometry(device: "Device", geometry: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
+    """The runs the L2 model is shown for a strided transfer of equally spaced runs
+    ``geometry`` = (first address, stride, bytes per run, runs), as such a geometry (None
+    without an L2).
 
     Runs closer together than one L2 line are merged: no line lies wholly in such a gap, so
     the merged run touches exactly the lines the runs touch (the hit fraction is then taken
-    over the merged bytes; Device.gm_transfer scales it to the transfer). With ``limit`` (coarse
-    timing-only instructions) the L2 sees ``limit`` single lines at evenly spaced byte offsets
-    of the transfer instead (a sample whose hit fraction stands for the whole transfer), each
-    weighing lines-of-the-transfer / ``limit`` in the L2's capacity (simulator/l2.py). The
-    offsets depend only on the geometry, so every core moving the same block (the same panel
-    of a shared matmul operand) shows the L2 the same lines and sees the other cores' reuse.
+    over the merged bytes; Device.gm_transfer scales it to the transfer, and samples the lines
+    in a launch with ``l2_sample``).
     """
     a0, stride, run, count = geometry
     l2 = device.l2
     if l2 is None or count == 0:
-        return [], 1.0
-    line = l2.chunk
-    if count > 1 and stride - run < line:   # gaps shorter than a line: one run
+        return None
+    if count > 1 and stride - run < l2.chunk:   # gaps shorter than a line: one run
         run, count = (count - 1) * stride + run, 1
-    total = run * count
-    if limit is None or total <= limit * line:
-        return [(a0 + i * stride, run) for i in range(count)], 1.0
-    sample = []
-    for j in range(limit):
-        pos = (2 * j + 1) * total // (2 * limit)
-        i, off = divmod(pos, run)
-        a = a0 + i * stride + off
-        sample.append((a, min(line - a % line, run - off)))
-    lines = count * ((a0 % line + run + line - 1) // line)   # lines the transfer touches
-    return sample, max(1.0, lines / limit)
+    return a0, stride, run, count
 
 
 def _fit(t: LocalTensor, need: int, what: str) -> None:
@@ -335,17 +317,16 @@ class CopyGmToL1(CubeInstruction):
     "rows"), each of which must fit ``dst``.
     """
 
-    __slots__ = ("dst", "src", "r0", "nr", "c0", "nc", "repeat_axis", "l2_sample", "_nbytes")
+    __slots__ = ("dst", "src", "r0", "nr", "c0", "nc", "repeat_axis", "_nbytes")
     pipe = "MTE2"
     name = "DataCopy"
 
     def __init__(self, dst: LocalTensor, src: GmMatrix, r0: int, nr: int, c0: int, nc: int, *,
-                 repeat: int = 1, repeat_axis: str = "cols", l2_sample: int | None = None) -> None:
+                 repeat: int = 1, repeat_axis: str = "cols") -> None:
         super().__init__(repeat)
         self.dst, self.src = dst, src
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
         self.repeat_axis = repeat_axis
-        self.l2_sample = l2_sample
         self._nbytes = self.nr * self.nc * src.itemsize
 
     def piece(self) -> tuple[int, int]:
@@ -369,8 +350,8 @@ class CopyGmToL1(CubeInstruction):
         lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
         device.check_global(lo, hi - lo, write=False)
         model = cube_load_model(device.spec)
-        runs, weight = _l2_view(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc), self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, ranges=runs, l2_weight=weight,
+        geo = _l2_geometry(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc))
+        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
                                   startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
 
     def complete(self, pipe: "Pipe") -> None:
@@ -576,19 +557,18 @@ class Fixpipe(CubeInstruction):
     """``Fixpipe`` L0C -> GM: the m x n fp32 result at (r0, c0) of an ND ``dst``, rounded once
     to ``dst``'s dtype (``round_mode``, RINT by default) on the way."""
 
-    __slots__ = ("dst", "r0", "c0", "src", "m", "n", "round_mode", "l2_sample", "_nbytes")
+    __slots__ = ("dst", "r0", "c0", "src", "m", "n", "round_mode", "_nbytes")
     pipe = "FIXP"
     name = "Fixpipe"
 
     def __init__(self, dst: GmMatrix, r0: int, c0: int, src: LocalTensor, m: int, n: int, *,
-                 round_mode: str = "rint", l2_sample: int | None = None) -> None:
+                 round_mode: str = "rint") -> None:
         super().__init__(1)
         if round_mode not in nx.ROUND_MODES:
             raise SimulatorError(f"Fixpipe round mode {round_mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
         self.dst, self.src = dst, src
         self.r0, self.c0, self.m, self.n = int(r0), int(c0), int(m), int(n)
         self.round_mode = round_mode
-        self.l2_sample = l2_sample
         self._nbytes = self.m * self.n * dst.itemsize
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
@@ -607,8 +587,8 @@ class Fixpipe(CubeInstruction):
         model = device.spec.fixp
         if model is None:
             raise UnsupportedInstruction(f"{device.spec.name} has no [fixp] (L0C->GM) model")
-        runs, weight = _l2_view(device, dst.run_geometry(self.r0, self.m, self.c0, self.n), self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, ranges=runs, l2_weight=weight,
+        geo = _l2_geometry(device, dst.run_geometry(self.r0, self.m, self.c0, self.n))
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, geometry=geo,
                                   startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:
@@ -646,14 +626,13 @@ class CopyUbToNz(Instruction):
     instead of one per row and column block (the cube reads them only after the whole batch).
     """
 
-    __slots__ = ("dst", "row", "c0", "src", "n", "l2_sample", "l2_rows", "_nbytes")
+    __slots__ = ("dst", "row", "c0", "src", "n", "l2_rows", "_nbytes")
     name = "DataCopy"
 
     def __init__(self, dst: GmMatrix, row: int, c0: int, src: LocalTensor, n: int, *,
-                 l2_sample: int | None = None, l2_rows: int = 1) -> None:
+                 l2_rows: int = 1) -> None:
         super().__init__()
         self.dst, self.row, self.c0, self.src, self.n = dst, int(row), int(c0), src, int(n)
-        self.l2_sample = l2_sample
         self.l2_rows = int(l2_rows)
         self._nbytes = align16(self.n) * dst.itemsize
 
@@ -675,13 +654,13 @@ class CopyUbToNz(Instruction):
         device = pipe.core.device
         lo, hi = dst.span(self.row, 1, self.c0, self.n)
         device.check_global(lo, hi - lo, write=True)
-        seen: list[tuple[int, int]] = []
-        weight = 1.0
         if self.l2_rows > 0:
             first = max(0, self.row - self.l2_rows + 1)
-            seen, weight = _l2_view(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n),
-                                    self.l2_sample)
-        return device.gm_transfer(pipe, lo, self._nbytes, write=True, ranges=seen, l2_weight=weight,
+            geo = _l2_geometry(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n))
+            seen = {"geometry": geo} if geo is not None else {"ranges": []}
+        else:
+            seen = {"ranges": []}                # the batch's last row shows the L2 its blocks
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, **seen,
                                   startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:

@@ -115,10 +115,25 @@ class Launch:
     end: int = -1                     # last block finished
     blocks: list[tuple[int, str, int, int]] = field(default_factory=list)  # (block, core, start, end)
     roles: dict[str, tuple[int, int]] = field(default_factory=dict)  # mix: core -> (block, sub-block)
+    l2_sample: int | None = None      # timing-only L2 set sampling period (simulator/l2.py)
 
     @property
     def cycles(self) -> int:
         return self.end - self.issue
+
+
+def _as_geometry(ranges: Sequence[tuple[int, int]]) -> tuple[int, int, int, int] | None:
+    """``ranges`` as (first address, stride, bytes per run, runs) if they are equally spaced
+    runs of one length (None otherwise: such a transfer is shown to the L2 in full)."""
+    if not ranges:
+        return None
+    a0, run = ranges[0]
+    if len(ranges) == 1:
+        return a0, 0, run, 1
+    stride = ranges[1][0] - a0
+    if all(n == run and a == a0 + i * stride for i, (a, n) in enumerate(ranges)):
+        return a0, stride, run, len(ranges)
+    return None
 
 
 class Stream:
@@ -312,7 +327,8 @@ class Device:
     # -- DMA timing ----------------------------------------------------------------------------
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
                     startup_extra: int = 0, model: DmaModel | None = None,
-                    ranges: Sequence[tuple[int, int]] | None = None, l2_weight: float = 1.0) -> simpy.Event:
+                    ranges: Sequence[tuple[int, int]] | None = None,
+                    geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
         """Move ``nbytes`` between GM at ``addr`` and a core; returns the completion event.
 
         Ascend loads use the calibrated MTE2 model (per-transfer ``base`` plus a share of the
@@ -324,10 +340,11 @@ class Device:
         GM->L1 load, Fixpipe's L0C->GM store): its ``base`` is the per-transfer rate, with no
         pool share. ``ranges`` lists the (address, bytes) runs a strided transfer touches, for
         the L2 model (default: the one run [addr, addr + nbytes)); if they cover fewer bytes
-        than ``nbytes`` (a sample of a huge strided transfer), the sample's hit fraction applies
-        to all ``nbytes``. ``l2_weight``: L2 lines of the transfer each line of ``ranges``
-        stands for (a sample occupies the L2 capacity of the whole transfer, simulator/l2.py).
-        The L2 hit/miss totals count the transfer's bytes (the sample's fraction applied).
+        than ``nbytes`` (merged runs, or a sample), their hit fraction applies to all
+        ``nbytes``. ``geometry`` = (first address, stride, bytes per run, runs) gives equally
+        spaced runs in place of ``ranges``. In a launch with ``l2_sample`` = P the L2 sees only
+        the sampled lines of the runs (L2Cache.sample), each occupying P lines of capacity. The
+        L2 hit/miss totals count the transfer's bytes (the fraction applied).
         """
         spec = self.spec
         net = self.net
@@ -340,19 +357,38 @@ class Device:
             m = spec.dma
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("DMA"), startup=m.startup + startup_extra, tag=tag)
+        l2 = self.l2
+        launch = pipe.core.launch
+        period = launch.l2_sample if launch is not None else None
+        lines = None
+        if l2 is not None and period is not None:
+            if geometry is None:
+                geometry = (addr, 0, nbytes, 1) if ranges is None else _as_geometry(ranges)
+            lines = l2.sample(geometry, period) if geometry is not None else None
+            if lines is not None and lines.size == 0:
+                lines = None                # touches no sampled line: shown in full
+        if lines is None and geometry is not None and ranges is None:
+            a0, stride, run, count = geometry
+            ranges = [(a0 + i * stride, run) for i in range(count)]
         runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:
             m = model or spec.mte3
-            if self.l2 is not None:
+            if lines is not None:
+                l2.access_lines(lines.tolist(), weight=period)      # type: ignore[union-attr]
+            elif l2 is not None:
                 for a, n in runs:
-                    self.l2.access(a, n, write=True, weight=l2_weight)
+                    l2.access(a, n, write=True)
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("MTE3") if model is None else None,
                                 startup=m.startup + startup_extra, tag=tag)
         m = model or spec.mte2
-        hit = (sum(self.l2.access(a, n, write=False, weight=l2_weight, count=False) for a, n in runs)
-               if self.l2 is not None else 0)
-        covered = sum(n for _, n in runs) if ranges is not None else nbytes
+        if lines is not None:
+            # the sample's hit fraction stands for the whole transfer
+            hit = l2.access_lines(lines.tolist(), weight=period) * l2.chunk   # type: ignore[union-attr]
+            covered = int(lines.size) * l2.chunk                                  # type: ignore[union-attr]
+        else:
+            hit = (sum(l2.access(a, n, write=False, count=False) for a, n in runs) if l2 is not None else 0)
+            covered = sum(n for _, n in runs) if ranges is not None else nbytes
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
         if self.l2 is not None and covered:
@@ -416,8 +452,15 @@ class Device:
         return s
 
     def launch(self, stream: Stream, kernel: Kernel, block_dim: int, *args: Any, unit: str = "vector",
-               core_mask: int | None = None, name: str | None = None) -> Launch:
-        """Queue ``block_dim`` blocks of ``kernel`` on ``stream``; returns the Launch record."""
+               core_mask: int | None = None, name: str | None = None, l2_sample: int | None = None) -> Launch:
+        """Queue ``block_dim`` blocks of ``kernel`` on ``stream``; returns the Launch record.
+
+        ``l2_sample`` = P > 1 (timing mode only): the launch's GM transfers show the L2 model
+        only the lines of a fixed address sample, one line in P, each standing for P lines
+        (simulator/l2.py, set sampling) -- for huge timing runs whose coarse instructions move
+        megabytes each."""
+        if l2_sample is not None and l2_sample > 1 and self.functional:
+            raise SimulatorError("L2 sampling (l2_sample > 1) is for timing-only runs")
         if unit == "mix":
             if self.spec.cores.architecture != "split":
                 raise SimulatorError(f"a mixed AIC/AIV launch needs separate cube and vector cores; "
@@ -434,7 +477,8 @@ class Device:
                                      f"{len(cores)} {unit} cores of {self.spec.name} "
                                      f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})")
         launch = Launch(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel"),
-                        kernel, block_dim, unit, core_mask, args, stream)
+                        kernel, block_dim, unit, core_mask, args, stream,
+                        l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None)
         stream.launches.append(launch)
         self.launches.append(launch)
         stream.enqueue(lambda: self._run_launch(launch))

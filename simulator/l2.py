@@ -5,16 +5,24 @@ Reads of resident chunks are hits (served by the L2 link at the L2 rate); the re
 store costs is HBM bandwidth, but a later read of the data hits). Host copies (aclrtMemcpy) do
 not pass through the AI-core L2. Chunk size and policy are assumptions in the device file.
 
-Sampled transfers: a coarse timing-only instruction shows the model a sample of its lines
-(simulator/cube.py ``_l2_view``), each standing for ``weight`` lines of the transfer. Such an
-entry occupies ``weight`` lines of the capacity, so the sample fills the cache as the whole
-transfer would and a reuse is a hit only if the bytes touched since would have left it
-resident (an unweighted sample would make the cache look ``weight`` times larger). The most
-recent access decides what an entry stands for.
+Set sampling (timing-only launches with ``l2_sample`` = P, simulator/device.py): a transfer
+shows the model only the lines it touches whose hashed line index is a multiple of P
+(:meth:`L2Cache.sample`), each standing for P lines. Such an entry occupies P lines of the
+capacity, so the sample fills the cache as the whole traffic would, and a reuse is a hit only
+if the bytes touched since would have left it resident (an unweighted sample would make the
+cache look P times larger). The sample is a function of the address alone, so data written
+through one view and read through another (rows vs. a panel of an NZ matrix) meets the same
+lines. The hash keeps power-of-two strides from aliasing with P. The most recent access
+decides what an entry stands for.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Iterable
+
+import numpy as np
+
+_HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
 
 
 class L2Cache:
@@ -72,6 +80,45 @@ class L2Cache:
             return 0
         if count:
             self.count(hit, nbytes - hit)
+        return hit
+
+    def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
+        """Indices (ascending) of the sampled lines among those a transfer of equally spaced
+        runs ``geometry`` = (first address, stride, bytes per run, runs) touches: those whose
+        hashed index is a multiple of ``period``. Empty if it touches none."""
+        a0, stride, run, count = geometry
+        c = self.chunk
+        if count <= 0 or run <= 0:
+            return np.empty(0, dtype=np.int64)
+        starts = a0 + stride * np.arange(count, dtype=np.int64)
+        first = starts // c
+        n = (starts + run - 1) // c - first + 1
+        offsets = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+        lines = np.repeat(first, n) + offsets
+        keep = lines[((lines.astype(np.uint64) * _HASH) >> np.uint64(40)) % np.uint64(period) == 0]
+        # runs closer than a line share their boundary lines: count each once (the sample is small)
+        return np.unique(keep) if count > 1 and stride - run < c else keep
+
+    def access_lines(self, lines: Iterable[int], *, weight: float) -> int:
+        """Touch whole lines (a sample, each occupying ``weight`` lines of capacity); return
+        how many were resident. The caller counts the bytes (:meth:`count`)."""
+        lru = self._lru
+        cap = self.capacity_chunks
+        w = float(weight)
+        hit = 0
+        for ch in lines:
+            old = lru.get(ch)
+            if old is None:
+                lru[ch] = w
+                self._used += w
+                while self._used > cap and len(lru) > 1:
+                    self._used -= lru.popitem(last=False)[1]
+            else:
+                hit += 1
+                lru.move_to_end(ch)
+                if old != w:
+                    lru[ch] = w
+                    self._used += w - old
         return hit
 
     def count(self, hit: int, miss: int) -> None:

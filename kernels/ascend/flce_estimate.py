@@ -34,11 +34,9 @@ columns for weight_grad, W and input by rows in the logits matmul) hits for the 
 tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
 writes) is resident at the start of the cube stage as far as it fits; the logits the vector
 stage reads back in memory-saving mode follow a fluid LRU (``_stream_hits``). This follows any
-tile traversal ``plan`` chooses, since it reads the assignment. Two timing-mode effects of the
-simulator are mirrored: coarse transfers show the L2 a geometry-dependent sample of their lines,
-so data written or read through another view is not found (``_miss_fractions``, ``sampled``);
-and sharers of a panel drift apart when a coarse chunk's miss makes one of them lag too far
-(``DRIFT_LIMIT``).
+tile traversal ``plan`` chooses, since it reads the assignment. One timing-mode effect of the
+simulator is mirrored: sharers of a panel drift apart when a coarse chunk's miss makes one of
+them lag too far (``DRIFT_LIMIT``).
 
 **Links.** A cube core loads misses at ``rates.gm_read`` and hits at ``rates.l2_read``, both
 capped by a fair share of their link (HBM with the other cores' misses and Fixpipe stores, the
@@ -57,7 +55,7 @@ from typing import Any, Iterable, Mapping
 
 from devices.spec import DeviceSpec
 from kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
-from kernels.ascend.flce_grad import (COARSE_L2_SAMPLE, L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
+from kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
                                       FlceTiling, MatmulTiling)
 from kernels.common import TensorDesc
 from simulator.core import PIPE_QUEUE_DEPTH
@@ -313,11 +311,8 @@ Miss = tuple[float, float]   # (probability that this core's load is the wave's 
 
 
 def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_items: Mapping[int, int],
-                    sampled: bool, apart: frozenset = frozenset()) -> dict[tuple[int, int], tuple[Miss, Miss]]:
-    """(core, position in its list) -> how the tile's A and B loads miss the L2. ``sampled``:
-    coarse timing-mode transfers show the L2 a sample of their lines that depends on their
-    geometry (simulator/cube.py _l2_view), so data written or read through another view (S as
-    the vector cores wrote it, W and input as the logits matmul read them) is not found.
+                    apart: frozenset = frozenset()) -> dict[tuple[int, int], tuple[Miss, Miss]]:
+    """(core, position in its list) -> how the tile's A and B loads miss the L2.
     ``apart``: (matmul, "a" | "b") whose panel loads the cores of a wave do not share (they
     drifted apart: each misses what is not resident from earlier waves)."""
     item = 2 if tiling.dtype in ("fp16", "bf16") else 4
@@ -352,7 +347,7 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
             if l2.touch(key, sizes[key]):
                 miss[key] = (0.0, 0.0)
             else:      # the first of the wave's cores to load it misses (whoever that is)
-                seen = 0.0 if sampled else l2.other_views(key[0], key[1])
+                seen = l2.other_views(key[0], key[1])
                 miss[key] = (1.0 / n, 1.0 - seen)
         for c, (j, (i, tm, tn)) in wave:
             (ta, va), (tb, vb) = views[i]
@@ -542,13 +537,13 @@ def _runs(keys: list, longest: int = 8) -> list[tuple[int, int, int]]:
 
 
 def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set[int], start: float,
-                out_items: Mapping[int, int], sampled: bool,
+                out_items: Mapping[int, int],
                 state: list[_CubeCore] | None) -> tuple[float, list[_CubeCore], _L2 | None]:
     """A cube phase with its L2 behaviour: a first replay assumes that the cores of a wave share
     the panels they load; the operands whose chunks drift the sharers apart (DRIFT_LIMIT) are
     replayed with every core missing them."""
     before = l2.copy() if l2 is not None else None
-    misses = _miss_fractions(l2, tiling, phase, out_items, sampled)
+    misses = _miss_fractions(l2, tiling, phase, out_items)
     end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
     if l2 is None or not cores:
         return end, cores, l2
@@ -568,7 +563,7 @@ def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set
     if not apart:
         return end, cores, l2
     l2 = before
-    misses = _miss_fractions(l2, tiling, phase, out_items, sampled, frozenset(apart))
+    misses = _miss_fractions(l2, tiling, phase, out_items, frozenset(apart))
     end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
     return end, cores, l2
 
@@ -723,23 +718,16 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
                "softmax": rows_bytes}
     l2 = _L2(spec.l2.size, tensors) if spec.l2 is not None else None
     out_items = {i: (4 if mm.name == "logits" else item) for i, mm in enumerate(tiling.matmuls)}
-    sampled = tiling.coarsen > 1
     overhead = spec.launch.overhead
     now = float(overhead)
     notes = []
     busy: dict[str, float] = {}
     state = None
     if ms:
-        end, state, l2 = _cube_stage(spec, tiling, l2, {0}, now, out_items, sampled, None)
+        end, state, l2 = _cube_stage(spec, tiling, l2, {0}, now, out_items, None)
         notes.append(f"logits {end - now:.0f}")
         now = end
         logits_l2 = _stream_hits(l2, rows_bytes, s_bytes) if l2 is not None else 0.0
-        if sampled and l2 is not None:
-            # Fixpipe showed the L2 COARSE_L2_SAMPLE lines of each logits tile; a vector core's
-            # row load looks at every line: only the sampled ones are found
-            mm = tiling.matmuls[0]
-            lines = mm.base_m * ceil_div(mm.base_n * 4, spec.l2.chunk)
-            logits_l2 *= min(1.0, COARSE_L2_SAMPLE / lines)
     else:
         logits_l2 = 0.0
     end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed)
@@ -748,7 +736,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     if l2 is not None:
         l2.stream([("logits" if ms else "softmax", "stream", rows_bytes), ("s", "stream", s_bytes)])
     grads = {i for i, mm in enumerate(tiling.matmuls) if mm.name != "logits"}
-    end, cubes, l2 = _cube_stage(spec, tiling, l2, grads, now, out_items, sampled, state)
+    end, cubes, l2 = _cube_stage(spec, tiling, l2, grads, now, out_items, state)
     notes.append(f"grads {end - now:.0f}")
     for c, cc in enumerate(cubes):      # the busiest core per pipe, both cube phases
         for p, b in cc.core.busy.items():

@@ -66,7 +66,9 @@ META_ROWS = 256       # rows whose scalars one TBUF batch holds (<= 21 B per row
 # standing for several back-to-back base instructions, simulator/cube.py) to bound the number of
 # simulation events; numeric runs never coarsen.
 FINE_CHUNK_BUDGET = 4096
-COARSE_L2_SAMPLE = 64  # L2 lines of a coarse transfer the L2 model sees (each weighing lines / 64)
+# A coarse launch samples the L2 (simulator/l2.py): one line in COARSE_L2_PERIOD x coarsen,
+# so that the sampled lines per coarse transfer stay about those of an exact chunk's transfer / 2.
+COARSE_L2_PERIOD = 2
 
 # cross-core flag ids
 FLAG_LOGITS_ALL, FLAG_LOGITS_READY, FLAG_S_ALL, FLAG_S_READY = 0, 1, 2, 3
@@ -658,8 +660,6 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     ev_out = [ctx.next_event_id("VECTOR", "MTE3") for _ in range(2)]
     ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
     used = [False, False]
-    coarse = not ctx.functional and tiling.coarsen > 1
-    l2_sample = COARSE_L2_SAMPLE if coarse else None
     slot = 0
     for b0 in range(r0, r0 + nrows, META_ROWS):
         nb = min(META_ROWS, r0 + nrows - b0)
@@ -707,7 +707,7 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
                 ctx.emit_set("VECTOR", "MTE3", ev_out[slot])
                 ctx.emit_wait("VECTOR", "MTE3", ev_out[slot])
                 # the L2 model sees the batch's NZ blocks with its last row (one run per column block)
-                yield CopyUbToNz(ops.s_nz, row, c0, out, n, l2_sample=l2_sample, l2_rows=nb if i == nb - 1 else 0)
+                yield CopyUbToNz(ops.s_nz, row, c0, out, n, l2_rows=nb if i == nb - 1 else 0)
                 ctx.emit_set("MTE3", "MTE2", ev_free[slot])
                 slot ^= 1
         meta_q.free(meta)
@@ -756,6 +756,28 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
                                     ops.weight_grad, tm, tn, dt, coarse)
 
 
+def _l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
+    """(K offset, K extent, base-K slices) of the L0 steps of an L1 chunk of ``kk`` columns.
+
+    An exact chunk (kk <= base_k·step_k) has one step per base-K slice. A coarse chunk (timing
+    mode: several L1 chunks in one) keeps the same number of steps, each standing for several
+    slices (``repeat``), so that it puts the same instructions and flags into the MTE1 and CUBE
+    queues as one exact chunk and the dispatcher stalls at the same point of it: with in-order
+    issue, the next chunk's MTE2 copy can only be queued once the queues have taken this chunk's
+    MTE1/CUBE instructions (the vendor's MTE2-preload note describes this queue blocking). A
+    coarse chunk is then a time-scaled image of an exact one. One step per coarse chunk would
+    let its copy issue at once and overlap all of the compute, which the exact schedule does not.
+    """
+    slices = ceil_div(kk, base_k)
+    # a coarse step stands for >= 2 slices (its L1 block is then read as repeats of one buffer)
+    n = slices if slices <= step_k else min(step_k, slices // 2)
+    steps = []
+    for j in range(n):
+        lo, hi = j * slices // n, (j + 1) * slices // n
+        steps.append((lo * base_k, min(hi * base_k, kk) - lo * base_k, hi - lo))
+    return steps
+
+
 def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMatrix, a_t: bool, b: GmMatrix,
                  b_t: bool, c: GmMatrix, tm: int, tn: int, dt: nx.DType, coarse: int) -> Iterator[Any]:
     """One base tile of C: the K loop through L1 (stepK tiles per copy) and L0 (base-K tiles),
@@ -765,7 +787,6 @@ def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMat
     m0, n0 = tm * mm.base_m, tn * mm.base_n
     ml, nl = min(mm.base_m, mm.m - m0), min(mm.base_n, mm.n - n0)
     kc = mm.chunk_k * coarse
-    sample = COARSE_L2_SAMPLE if coarse > 1 else None
     ctx.tile = tm * mm.tiles_n + tn
     acc = qs.co1.alloc(nx.FP32)
     first = True
@@ -774,23 +795,19 @@ def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMat
         reps = ceil_div(kk, mm.chunk_k)
         a1 = qs.a1.alloc(dt)
         if a_t:
-            yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows", l2_sample=sample)
+            yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows")
         else:
-            yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols", l2_sample=sample)
+            yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols")
         qs.a1.enque(a1)
         b1 = qs.b1.alloc(dt)
         if b_t:
-            yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols", l2_sample=sample)
+            yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols")
         else:
-            yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows", l2_sample=sample)
+            yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows")
         qs.b1.enque(b1)
         a1 = qs.a1.deque()
         b1 = qs.b1.deque()
-        if coarse > 1:
-            steps = [(0, kk, ceil_div(kk, mm.base_k))]
-        else:
-            steps = [(s, min(mm.base_k, kk - s), 1) for s in range(0, kk, mm.base_k)]
-        for s, ks, rep in steps:
+        for s, ks, rep in _l0_steps(kk, mm.base_k, mm.step_k):
             a2 = qs.a2.alloc(dt)
             if a_t:
                 yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
@@ -813,7 +830,7 @@ def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMat
         qs.b1.free(b1)
     qs.co1.enque(acc)
     acc = qs.co1.deque()
-    yield Fixpipe(c, m0, n0, acc, ml, nl, l2_sample=sample)
+    yield Fixpipe(c, m0, n0, acc, ml, nl)
     qs.co1.free(acc)
 
 
@@ -836,8 +853,9 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
                        GmMatrix.nd(tensors["weight"]), s_nz, logits, GmMatrix.nd(tensors["input_grad"]),
                        GmMatrix.nd(tensors["weight_grad"]), tm.dtype == nx.UINT8)
     kernel = MixKernel(aic=_aic_program, aiv=_aiv_program, name="FusedLinearCrossEntropyLossGrad")
+    sample = COARSE_L2_PERIOD * tiling.coarsen if (tiling.coarsen > 1 and not device.functional) else None
     return [device.launch(stream, kernel, tiling.block_dim, tiling, ops, unit="mix", core_mask=tiling.core_mask,
-                          name="FusedLinearCrossEntropyLossGrad")]
+                          name="FusedLinearCrossEntropyLossGrad", l2_sample=sample)]
 
 
 def workspace_size(tiling: FlceTiling) -> int:

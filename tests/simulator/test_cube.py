@@ -406,15 +406,16 @@ def test_coarse_repeat_costs_the_sum_of_its_repeats():
 # coarse (sampled) loads and the L2 model
 # ---------------------------------------------------------------------------------------------
 
-def _coarse_load_kernel(blocks_per_core):
-    """Each cube core loads its list of 256 x 4096 bf16 ND blocks (2 MiB) as coarse copies of
-    16 pieces of 256 x 256 (128 KiB of L1), the L2 shown a 64-line sample."""
+def _coarse_load_kernel(blocks_per_core, cols=(0, 4096)):
+    """Each cube core loads its list of 256 x 4096 bf16 ND blocks (2 MiB), columns ``cols``, as
+    coarse copies of 256 x 256 pieces (128 KiB of L1)."""
+    c0, c1 = cols
 
     def kernel(ctx):
         q = ctx.queue("A1", 1, nz_bytes(256, 256, 2))
         for block in blocks_per_core[ctx.block_idx]:
             t = q.alloc(nx.BF16)
-            yield CopyGmToL1(t, block, 0, 256, 0, 4096, repeat=16, repeat_axis="cols", l2_sample=64)
+            yield CopyGmToL1(t, block, 0, 256, c0, c1 - c0, repeat=(c1 - c0) // 256, repeat_axis="cols")
             q.enque(t)
             q.free(q.deque())
 
@@ -430,23 +431,43 @@ def test_coarse_loads_of_the_same_block_show_every_core_the_same_l2_lines():
     x, y = _blocks(dev, 2)
     nbytes = 256 * 4096 * 2
     s = dev.create_stream()
-    dev.launch(s, _coarse_load_kernel([[x], [x], [y]]), 3, unit="cube")
+    dev.launch(s, _coarse_load_kernel([[x], [x], [y]]), 3, unit="cube", l2_sample=64)
     dev.synchronize()
     # x: the first core to load it misses, the second hits every sampled line; y misses
     assert dev.l2.hit_bytes == nbytes and dev.l2.miss_bytes == 2 * nbytes
 
 
+def test_a_sampled_load_finds_what_another_view_of_the_same_bytes_brought_in():
+    # the sample is a function of the address: a load of the left half of the block's columns
+    # (256 runs of 4 KiB) meets the lines a load of the whole block (one 2 MiB run) left behind
+    dev = Device(SPEC, functional=False)
+    (x,) = _blocks(dev, 1)
+    s = dev.create_stream()
+    dev.launch(s, _coarse_load_kernel([[x]]), 1, unit="cube", l2_sample=64)
+    dev.synchronize()
+    before = dev.l2.hit_bytes
+    dev.launch(s, _coarse_load_kernel([[x]], cols=(0, 2048)), 1, unit="cube", l2_sample=64)
+    dev.synchronize()
+    assert dev.l2.hit_bytes - before == 256 * 2048 * 2
+
+
+def test_l2_sampling_is_for_timing_runs_only():
+    dev = Device(SPEC, functional=True)
+    with pytest.raises(SimulatorError, match="timing-only"):
+        dev.launch(dev.create_stream(), _coarse_load_kernel([[]]), 1, unit="cube", l2_sample=64)
+
+
 @pytest.mark.parametrize("between, hits", [(1, True), (2, False)])
 def test_a_sampled_load_fills_the_l2_as_its_whole_transfer_would(between, hits):
-    # a 5 MiB L2: x (2 MiB) survives one other 2 MiB block but not two, although each coarse
-    # copy shows the L2 only 64 lines (32 KiB)
+    # a 5 MiB L2: x (2 MiB) survives one other 2 MiB block but not two, although the L2 is
+    # shown only one line in 64 of each copy
     spec = SPEC.replace_many({"l2.size": 5 * 2 ** 20})
     dev = Device(spec, functional=False)
     x, *others = _blocks(dev, 1 + between)
     s = dev.create_stream()
-    dev.launch(s, _coarse_load_kernel([[x, *others]]), 1, unit="cube")
+    dev.launch(s, _coarse_load_kernel([[x, *others]]), 1, unit="cube", l2_sample=64)
     dev.synchronize()
     before = dev.l2.hit_bytes
-    dev.launch(s, _coarse_load_kernel([[x]]), 1, unit="cube")
+    dev.launch(s, _coarse_load_kernel([[x]]), 1, unit="cube", l2_sample=64)
     dev.synchronize()
     assert dev.l2.hit_bytes - before == (256 * 4096 * 2 if hits else 0)

@@ -39,3 +39,26 @@ def test_invalidate_frees_the_capacity_of_weighted_lines():
     l2.invalidate(0, LINE)
     l2.access(LINE, 8 * LINE, write=False)                # fits only if line 0's 8 were given back
     assert l2.access(LINE, 8 * LINE, write=False) == 8 * LINE
+
+
+def test_the_sample_is_a_function_of_the_address_alone():
+    l2 = L2Cache(2 ** 30, LINE)
+    whole = set(l2.sample((0, 0, 4096 * LINE, 1), 16).tolist())      # one run of 4096 lines
+    rows = set(l2.sample((0, 64 * LINE, 8 * LINE, 64), 16).tolist())  # 64 runs of 8 lines, 64 apart
+    touched = {r * 64 + i for r in range(64) for i in range(8)}
+    assert rows == whole & touched
+
+
+def test_power_of_two_strides_do_not_alias_with_the_period():
+    # runs of 2 lines every 256 lines: a plain `line % 64` sample would see all of them or none
+    l2 = L2Cache(2 ** 30, LINE)
+    picked = l2.sample((0, 256 * LINE, 2 * LINE, 4096), 64)
+    assert 0.5 * 8192 / 64 < picked.size < 1.5 * 8192 / 64
+
+
+def test_sampled_lines_weigh_the_period_and_report_their_hits():
+    l2 = L2Cache(8 * LINE, LINE)
+    assert l2.access_lines([0, 1], weight=4) == 0          # full: 8 of 8 lines
+    assert l2.access_lines([0], weight=4) == 1
+    assert l2.access_lines([2], weight=4) == 0             # evicts the least recent (line 1)
+    assert l2.access_lines([1, 2], weight=4) == 1
