@@ -157,6 +157,8 @@ class Window:
 @dataclass(frozen=True)
 class Scalar:
     cycles_per_op: float   # SCALAR pipe cost of one scalar instruction
+    queue_depth: int       # entries (instructions and flags) each pipe's instruction queue holds;
+    #                        the in-order dispatcher stalls when the target queue is full
 
 
 _SECTIONS: dict[str, type] = {

@@ -231,10 +231,14 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     busiest: dict[str, str] = {}
     ub_peak = 0
     instructions = 0
+    stall: dict[str, tuple[int, str]] = {}
     for c in dev.all_cores():
         busy = c.pipe_busy()
         if c.blocks_run == 0:
             continue
+        for p, w in c.issue_starved.items():
+            if w > stall.get(p, (-1, ""))[0]:
+                stall[p] = (w, c.name)
         instructions += sum(p.instructions for p in c.pipes.values())
         per_core[c.name] = busy
         for p, b in busy.items():
@@ -255,9 +259,16 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
                        "peak_GBps": cap / 1e9, "utilisation": achieved / cap if cap else 0.0,
                        "max_rate_GBps": link.peak_rate() * spec.clock_hz / 1e9}
     launch_overhead = spec.launch.overhead * len(launches)
+    tail = f"; GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s"
+    if stall and cycles:
+        # in-order issue: a pipe idle while the dispatcher waits for room in another pipe's queue
+        # (e.g. MTE2 with the next copy held back behind a chunk's MTE1/CUBE work)
+        p, (w, core) = max(stall.items(), key=lambda kv: kv[1][0])
+        if w * 20 >= cycles:
+            tail += (f"; {p} idle {w} cycles ({100 * w / cycles:.0f}%) on {core} with its next instruction "
+                     f"held back by a full queue (scalar.queue_depth {spec.scalar.queue_depth})")
     bound, reason = classify_bound(
-        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead,
-        f"; GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s")
+        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail)
     stats: dict[str, Any] = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", None),
@@ -276,6 +287,9 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         "gm_footprint_bytes": int(dev.gm.peak_allocated_bytes),
         "launches": len(launches), "launch_overhead_cycles": launch_overhead,
         "instructions": instructions,
+        # per pipe: the most cycles it sat idle on one core, its queue empty, while the in-order
+        # dispatcher waited for room in another pipe's queue
+        "issue_starved": {p: w for p, (w, _) in sorted(stall.items())},
         "bound": bound, "bound_reason": reason,
     }
     if dev.l2 is not None:

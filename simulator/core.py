@@ -5,8 +5,11 @@ DMA, VECTOR, SCALAR on a DSP core) is one long-lived SimPy process that pops ins
 its queue in order. Pipes run concurrently; order between pipes comes only from flags
 (``SetFlag`` runs on the source pipe, ``WaitFlag`` on the destination pipe), which the queue API
 of the kernel language inserts. The dispatcher walks the kernel generator in program order and
-pushes each instruction into its pipe's queue, blocking only when that queue is full, so
-run-ahead (and host memory) stays bounded.
+pushes each instruction into its pipe's queue, blocking only when that queue is full
+(``scalar.queue_depth`` entries, flags included), so run-ahead (and host memory) stays bounded
+and, as on the hardware, an instruction waits to be issued until every earlier one has found a
+place: a long run of MTE1/CUBE work can hold back the next MTE2 copy (the vendor's MTE2-preload
+note, hardware.md).
 """
 from __future__ import annotations
 
@@ -22,10 +25,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from simulator.device import Device, Launch
     from simulator.isa import Instruction
     from simulator.memory import Region
-
-# Instructions a pipe may hold before the dispatcher stalls. Assumption: real instruction
-# queues are a few tens deep per pipe; the value bounds run-ahead, not throughput.
-PIPE_QUEUE_DEPTH = 16
 
 VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
@@ -49,9 +48,9 @@ class Pipe:
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "waiting_on",
-                 "env", "_tile_slice", "_tile_index", "proc")
+                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held")
 
-    def __init__(self, core: "Core", name: str, depth: int = PIPE_QUEUE_DEPTH) -> None:
+    def __init__(self, core: "Core", name: str, depth: int) -> None:
         self.core = core
         self.name = name
         self.env = core.env
@@ -66,6 +65,8 @@ class Pipe:
         self.last_slice = -1
         self.flow_from = -1
         self.waiting_on: str | None = None
+        self.idle_mark: float | None = None     # core.blocked_clock() when it found its queue empty
+        self.held = 0                           # idle cycles its next instruction was held back
         self._tile_slice = -1
         self._tile_index = -2
         self.proc = self.env.process(self._run())
@@ -93,7 +94,9 @@ class Pipe:
         while True:
             if not self.queue:
                 self._item_ev = env.event()
+                self.idle_mark = core.blocked_clock()
                 yield self._item_ev
+                self.idle_mark = None
             instr = self.queue.popleft()
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
@@ -101,6 +104,12 @@ class Pipe:
             start = env.now
             try:
                 wait = instr.issue(self)
+                if self.held:
+                    if instr.busy:
+                        core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
+                        self.held = 0
+                    elif wait is not None and not isinstance(wait, int):
+                        self.held = 0            # a flag blocks it: it would have waited anyway
                 if wait is not None:
                     if isinstance(wait, int):
                         if wait > 0:
@@ -142,7 +151,8 @@ class Core:
         self.store_pipe = store_pipe       # pipe that moves local memory -> GM
         self.local_memory = local_memory   # memory the vector unit computes in
         self._flag_slices: dict[tuple[str, str, int], int] = {}
-        self.pipes: dict[str, Pipe] = {p: Pipe(self, p) for p in pipes}
+        depth = device.spec.scalar.queue_depth
+        self.pipes: dict[str, Pipe] = {p: Pipe(self, p, depth) for p in pipes}
         self.flags: dict[tuple[str, str, int], int] = {}
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
         self.atomic: str | None = None     # "add" while SetAtomicAdd is in effect (MTE3/DMA)
@@ -150,6 +160,11 @@ class Core:
         self.block_idx = -1
         self.tile = -1                     # tile index set by kernels, stamped on instructions
         self.blocks_run = 0
+        # pipe -> cycles it sat idle with an empty queue while the dispatcher was blocked on
+        # another pipe's full queue (work for it was held back by in-order issue)
+        self.issue_starved: dict[str, int] = {}
+        self.blocked_since: float | None = None
+        self._blocked_acc = 0.0                  # cycles the dispatcher has spent blocked so far
         trace = device.trace
         if trace is not None and trace.enabled:
             for p in self.pipes.values():
@@ -238,6 +253,11 @@ class Core:
             if region.backing != "sparse":
                 region.reset()
 
+    def blocked_clock(self) -> float:
+        """Cycles the dispatcher has spent blocked on a full queue, up to now."""
+        since = self.blocked_since
+        return self._blocked_acc + (self.env.now - since if since is not None else 0.0)
+
     def dispatch(self, program: Iterator[Any], pending: list) -> Iterator[simpy.Event]:
         """Push the program's instructions into the pipe queues in order; wait for completion.
 
@@ -271,8 +291,18 @@ class Core:
         for instr in instrs:
             instr.tile = self.tile
             pipe = self._pipe_for(instr)
-            while pipe.full():
-                yield pipe.space()
+            if pipe.full():
+                self.blocked_since = self.env.now
+                while pipe.full():
+                    yield pipe.space()
+                self._blocked_acc += self.env.now - self.blocked_since
+                self.blocked_since = None
+            if pipe.idle_mark is not None:
+                # the pipe waited for this instruction; the part of the wait during which the
+                # dispatcher was blocked on another queue was imposed by in-order issue -- if the
+                # pipe can then go straight to work (Pipe._run drops it if a flag still blocks)
+                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                pipe.idle_mark = None
             pipe.push(instr)
         if isinstance(instrs, list):
             instrs.clear()

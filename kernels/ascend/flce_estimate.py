@@ -56,9 +56,8 @@ from typing import Any, Iterable, Mapping
 from devices.spec import DeviceSpec
 from kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
 from kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
-                                      FlceTiling, MatmulTiling)
+                                      FlceTiling, MatmulTiling, _l0_steps)
 from kernels.common import TensorDesc
-from simulator.core import PIPE_QUEUE_DEPTH
 from simulator.cube import align16, ceil_div, nz_bytes
 
 __all__ = ["estimate", "DRIFT_LIMIT"]
@@ -88,7 +87,7 @@ class _Core:
 
     __slots__ = ("depth", "pushed", "free", "pops", "flags", "busy", "first")
 
-    def __init__(self, start: float = 0.0, depth: int = PIPE_QUEUE_DEPTH) -> None:
+    def __init__(self, start: float, depth: int) -> None:
         self.depth = depth
         self.pushed = start
         self.free: dict[str, float] = {}
@@ -438,7 +437,7 @@ class _CubeCore:
 
     def __init__(self, spec: DeviceSpec, tiling: FlceTiling, start: float) -> None:
         self.spec, self.tiling = spec, tiling
-        self.core = _Core(start)
+        self.core = _Core(start, spec.scalar.queue_depth)
         c = self.core
         self.a1 = _Que(c, "A1", "MTE2", "MTE1", L1_BUFFERS)
         self.b1 = _Que(c, "B1", "MTE2", "MTE1", L1_BUFFERS)
@@ -485,11 +484,7 @@ class _CubeCore:
                 busy["~hit"] = busy.get("~hit", 0.0) + data * (1.0 - f)
                 q.enque(b)
             a1, b1 = self.a1.deque(), self.b1.deque()
-            if coarse > 1:
-                steps = [(kk, ceil_div(kk, mm.base_k))]
-            else:
-                steps = [(min(mm.base_k, kk - s), 1) for s in range(0, kk, mm.base_k)]
-            for ks, rep in steps:
+            for _, ks, rep in _l0_steps(kk, mm.base_k, mm.step_k):
                 a2 = self.a2.alloc()
                 c.op("MTE1", costs.load_data(ml, ks, True, rep))
                 self.a2.enque(a2)
@@ -635,7 +630,7 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
     cores = tiling.aiv_num
     bd = tiling.block_dim
     _, nrows = tiling.rows_of(0)
-    c = _Core(start)
+    c = _Core(start, spec.scalar.queue_depth)
     if nrows == 0:
         return start, c
     if ms:

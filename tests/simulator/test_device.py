@@ -284,3 +284,40 @@ def test_a_bug_in_a_kernel_program_is_a_fault_not_a_traceback_through_acl():
     assert "kernel bug" in rt.aclGetRecentErrMsg()
     with pytest.raises(SimulatorError, match="kernel bug"):       # and it stays reported
         rt.device.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# in-order issue: the queue depth
+# ---------------------------------------------------------------------------------------------
+
+def _held_back_copy(depth: int):
+    """A vector core: a copy, 24 independent vector ops, a second copy. Returns the start of
+    the second copy, the end of the first, and the run's issue_starved counts."""
+    spec = A2.replace_many({"scalar.queue_depth": depth})
+    dev = Device(spec, functional=False, trace=Trace("instruction", spec.clock_hz))
+    src = GlobalTensor.contiguous(dev, dev.malloc(1024 * 4), nx.FP32, (1024,))
+
+    def kernel(ctx):
+        a, b = ctx.tbuf(512 * 4), ctx.tbuf(512 * 4)
+        work = ctx.tbuf(4096 * 4)
+        yield DataCopy(a, src[0:512])
+        for _ in range(24):                       # ~107 cycles each, far longer than a copy
+            yield Add(work, work, work)
+        yield DataCopy(b, src[512:1024])
+
+    dev.launch(dev.create_stream(), kernel, 1)
+    dev.synchronize()
+    copies = sorted(dev.trace.slices(thread="MTE2"), key=lambda s: s.start)
+    return copies[1].start, copies[0].end, dev.all_cores()[0].issue_starved
+
+
+def test_a_full_queue_holds_back_later_instructions_for_other_pipes():
+    # depth 8: the second copy is issued only when the VECTOR queue has taken the 24 adds,
+    # i.e. once 16 of them have run
+    k, b = A2.vector.cost["Add"]["fp32"]
+    late, first_end, starved = _held_back_copy(8)
+    assert late >= 15 * (k * 4096 + b) > first_end
+    assert starved["MTE2"] >= late - first_end - 1
+    # depth 32: every instruction finds a place at once; the copies run back to back
+    early, first_end, starved = _held_back_copy(32)
+    assert early == first_end and starved == {}
