@@ -155,7 +155,7 @@ class Core:
         self.pipes: dict[str, Pipe] = {p: Pipe(self, p, depth) for p in pipes}
         self.flags: dict[tuple[str, str, int], int] = {}
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
-        self.atomic: str | None = None     # "add" while SetAtomicAdd is in effect (MTE3/DMA)
+        self.atomic: Any = None            # the dtype of SetAtomicAdd<T> while in effect (MTE3/DMA)
         self.launch: "Launch | None" = None
         self.block_idx = -1
         self.tile = -1                     # tile index set by kernels, stamped on instructions

@@ -131,7 +131,8 @@ class WaitFlag(Instruction):
 
 
 class SetAtomicAdd(Instruction):
-    """Subsequent GM writes of this core's store pipe add into GM instead of overwriting."""
+    """Subsequent GM writes of this core's store pipe add into GM (as ``dtype``, which must be
+    the stored tensor's dtype) instead of overwriting."""
 
     __slots__ = ("dtype", "_pipe")
     busy = False
@@ -147,7 +148,7 @@ class SetAtomicAdd(Instruction):
         return self._pipe
 
     def complete(self, pipe: "Pipe") -> None:
-        pipe.core.atomic = "add"
+        pipe.core.atomic = self.dtype
 
 
 class SetAtomicNone(SetAtomicAdd):
@@ -279,7 +280,12 @@ class DataCopy(Instruction):
         device = pipe.core.device
         lo, hi = glob.check(self.count, write=self._to_gm)
         nbytes = glob.span_bytes(self.count)
-        self._atomic = self._to_gm and pipe.core.atomic == "add"
+        atomic = pipe.core.atomic if self._to_gm else None
+        if atomic is not None and atomic != glob.dtype:
+            # SetAtomicAdd<T> makes the store pipe add as T; a store of another dtype is a bug
+            raise SimulatorError(f"{self.name} stores {glob.dtype} while SetAtomicAdd<{atomic}> is in effect; "
+                                 f"the atomic dtype must match the GM tensor (or SetAtomicNone first)")
+        self._atomic = atomic is not None
         return device.gm_transfer(pipe, lo, nbytes, write=self._to_gm, startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:

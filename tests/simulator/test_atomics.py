@@ -123,3 +123,19 @@ def test_committer_applies_a_lone_commit_without_drawing_from_the_generator():
 def test_all_commits_land_before_synchronize_returns(seed):
     out, dev = _run(seed, (8, 8, 8), values=(1.0, 2.0, 4.0))
     assert out.tolist() == [7.0] * 8
+
+
+def test_an_atomic_store_of_another_dtype_than_set_is_a_fault():
+    spec = devices.load("atlas-a2")
+    dev = Device(spec)
+    out = GlobalTensor.contiguous(dev, dev.malloc(16 * 2), nx.FP16, (16,))
+
+    def kernel(ctx):
+        buf = ctx.tbuf(16 * 2, nx.FP16)
+        yield SetAtomicAdd(nx.FP32)
+        yield DataCopyPad(out[0:16], buf, 16)
+
+    dev.launch(dev.create_stream(), kernel, 1)
+    with pytest.raises(Exception, match=r"stores fp16 while SetAtomicAdd<fp32> is in effect"):
+        dev.synchronize()
+    assert dev.read(out.addr, 32).tobytes() == bytes(32)      # nothing was written
