@@ -659,7 +659,7 @@ class CopyUbToNz(Instruction):
             geo = _l2_geometry(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n))
             seen = {"geometry": geo} if geo is not None else {"ranges": []}
         else:
-            seen = {"ranges": []}                # the batch's last row shows the L2 its blocks
+            seen = {"ranges": []}                # not a batch's last row: that one shows the L2 the batch
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, **seen,
                                   startup_extra=pipe.head_cycles())
 

@@ -36,19 +36,17 @@ class L2Cache:
         self.hit_bytes = 0
         self.miss_bytes = 0
 
-    def access(self, addr: int, nbytes: int, *, write: bool, weight: float = 1.0, count: bool = True) -> int:
-        """Touch [addr, addr+nbytes); return how many of the bytes were resident (hits).
-
-        ``weight``: lines of capacity each touched chunk occupies (a sampled transfer's lines
-        stand for ``weight`` lines each). ``count=False`` leaves the hit/miss totals to the
-        caller (:meth:`count`), which knows the bytes a sample stands for."""
+    def access(self, addr: int, nbytes: int, *, write: bool, count: bool = True) -> int:
+        """Touch [addr, addr+nbytes); return how many of the bytes were resident (hits). Each
+        touched line occupies one line of capacity (a line a sample left weighing more is
+        re-weighed). ``count=False`` leaves the hit/miss totals to the caller (:meth:`count`)."""
         if nbytes <= 0:
             return 0
         c = self.chunk
         first, last = addr // c, (addr + nbytes - 1) // c
         lru = self._lru
         cap = self.capacity_chunks
-        w = float(weight)
+        w = 1.0
         hit = 0
         # Lines are touched in address order. The resident ones are found with one set
         # intersection and the runs of new lines between them are inserted in bulk, so a

@@ -8,12 +8,11 @@ LINE = 512
 
 def test_a_weighted_line_occupies_that_many_lines_of_capacity():
     l2 = L2Cache(8 * LINE, LINE)
-    l2.access(0 * LINE, LINE, write=False, weight=4)
-    l2.access(1 * LINE, LINE, write=False, weight=4)      # full: 8 of 8 lines
-    assert l2.access(0 * LINE, LINE, write=False, weight=4) == LINE
-    l2.access(2 * LINE, LINE, write=False, weight=4)      # evicts the least recent (line 1)
-    assert l2.access(1 * LINE, LINE, write=False, weight=4) == 0
-    assert l2.access(2 * LINE, LINE, write=False) == LINE
+    l2.access_lines([0, 1], weight=4)                     # full: 8 of 8 lines
+    assert l2.access_lines([0], weight=4) == 1
+    l2.access_lines([2], weight=4)                        # evicts the least recent (line 1)
+    assert l2.access_lines([1], weight=4) == 0
+    assert l2.access(2 * LINE, LINE, write=False) == LINE  # and a full access re-weighs it to 1
 
 
 def test_unit_weight_keeps_one_line_per_line():
@@ -35,7 +34,7 @@ def test_an_access_that_does_not_count_leaves_the_totals_to_the_caller():
 
 def test_invalidate_frees_the_capacity_of_weighted_lines():
     l2 = L2Cache(8 * LINE, LINE)
-    l2.access(0, LINE, write=False, weight=8)
+    l2.access_lines([0], weight=8)
     l2.invalidate(0, LINE)
     l2.access(LINE, 8 * LINE, write=False)                # fits only if line 0's 8 were given back
     assert l2.access(LINE, 8 * LINE, write=False) == 8 * LINE
@@ -54,11 +53,3 @@ def test_power_of_two_strides_do_not_alias_with_the_period():
     l2 = L2Cache(2 ** 30, LINE)
     picked = l2.sample((0, 256 * LINE, 2 * LINE, 4096), 64)
     assert 0.5 * 8192 / 64 < picked.size < 1.5 * 8192 / 64
-
-
-def test_sampled_lines_weigh_the_period_and_report_their_hits():
-    l2 = L2Cache(8 * LINE, LINE)
-    assert l2.access_lines([0, 1], weight=4) == 0          # full: 8 of 8 lines
-    assert l2.access_lines([0], weight=4) == 1
-    assert l2.access_lines([2], weight=4) == 0             # evicts the least recent (line 1)
-    assert l2.access_lines([1, 2], weight=4) == 1
