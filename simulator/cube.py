@@ -654,13 +654,12 @@ class CopyUbToNz(Instruction):
         device = pipe.core.device
         lo, hi = dst.span(self.row, 1, self.c0, self.n)
         device.check_global(lo, hi - lo, write=True)
+        geo = None                               # not a batch's last row: that one shows the L2 the batch
         if self.l2_rows > 0:
             first = max(0, self.row - self.l2_rows + 1)
             geo = _l2_geometry(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n))
-            seen = {"geometry": geo} if geo is not None else {"ranges": []}
-        else:
-            seen = {"ranges": []}                # not a batch's last row: that one shows the L2 the batch
-        return device.gm_transfer(pipe, lo, self._nbytes, write=True, **seen,
+        return device.gm_transfer(pipe, lo, self._nbytes, write=True, geometry=geo,
+                                  ranges=None if geo is not None else [],
                                   startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:

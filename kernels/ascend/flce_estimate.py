@@ -56,7 +56,7 @@ from typing import Any, Iterable, Mapping
 from devices.spec import DeviceSpec
 from kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
 from kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
-                                      FlceTiling, MatmulTiling, _l0_steps)
+                                      FlceTiling, MatmulTiling, l0_steps)
 from kernels.common import TensorDesc
 from simulator.cube import align16, ceil_div, nz_bytes
 
@@ -484,7 +484,7 @@ class _CubeCore:
                 busy["~hit"] = busy.get("~hit", 0.0) + data * (1.0 - f)
                 q.enque(b)
             a1, b1 = self.a1.deque(), self.b1.deque()
-            for _, ks, rep in _l0_steps(kk, mm.base_k, mm.step_k):
+            for _, ks, rep in l0_steps(kk, mm.base_k, mm.step_k):
                 a2 = self.a2.alloc()
                 c.op("MTE1", costs.load_data(ml, ks, True, rep))
                 self.a2.enque(a2)

@@ -66,8 +66,8 @@ META_ROWS = 256       # rows whose scalars one TBUF batch holds (<= 21 B per row
 # standing for several back-to-back base instructions, simulator/cube.py) to bound the number of
 # simulation events; numeric runs never coarsen.
 FINE_CHUNK_BUDGET = 4096
-# A coarse launch samples the L2 (simulator/l2.py): one line in COARSE_L2_PERIOD x coarsen,
-# so that the sampled lines per coarse transfer stay about those of an exact chunk's transfer / 2.
+# A coarse launch samples the L2 (simulator/l2.py): one line in COARSE_L2_PERIOD x coarsen, so
+# a coarse transfer of `coarsen` chunks shows the L2 about half the lines of one exact chunk's.
 COARSE_L2_PERIOD = 2
 
 # cross-core flag ids
@@ -756,7 +756,7 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
                                     ops.weight_grad, tm, tn, dt, coarse)
 
 
-def _l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
+def l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
     """(K offset, K extent, base-K slices) of the L0 steps of an L1 chunk of ``kk`` columns.
 
     An exact chunk (kk <= base_k·step_k) has one step per base-K slice. A coarse chunk (timing
@@ -807,7 +807,7 @@ def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMat
         qs.b1.enque(b1)
         a1 = qs.a1.deque()
         b1 = qs.b1.deque()
-        for s, ks, rep in _l0_steps(kk, mm.base_k, mm.step_k):
+        for s, ks, rep in l0_steps(kk, mm.base_k, mm.step_k):
             a2 = qs.a2.alloc(dt)
             if a_t:
                 yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
