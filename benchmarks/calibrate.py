@@ -20,12 +20,12 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import devices  # noqa: E402
-from simulator import numerics as nx  # noqa: E402
-from simulator.device import Device  # noqa: E402
-from simulator.isa import DataCopy  # noqa: E402
-from simulator.tile import GlobalTensor  # noqa: E402
-from traces.trace import Trace  # noqa: E402
+from opsim import devices  # noqa: E402
+from opsim.simulator import numerics as nx  # noqa: E402
+from opsim.simulator.device import Device  # noqa: E402
+from opsim.simulator.isa import DataCopy  # noqa: E402
+from opsim.simulator.tile import GlobalTensor  # noqa: E402
+from opsim.traces.trace import Trace  # noqa: E402
 
 BLOCK_DIMS = (1, 2, 4, 8, 16, 24, 48)
 SIZES_KIB = (1, 2, 4, 8, 16, 32, 64)

@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernels import analytic  # noqa: E402
-from kernels.ascend import flce_estimate  # noqa: E402
-from kernels import registry  # noqa: E402
+from opsim.kernels import analytic  # noqa: E402
+from opsim.kernels.ascend import flce_estimate  # noqa: E402
+from opsim.kernels import registry  # noqa: E402
 from opsim.sweep import StudyError, load_study, run_points, sweep  # noqa: E402
 
 # points of each study confirmed with the simulator (evenly spaced over the points that ran);

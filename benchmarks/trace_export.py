@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from traces.trace import Trace  # noqa: E402
+from opsim.traces.trace import Trace  # noqa: E402
 
 PIPES = ("MTE2", "VECTOR", "MTE3")
 NAMES = {"MTE2": "DataCopyPad", "VECTOR": "Mul", "MTE3": "DataCopyPad"}
@@ -140,7 +140,7 @@ def main() -> None:
         print(f"export  Chrome JSON: {dt:.2f} s, {json_events / dt:,.0f} events/s, "
               f"{os.path.getsize(path) / 1e6:.1f} MB ({os.path.getsize(path) / json_events:.0f} B/event)")
         t0 = time.process_time()
-        from traces.loader import load_chrome
+        from opsim.traces.loader import load_chrome
         back = load_chrome(path)
         dt_load = time.process_time() - t0
         print(f"load    Chrome JSON: {dt_load:.2f} s, {json_events / dt_load:,.0f} events/s "

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
-from kernels.aclnn import aclnnMseLossBackward, aclnnMseLossBackwardGetWorkspaceSize
-from simulator.acl import (ACL_FLOAT, ACL_FORMAT_ND, ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEMCPY_DEVICE_TO_HOST,
+from opsim.kernels.aclnn import aclnnMseLossBackward, aclnnMseLossBackwardGetWorkspaceSize
+from opsim.simulator.acl import (ACL_FLOAT, ACL_FORMAT_ND, ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEMCPY_DEVICE_TO_HOST,
                            ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime)
 
 

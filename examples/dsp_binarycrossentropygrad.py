@@ -17,8 +17,8 @@ import sys
 
 import numpy as np
 
-from kernels.dsp import DspLibrary
-from simulator.hthread import HThread
+from opsim.kernels.dsp import DspLibrary
+from opsim.simulator.hthread import HThread
 
 DEFAULT_MASK = {"ft78ne": 0xFF, "mt7004": 0xF}   # "set core mask to all cores" (hardware.md 5a)
 

@@ -13,13 +13,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
+from opsim.kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
                             ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
-from kernels.registry import get as get_op
-from simulator.acl import AclRuntime, AclStream, AclTensor
-from simulator.errors import SimulatorError
-from simulator.tile import GlobalTensor
-from simulator import numerics as nx
+from opsim.kernels.registry import get as get_op
+from opsim.simulator.acl import AclRuntime, AclStream, AclTensor
+from opsim.simulator.errors import SimulatorError
+from opsim.simulator.tile import GlobalTensor
+from opsim.simulator import numerics as nx
 
 log = logging.getLogger("opsim.aclnn")
 

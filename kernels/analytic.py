@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from devices.spec import DeviceSpec, DmaModel
-from simulator.core import pipe_head_cycles
-from simulator.isa import vector_cost
+from opsim.devices.spec import DeviceSpec, DmaModel
+from opsim.simulator.core import pipe_head_cycles
+from opsim.simulator.isa import vector_cost
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "roofline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",

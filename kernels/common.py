@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from simulator import numerics as nx
+from opsim.devices.spec import DeviceSpec
+from opsim.simulator import numerics as nx
 
 # aclnn status codes (kernels.md 7a)
 ACLNN_SUCCESS = 0

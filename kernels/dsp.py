@@ -41,14 +41,14 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from kernels.common import OpDef, OpError, TensorDesc, popcount, reduction_code
-from simulator import numerics as nx
-from simulator.errors import CapacityError
-from simulator.hthread import HT_SUCCESS, HThread
-from simulator.isa import Adds, Cast, DataCopyPad, Div, Mul, Muls, ScalarCompute, Sub
-from simulator.memory import PAGE, align_down, align_up
-from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.common import OpDef, OpError, TensorDesc, popcount, reduction_code
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import CapacityError
+from opsim.simulator.hthread import HT_SUCCESS, HThread
+from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Mul, Muls, ScalarCompute, Sub
+from opsim.simulator.memory import PAGE, align_down, align_up
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
 NAME = "binarycrossentropygrad"
 EPSILON = 1e-12

@@ -1,7 +1,7 @@
 """The operator catalogue: name -> OpDef."""
 from __future__ import annotations
 
-from kernels.common import OpDef
+from opsim.kernels.common import OpDef
 
 _OPS: dict[str, OpDef] = {}
 
@@ -29,7 +29,7 @@ def _load() -> None:
     # lookups (e.g. device listings) should not pay for.
     if _OPS:
         return
-    from kernels import dsp
-    from kernels.ascend import bce_backward, embedding_backward, flce_grad, mse_backward
+    from opsim.kernels import dsp
+    from opsim.kernels.ascend import bce_backward, embedding_backward, flce_grad, mse_backward
     for mod in (mse_backward, bce_backward, embedding_backward, flce_grad, dsp):
         register(mod.OP)

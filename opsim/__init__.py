@@ -4,10 +4,11 @@
 >>> res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y, reduction="mean")
 >>> res.outputs["out"], res.cycles, res.stats["bound"]
 """
-from kernels.common import OpError
-from opsim.api import RunResult, TensorSpec, device_spec, devices, operators, run
+from opsim.kernels.common import OpError
+from opsim import devices  # the subpackage; callable: opsim.devices() lists the catalogue
+from opsim.api import RunResult, TensorSpec, device_spec, operators, run
 from opsim.sweep import sweep  # the function; the module stays importable as `from opsim.sweep import ...`
-from simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
+from opsim.simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
                               UnsupportedInstruction)
 
 __all__ = ["run", "sweep", "devices", "device_spec", "operators", "RunResult", "TensorSpec", "OpError",

@@ -11,17 +11,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-import devices as _devices
-from devices.spec import DeviceSpec
-from kernels import registry
-from kernels.common import OpError, TensorDesc, desc_of
-from simulator import numerics as nx
-from simulator.device import Device
-from simulator.errors import CapacityError
-from simulator.memory import align_up
-from simulator.tile import GlobalTensor
-from traces.summary import classify_bound
-from traces.trace import LEVELS, Trace
+from opsim import devices as _devices
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels import registry
+from opsim.kernels.common import OpError, TensorDesc, desc_of
+from opsim.simulator import numerics as nx
+from opsim.simulator.device import Device
+from opsim.simulator.errors import CapacityError
+from opsim.simulator.memory import align_up
+from opsim.simulator.tile import GlobalTensor
+from opsim.traces.summary import classify_bound
+from opsim.traces.trace import LEVELS, Trace
 
 MODES = ("full", "timing", "numeric", "estimate")
 

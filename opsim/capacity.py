@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from devices.spec import DeviceSpec
+from opsim.devices.spec import DeviceSpec
 
 __all__ = ["CapacityRow", "capacity", "format_table", "embedding_scale_limit"]
 
@@ -80,7 +80,7 @@ def embedding_scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: str) 
            "bound": bound, "max_embedding_dim": max(largest, 0), "budget": budget, "budget_key": budget_key,
            "index_bytes": idx_bytes, "source": "seed formula (opsim.capacity)"}
     try:
-        mod = importlib.import_module("kernels.ascend.embedding_backward")
+        mod = importlib.import_module("opsim.kernels.ascend.embedding_backward")
     except ModuleNotFoundError:
         return out
     fn = getattr(mod, "scale_limit", None)
@@ -93,10 +93,10 @@ def embedding_scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: str) 
         return out
     if isinstance(theirs, (int, np.integer)):
         out["max_embedding_dim"] = int(theirs)
-        out["source"] = "kernels.ascend.embedding_backward.scale_limit"
+        out["source"] = "opsim.kernels.ascend.embedding_backward.scale_limit"
     elif isinstance(theirs, Mapping):
         out.update({k: v for k, v in theirs.items()})
-        out["source"] = "kernels.ascend.embedding_backward.scale_limit"
+        out["source"] = "opsim.kernels.ascend.embedding_backward.scale_limit"
     return out
 
 
@@ -169,7 +169,7 @@ LIMITS: dict[str, Callable[[DeviceSpec, str | None], list[CapacityRow]]] = {
 # ---------------------------------------------------------------------------------------------
 
 def _example_call(opdef: Any, spec: DeviceSpec, dtype: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    from kernels.common import desc_of
+    from opsim.kernels.common import desc_of
     rng = np.random.default_rng(0)
     try:
         ex = opdef.example(rng, spec, dtype) if dtype else opdef.example(rng, spec)
@@ -195,7 +195,7 @@ def _full_descs(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: M
 
 def _fits_tile(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: Mapping[str, Any],
                tile: int, buffer_num: int) -> bool | None:
-    from kernels.common import OpError
+    from opsim.kernels.common import OpError
     try:
         opdef.plan(spec, descs, attrs, {"tile_length": tile, "buffer_num": buffer_num})
         return True
@@ -259,7 +259,7 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
     """For each group of operands sharing a leading dimension (rows, vocabulary, ...) the largest
     value of that dimension whose operands, outputs and workspace fit GM, the others as in the
     operator's example call; the same for each integer attribute that sizes an output."""
-    from kernels.common import TensorDesc
+    from opsim.kernels.common import TensorDesc
     cap = spec.gm.capacity
     rows: list[CapacityRow] = []
     inputs = {n: d for n, d in descs.items() if d is not None and n not in opdef.outputs}
@@ -344,7 +344,7 @@ def _largest(fits: Callable[[int], bool], hi: int, lo: int = 0, deadline: float 
 def capacity(op: str, device: str | DeviceSpec, dtype: str | None = None,
              overrides: Mapping[str, Any] | None = None) -> list[CapacityRow]:
     """The capacity table of ``op`` on ``device`` (optionally with what-if overrides)."""
-    from kernels import registry
+    from opsim.kernels import registry
     from opsim.api import device_spec
     spec = device_spec(device, overrides)
     rows: list[CapacityRow] = []

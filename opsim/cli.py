@@ -48,7 +48,7 @@ def _parse_pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
 def build_operands(op_name: str, device: str, dtype: str, shape: tuple[int, ...] | None, seed: int,
                    mode: str, attrs: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """Random operands of the requested shape and dtype from the operator's example recipe."""
-    from kernels import registry
+    from opsim.kernels import registry
     from opsim.api import TensorSpec, device_spec
     op = registry.get(op_name)
     spec = device_spec(device, overrides)
@@ -84,8 +84,8 @@ def format_result(res: Any) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     import opsim
-    from kernels.common import OpError
-    from simulator.errors import SimulatorError
+    from opsim.kernels.common import OpError
+    from opsim.simulator.errors import SimulatorError
     attrs = _parse_pairs(args.attr, "--attr")
     if args.reduction is not None:
         attrs["reduction"] = _parse_value(args.reduction)
@@ -117,13 +117,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from devices import catalogue_table
+    from opsim.devices import catalogue_table
     print(catalogue_table(args.names or None, provenance=not args.brief))
     return 0
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    from kernels import registry
+    from opsim.kernels import registry
     for name in registry.names():
         op = registry.get(name)
         print(f"{name:40s} products: {', '.join(op.products)}")

@@ -18,9 +18,9 @@ import json
 import sys
 from typing import Any
 
-from traces.loader import TraceFormatError, load_chrome
-from traces.plots import KINDS, plot
-from traces.report import write_index, write_report
+from opsim.traces.loader import TraceFormatError, load_chrome
+from opsim.traces.plots import KINDS, plot
+from opsim.traces.report import write_index, write_report
 
 __all__ = ["register", "report_for_result", "write_report", "write_index", "write_index_page"]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-import devices
-from kernels import registry
-from simulator import numerics as nx
+from opsim import devices
+from opsim.kernels import registry
+from opsim.simulator import numerics as nx
 
 
 def _check(outputs: dict[str, np.ndarray], golden: dict[str, np.ndarray]) -> str:

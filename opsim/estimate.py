@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from devices.spec import DeviceSpec
-from kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
-from kernels.common import OpDef, TensorDesc, reduction_code
-from traces.summary import classify_bound
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
+from opsim.kernels.common import OpDef, TensorDesc, reduction_code
+from opsim.traces.summary import classify_bound
 
 
 
@@ -95,7 +95,7 @@ def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: M
     """aclnnBinaryCrossEntropyBackward: the host flow (input casts, OnesLike when weight is
     absent, the fused kernel, the out cast) as consecutive element-wise launches
     (kernels/ascend/bce_backward.py)."""
-    from kernels.ascend.elementwise import estimate_elementwise
+    from opsim.kernels.ascend.elementwise import estimate_elementwise
     p = tiling.promoted
     item = 2 if p in ("fp16", "bf16") else 4
     total = t["self"].numel
@@ -162,7 +162,7 @@ def _dsp_bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attr
     """DSP binarycrossentropygrad (kernels/dsp.py): shared storage streams x, y (+w) (+dloss)
     through each thread's working area on the one DMA pipe; private storage is vector work
     only. A thread first reads dloss[0] when the reduction is not none."""
-    from kernels.analytic import _model, pipeline_estimate, copy_rates
+    from opsim.kernels.analytic import _model, pipeline_estimate, copy_rates
     dt = tiling.dtype
     half = dt == "fp16"
     item = 2 if half else 4

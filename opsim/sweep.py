@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from devices.spec import read_toml
+from opsim.devices.spec import read_toml
 
 __all__ = ["Study", "StudyError", "SweepResult", "load_study", "sweep", "run_point", "point_id"]
 
@@ -120,8 +120,8 @@ def _loc(where: str, text: str | None, key: str) -> str:
 
 
 def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool = True) -> Study:
-    from kernels import registry
-    import devices as _devices
+    from opsim.kernels import registry
+    from opsim import devices as _devices
 
     def err(key: str, msg: str) -> StudyError:
         return StudyError(f"{_loc(where, text, key)}: key '{key}': {msg}")
@@ -242,7 +242,7 @@ def _flatten(node: Mapping[str, Any], prefix: str, out: list[tuple[str, Any]]) -
 
 
 def _check_dtype_value(v: Any, fail: Callable[[str], Exception]) -> None:
-    from simulator import numerics as nx
+    from opsim.simulator import numerics as nx
     values = v.values() if isinstance(v, Mapping) else [v]
     for d in values:
         try:
@@ -379,9 +379,9 @@ def run_point(params: Mapping[str, Any]) -> dict[str, Any]:
 def _run(params: Mapping[str, Any]) -> dict[str, Any]:
     import numpy as np
 
-    from kernels import registry
+    from opsim.kernels import registry
     from opsim.api import TensorSpec, run
-    from simulator import numerics as nx
+    from opsim.simulator import numerics as nx
 
     opdef = registry.get(params["operator"])
     mode = params["mode"]

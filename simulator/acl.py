@@ -19,13 +19,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-import devices as _devices
-from devices.spec import DeviceSpec
-from simulator import numerics as nx
-from simulator.device import Device, Stream
-from simulator.errors import SimulatorError
-from simulator.tile import GlobalTensor, contiguous_strides
-from traces.trace import Trace
+from opsim import devices as _devices
+from opsim.devices.spec import DeviceSpec
+from opsim.simulator import numerics as nx
+from opsim.simulator.device import Device, Stream
+from opsim.simulator.errors import SimulatorError
+from opsim.simulator.tile import GlobalTensor, contiguous_strides
+from opsim.traces.trace import Trace
 
 log = logging.getLogger("opsim.acl")
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import simpy
 
-from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from devices.spec import DeviceSpec
-    from simulator.device import Device, Launch
-    from simulator.isa import Instruction
-    from simulator.memory import Region
+    from opsim.devices.spec import DeviceSpec
+    from opsim.simulator.device import Device, Launch
+    from opsim.simulator.isa import Instruction
+    from opsim.simulator.memory import Region
 
 VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
@@ -264,7 +264,7 @@ class Core:
         Queue helpers (TQue alloc/enque/deque/free) append flag instructions to ``pending``
         while the generator runs; they precede the next yielded instruction in program order.
         """
-        from simulator.isa import Instruction, BlockEnd  # local: isa imports core types
+        from opsim.simulator.isa import Instruction, BlockEnd  # local: isa imports core types
         try:
             for item in program:
                 if pending:

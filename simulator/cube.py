@@ -44,15 +44,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
-from devices.spec import DmaModel
-from simulator import numerics as nx
-from simulator.errors import CapacityError, MemoryFault, SimulatorError, UnsupportedInstruction
-from simulator.isa import Instruction
-from simulator.tile import GlobalTensor, LocalTensor
+from opsim.devices.spec import DmaModel
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError, UnsupportedInstruction
+from opsim.simulator.isa import Instruction
+from opsim.simulator.tile import GlobalTensor, LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.core import Pipe
-    from simulator.device import Device
+    from opsim.simulator.core import Pipe
+    from opsim.simulator.device import Device
 
 FRACTAL = 16
 

@@ -25,16 +25,16 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import simpy
 
-from devices.spec import DeviceSpec, DmaModel
-from simulator.atomics import AtomicCommitter
-from simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
+from opsim.devices.spec import DeviceSpec, DmaModel
+from opsim.simulator.atomics import AtomicCommitter
+from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
-from simulator.errors import DeadlockError, MemoryFault, SimulatorError
-from simulator.l2 import L2Cache
-from simulator.links import LinkNetwork
-from simulator.memory import AddressSpace, Region
-from simulator.tile import KernelContext
-from traces.trace import Trace
+from opsim.simulator.errors import DeadlockError, MemoryFault, SimulatorError
+from opsim.simulator.l2 import L2Cache
+from opsim.simulator.links import LinkNetwork
+from opsim.simulator.memory import AddressSpace, Region
+from opsim.simulator.tile import KernelContext
+from opsim.traces.trace import Trace
 
 Kernel = Callable[..., Iterator[Any]]
 

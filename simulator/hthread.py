@@ -38,12 +38,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-import devices as _devices
-from devices.spec import DeviceSpec
-from simulator.device import Device, Launch, Stream
-from simulator.errors import CapacityError, SimulatorError
-from simulator.memory import Region
-from traces.trace import Trace
+from opsim import devices as _devices
+from opsim.devices.spec import DeviceSpec
+from opsim.simulator.device import Device, Launch, Stream
+from opsim.simulator.errors import CapacityError, SimulatorError
+from opsim.simulator.memory import Region
+from opsim.traces.trace import Trace
 
 log = logging.getLogger("opsim.hthread")
 

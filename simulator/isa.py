@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 import numpy as np
 import simpy
 
-from simulator import numerics as nx
-from simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
-from simulator.tile import GlobalSlice, LocalTensor
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+from opsim.simulator.tile import GlobalSlice, LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from devices.spec import DeviceSpec
-    from simulator.core import Pipe
+    from opsim.devices.spec import DeviceSpec
+    from opsim.simulator.core import Pipe
 
 
 class Instruction:

@@ -42,7 +42,7 @@ from typing import Literal
 
 import numpy as np
 
-from simulator.errors import CapacityError, MemoryFault
+from opsim.simulator.errors import CapacityError, MemoryFault
 
 __all__ = [
     "Backing",

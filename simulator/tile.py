@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from simulator import numerics as nx
-from simulator.errors import CapacityError, MemoryFault, SimulatorError
-from simulator.memory import align_up
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError
+from opsim.simulator.memory import align_up
 
 if TYPE_CHECKING:  # pragma: no cover
-    from simulator.core import Core
-    from simulator.device import Device
-    from simulator.memory import Region
+    from opsim.simulator.core import Core
+    from opsim.simulator.device import Device
+    from opsim.simulator.memory import Region
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,11 +410,11 @@ class KernelContext:
         self.pending.append(instr)
 
     def emit_set(self, src: str, dst: str, event_id: int) -> None:
-        from simulator.isa import SetFlag
+        from opsim.simulator.isa import SetFlag
         self.pending.append(SetFlag(src, dst, event_id))
 
     def emit_wait(self, src: str, dst: str, event_id: int) -> None:
-        from simulator.isa import WaitFlag
+        from opsim.simulator.isa import WaitFlag
         self.pending.append(WaitFlag(src, dst, event_id))
 
 
@@ -483,10 +483,10 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
 
 
 def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    from simulator.isa import DataCopyPad
+    from opsim.simulator.isa import DataCopyPad
     return DataCopyPad(dst, src, n)
 
 
 def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    from simulator.isa import DataCopyPad
+    from opsim.simulator.isa import DataCopyPad
     return DataCopyPad(dst, src, n)

@@ -25,8 +25,8 @@ import json
 from typing import IO, Any, Iterator
 
 
-from traces.layout import PIPES, Layout, layout
-from traces.trace import Trace
+from opsim.traces.layout import PIPES, Layout, layout
+from opsim.traces.trace import Trace
 
 FLOW_CAT = "sync"
 

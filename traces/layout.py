@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traces.trace import PIPE_ORDER, Trace
+from opsim.traces.trace import PIPE_ORDER, Trace
 
 _CORE_RE = re.compile(r"^core(\d+)\.(cubecore|veccore)(\d+)$")
 _DSP_RE = re.compile(r"^dsp\.core(\d+)$")

@@ -15,9 +15,9 @@ import gzip
 import json
 from typing import Any
 
-from traces.chrome import join_series
-from traces.layout import base_thread
-from traces.trace import LEVELS, Trace
+from opsim.traces.chrome import join_series
+from opsim.traces.layout import base_thread
+from opsim.traces.trace import LEVELS, Trace
 
 
 

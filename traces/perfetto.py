@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from traces.chrome import split_series
-from traces.layout import layout
-from traces.trace import Trace
+from opsim.traces.chrome import split_series
+from opsim.traces.layout import layout
+from opsim.traces.trace import Trace
 
 SEQ_ID = 1
 SEQ_INCREMENTAL_STATE_CLEARED = 1

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from traces.layout import PIPES, ns_of, process_sort_key
-from traces.summary import busy_matrix, summarize
-from traces.trace import PIPE_ORDER, Trace
+from opsim.traces.layout import PIPES, ns_of, process_sort_key
+from opsim.traces.summary import busy_matrix, summarize
+from opsim.traces.trace import PIPE_ORDER, Trace
 
 KINDS = ("timeline", "bandwidth", "utilisation", "roofline")
 

@@ -22,9 +22,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from traces.plots import KINDS, plot
-from traces.summary import Summary, busy_matrix, summarize
-from traces.trace import Trace
+from opsim.traces.plots import KINDS, plot
+from opsim.traces.summary import Summary, busy_matrix, summarize
+from opsim.traces.trace import Trace
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto;
@@ -207,7 +207,7 @@ def spec_provenance_rows(spec: Any) -> list[tuple[str, str, str, str]]:
     """(field, value, kind, text) rows of a DeviceSpec (empty when there is none)."""
     if spec is None:
         return []
-    from devices.report import provenance_rows
+    from opsim.devices.report import provenance_rows
     return provenance_rows(spec)
 
 
@@ -223,7 +223,7 @@ def write_report(result: Any, path: str, spec: Any = None) -> str:
     device = getattr(result, "device", "")
     if spec is None and device:
         try:
-            from devices import load
+            from opsim.devices import load
             spec = load(device)
         except Exception:   # an ad-hoc device file that is gone: report without the spec
             spec = None

@@ -20,7 +20,7 @@ import math
 import re
 from typing import Any
 
-from traces.layout import PIPES, base_thread
+from opsim.traces.layout import PIPES, base_thread
 
 PROCESS_RE = re.compile(r"^(core\d+\.(veccore|cubecore)\d+|dsp\.core\d+|host|memory)$")
 STREAM_RE = re.compile(r"^stream\d+$")

@@ -20,8 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from traces.layout import GM_PIPES, PIPES, process_sort_key
-from traces.trace import PIPE_ORDER, Trace
+from opsim.traces.layout import GM_PIPES, PIPES, process_sort_key
+from opsim.traces.trace import PIPE_ORDER, Trace
 
 BOUND_OF_PIPE = {"MTE2": "memory", "MTE3": "memory", "MTE1": "memory", "FIXP": "memory",
                  "DMA": "memory", "VECTOR": "vector", "CUBE": "cube", "SCALAR": "scalar"}

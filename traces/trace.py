@@ -265,7 +265,7 @@ class Trace:
         Without ``path`` the document is returned as a dict; with ``path`` it is streamed to the
         file (``.gz`` compresses) and nothing is returned, so a large trace never exists twice.
         """
-        from traces.chrome import to_chrome, write_chrome
+        from opsim.traces.chrome import to_chrome, write_chrome
         if path is None:
             return to_chrome(self)
         write_chrome(self, path)
@@ -273,21 +273,21 @@ class Trace:
 
     def to_perfetto(self, path: str | None = None) -> bytes:
         """Perfetto TrackEvent protobuf (needs the ``perfetto`` extra); writes ``path`` if given."""
-        from traces.perfetto import to_perfetto
+        from opsim.traces.perfetto import to_perfetto
         return to_perfetto(self, path)
 
     @classmethod
     def load(cls, path_or_doc: Any) -> "Trace":
         """Read a trace written by :meth:`to_chrome_json` (a path, ``.gz`` path or parsed dict)."""
-        from traces.loader import load_chrome
+        from opsim.traces.loader import load_chrome
         return load_chrome(path_or_doc)
 
     def summary(self) -> Any:
         """Per-pipe busy %, link bandwidth, UB peak and the bound (:class:`traces.summary.Summary`)."""
-        from traces.summary import summarize
+        from opsim.traces.summary import summarize
         return summarize(self)
 
     def plot(self, kind: str = "timeline", path: str | None = None, **options: Any) -> Any:
         """A matplotlib picture of the trace (timeline, bandwidth, utilisation, roofline)."""
-        from traces.plots import plot
+        from opsim.traces.plots import plot
         return plot(self, kind, path, **options)

@@ -19,15 +19,15 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from kernels.ascend.elementwise import ElementwiseTiling, check_overrides, plan_elementwise
-from kernels.common import (ACLNN_ERR_PARAM_INVALID, FORMAT_NAMES, OpDef, OpError, TensorDesc,
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.ascend.elementwise import ElementwiseTiling, check_overrides, plan_elementwise
+from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, FORMAT_NAMES, OpDef, OpError, TensorDesc,
                             acl_dtype_name, broadcast_shapes, check_dtype_in, check_max_dims,
                             check_not_null, check_product, check_reduction, reduction_code)
-from simulator import numerics as nx
-from simulator.isa import Adds, Cast, DataCopyPad, Div, Duplicate, Maxs, Mul, Muls, Sub
-from simulator.memory import align_up
-from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+from opsim.simulator import numerics as nx
+from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Duplicate, Maxs, Mul, Muls, Sub
+from opsim.simulator.memory import align_up
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
 NAME = "binary_cross_entropy_backward"
 # Atlas 200I/500 A2 is the one product the seed marks unsupported (kernels.md 1a).

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from devices.spec import DeviceSpec
-from kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
 
 DOUBLE_BUFFER_THRESHOLD = 65536   # elements (kernels.md 2c)
 ALIGN_ELEMENTS = 32               # tiles are kept to whole 32-element groups (32 B for int8+)
@@ -105,7 +105,7 @@ def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize
 def estimate_elementwise(spec: DeviceSpec, tiling: ElementwiseTiling, work: Any) -> Any:
     """Closed-form estimate of this tiling (kernels.analytic): ``work(n)`` is the TileWork of
     one tile of ``n`` elements (its copies and vector instructions)."""
-    from kernels.analytic import pipeline_estimate
+    from opsim.kernels.analytic import pipeline_estimate
     cores = popcount(tiling.core_mask) if tiling.core_mask else spec.vector_cores
     return pipeline_estimate(spec, block_dim=tiling.block_dim, per_core=tiling.per_core,
                              last_core=tiling.last_core, tile_length=tiling.tile_length,

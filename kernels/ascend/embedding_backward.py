@@ -57,19 +57,19 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, head_cycles, l2_read_rate,
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, head_cycles, l2_read_rate,
                               lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
                               vector_cycles)
-from kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
-from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
+from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
+from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_nd, check_max_dims, check_not_null,
                             check_product, check_same_dtype, tiling_error)
-from simulator import numerics as nx
-from simulator.errors import MemoryFault
-from simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp, sort_passes,
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import MemoryFault
+from opsim.simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp, sort_passes,
                            SetAtomicAdd, SetAtomicNone, Sort)
-from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
 NAME = "embedding_dense_backward"
 API = "aclnnEmbeddingDenseBackward"

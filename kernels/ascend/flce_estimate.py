@@ -53,12 +53,12 @@ import math
 from collections import OrderedDict, deque
 from typing import Any, Iterable, Mapping
 
-from devices.spec import DeviceSpec
-from kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
-from kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
+from opsim.kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
                                       FlceTiling, MatmulTiling, l0_steps)
-from kernels.common import TensorDesc
-from simulator.cube import align16, ceil_div, nz_bytes
+from opsim.kernels.common import TensorDesc
+from opsim.simulator.cube import align16, ceil_div, nz_bytes
 
 __all__ = ["estimate", "DRIFT_LIMIT"]
 

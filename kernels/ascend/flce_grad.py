@@ -31,18 +31,18 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, OpDef, OpError, TensorDesc,
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, OpDef, OpError, TensorDesc,
                             check_dtype_in, check_format_nd, check_not_null, check_product,
                             check_same_dtype, popcount, tiling_error)
-from simulator import numerics as nx
-from simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
+from opsim.simulator import numerics as nx
+from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
                             LoadData, Mmad, align16, ceil_div, nz_bytes)
-from simulator.device import MixKernel
-from simulator.errors import MemoryFault
-from simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, vector_cost
-from simulator.memory import align_up
-from simulator.tile import GlobalTensor, KernelContext, LocalTensor
+from opsim.simulator.device import MixKernel
+from opsim.simulator.errors import MemoryFault
+from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, vector_cost
+from opsim.simulator.memory import align_up
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor
 
 NAME = "fused_linear_cross_entropy_loss_grad"
 API = "aclnnFusedLinearCrossEntropyLossGrad"
@@ -960,7 +960,7 @@ def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
 def estimate(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
              tiling: FlceTiling) -> Any:
     """Closed-form estimate (kernels/ascend/flce_estimate.py replays the cube programs)."""
-    from kernels.ascend.flce_estimate import estimate as replay  # that module imports this one
+    from opsim.kernels.ascend.flce_estimate import estimate as replay  # that module imports this one
     return replay(spec, descs, attrs, tiling)
 
 

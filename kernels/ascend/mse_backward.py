@@ -10,15 +10,15 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from devices.spec import DeviceSpec
-from kernels.analytic import TileWork, cast_work
-from kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
-from kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, broadcast_shapes,
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels.analytic import TileWork, cast_work
+from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
+from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, broadcast_shapes,
                             broadcasts_to, check_dtype_in, check_max_dims, check_not_null,
                             check_product, check_reduction, check_same_dtype, reduction_code)
-from simulator import numerics as nx
-from simulator.isa import Cast, Mul, Muls, Sub
-from simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+from opsim.simulator import numerics as nx
+from opsim.simulator.isa import Cast, Mul, Muls, Sub
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
 NAME = "mse_loss_backward"
 PRODUCTS = ("training", "inference", "a2", "a3")

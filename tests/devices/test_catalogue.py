@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import devices
-from devices import DeviceSpec, catalogue, catalogue_table, load, load_file
-from devices.report import provenance_rows
-from devices.spec import CATALOGUE_DIR
+from opsim import devices
+from opsim.devices import DeviceSpec, catalogue, catalogue_table, load, load_file
+from opsim.devices.report import provenance_rows
+from opsim.devices.spec import CATALOGUE_DIR
 
 EXPECTED = {
     # name: (family, series, architecture)

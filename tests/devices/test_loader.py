@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from devices import SpecError, load, load_file
-from devices.spec import CATALOGUE_DIR
+from opsim.devices import SpecError, load, load_file
+from opsim.devices.spec import CATALOGUE_DIR
 
 A2_TEXT = (CATALOGUE_DIR / "atlas-a2.toml").read_text(encoding="utf-8")
 FT_TEXT = (CATALOGUE_DIR / "ft78ne.toml").read_text(encoding="utf-8")

@@ -7,7 +7,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from kernels.ascend import mse_backward as mse
+from opsim.kernels.ascend import mse_backward as mse
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels import dsp
+from opsim.kernels import dsp
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dsp_binarycrossentropygrad.py"
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels.aclnn import aclnnBinaryCrossEntropyBackward, aclnnBinaryCrossEntropyBackwardGetWorkspaceSize
-from kernels.ascend import bce_backward as bce
-from kernels.common import ACL_FORMAT_ND
-from simulator import numerics as nx
-from simulator.acl import (ACL_BF16, ACL_FLOAT, ACL_FLOAT16, ACL_MEMCPY_DEVICE_TO_HOST,
+from opsim.kernels.aclnn import aclnnBinaryCrossEntropyBackward, aclnnBinaryCrossEntropyBackwardGetWorkspaceSize
+from opsim.kernels.ascend import bce_backward as bce
+from opsim.kernels.common import ACL_FORMAT_ND
+from opsim.simulator import numerics as nx
+from opsim.simulator.acl import (ACL_BF16, ACL_FLOAT, ACL_FLOAT16, ACL_MEMCPY_DEVICE_TO_HOST,
                            ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime)
 
 OP = "binary_cross_entropy_backward"
@@ -162,7 +162,7 @@ def test_an_empty_self_needs_no_workspace_and_launches_nothing():
 # ---------------------------------------------------------------------------------------------
 
 def descs(**over):
-    from kernels.common import TensorDesc
+    from opsim.kernels.common import TensorDesc
     base = {k: TensorDesc((4, 8), nx.FP32) for k in ("grad_output", "self", "target", "weight", "out")}
     base.update(over)
     return base
@@ -173,7 +173,7 @@ def validate(device="atlas-a2", reduction=1, **over):
 
 
 def td(shape=(4, 8), dtype="fp32", fmt=ACL_FORMAT_ND):
-    from kernels.common import TensorDesc
+    from opsim.kernels.common import TensorDesc
     return TensorDesc(shape, nx.dtype(dtype), None, fmt)
 
 

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels import dsp
-from kernels.dsp import DspLibrary, DspStatus
+from opsim.kernels import dsp
+from opsim.kernels.dsp import DspLibrary, DspStatus
 from opsim import TensorSpec
-from simulator import numerics as nx
-from simulator.hthread import HThread
-from simulator.memory import AddressSpace
+from opsim.simulator import numerics as nx
+from opsim.simulator.hthread import HThread
+from opsim.simulator.memory import AddressSpace
 
 SHARED = {"input_x": 0xA0000000, "input_y": 0xB0000000, "weight": 0xC0000000, "dloss": 0xD0000000,
           "dx": 0xE0000000}                                    # the seed's _s addresses (DDR)

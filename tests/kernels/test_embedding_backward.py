@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels.aclnn import aclnnEmbeddingDenseBackward, aclnnEmbeddingDenseBackwardGetWorkspaceSize
-from kernels.ascend import embedding_backward as eb
-from kernels.common import TensorDesc
-from simulator import numerics as nx
-from simulator.acl import (ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_OPT_DETERMINISTIC,
+from opsim.kernels.aclnn import aclnnEmbeddingDenseBackward, aclnnEmbeddingDenseBackwardGetWorkspaceSize
+from opsim.kernels.ascend import embedding_backward as eb
+from opsim.kernels.common import TensorDesc
+from opsim.simulator import numerics as nx
+from opsim.simulator.acl import (ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, ACL_OPT_DETERMINISTIC,
                            AclRuntime)
 
 NP = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels.aclnn import (aclnnFusedLinearCrossEntropyLossGrad,
+from opsim.kernels.aclnn import (aclnnFusedLinearCrossEntropyLossGrad,
                            aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize)
-from kernels.ascend import flce_grad as F
-from kernels.common import TensorDesc
-from simulator import numerics as nx
-from simulator.acl import ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
-from simulator.errors import CapacityError, MemoryFault
+from opsim.kernels.ascend import flce_grad as F
+from opsim.kernels.common import TensorDesc
+from opsim.simulator import numerics as nx
+from opsim.simulator.acl import ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
+from opsim.simulator.errors import CapacityError, MemoryFault
 
 OP = "fused_linear_cross_entropy_loss_grad"
 NP = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16}

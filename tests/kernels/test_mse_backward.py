@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels.aclnn import aclnnMseLossBackward, aclnnMseLossBackwardGetWorkspaceSize
-from kernels.ascend import mse_backward as mse
-from simulator import numerics as nx
-from simulator.acl import ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
+from opsim.kernels.aclnn import aclnnMseLossBackward, aclnnMseLossBackwardGetWorkspaceSize
+from opsim.kernels.ascend import mse_backward as mse
+from opsim.simulator import numerics as nx
+from opsim.simulator.acl import ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
 
 ASCEND_FAMILIES = ("atlas-training", "atlas-inference", "atlas-a2", "atlas-a3")
 NP_DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -225,7 +225,7 @@ def test_non_contiguous_acl_views_are_read_and_written_through_strides():
 
 def test_plan_follows_documented_tiling():
     spec = opsim.device_spec("atlas-a2")
-    from kernels.common import TensorDesc
+    from opsim.kernels.common import TensorDesc
     d = TensorDesc((1 << 20,), nx.FP32)
     t = mse.plan(spec, {"self": d, "out": d}, {"reduction": 1})
     # maxTile = UB / 16 = 12288 fp32 elements; blockDim = min(48, ceil(total / maxTile))

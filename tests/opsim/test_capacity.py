@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import opsim
-from kernels import registry
-from kernels.common import OpError, TensorDesc
+from opsim.kernels import registry
+from opsim.kernels.common import OpError, TensorDesc
 from opsim.capacity import capacity, embedding_scale_limit, format_table
-from simulator import numerics as nx
+from opsim.simulator import numerics as nx
 
 ROOT = Path(__file__).resolve().parents[2]
 

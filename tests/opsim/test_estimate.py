@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 import opsim
-from kernels import registry
-from kernels.analytic import TileWork, copy_rates, pipeline_estimate, vector_cycles
-from kernels.common import OpError, TensorDesc
+from opsim.kernels import registry
+from opsim.kernels.analytic import TileWork, copy_rates, pipeline_estimate, vector_cycles
+from opsim.kernels.common import OpError, TensorDesc
 from opsim import TensorSpec as T
 from opsim.estimate import estimate as estimate_of
-from simulator import numerics as nx
-from simulator.device import Device
-from simulator.isa import Muls
-from simulator.tile import GlobalTensor, elementwise_pipeline
+from opsim.simulator import numerics as nx
+from opsim.simulator.device import Device
+from opsim.simulator.isa import Muls
+from opsim.simulator.tile import GlobalTensor, elementwise_pipeline
 
 TOLERANCE = 0.10   # DESIGN §7: the estimate and the DES agree within a stated tolerance
 

@@ -10,7 +10,7 @@ import pytest
 import opsim
 from opsim import TensorSpec as T
 from opsim.sweep import sweep
-from simulator.errors import CapacityError
+from opsim.simulator.errors import CapacityError
 
 # Stated tolerance of both models against the simulator (docs/estimate.md measures them on the
 # example studies; the points here are typically within 5 %).

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator import acl
-from simulator.acl import AclRuntime
+from opsim.simulator import acl
+from opsim.simulator.acl import AclRuntime
 
 
 def _rt(device="atlas-a2"):
@@ -74,7 +74,7 @@ def test_deterministic_option_is_recorded():
 
 
 def test_garbage_arguments_return_codes_instead_of_raising():
-    from kernels import aclnn
+    from opsim.kernels import aclnn
     rt = _rt()
     assert rt.aclrtMemcpy("x", 4, "y", 4, acl.ACL_MEMCPY_HOST_TO_DEVICE) == acl.ACL_ERROR_INVALID_PARAM
     assert "aclrtMemcpy" in rt.aclGetRecentErrMsg()

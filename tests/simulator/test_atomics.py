@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import devices
-from simulator import numerics as nx
-from simulator.atomics import AtomicCommitter
-from simulator.device import Device
-from simulator.isa import DataCopyPad, Duplicate, SetAtomicAdd, SetAtomicNone
-from simulator.tile import GlobalTensor
+from opsim import devices
+from opsim.simulator import numerics as nx
+from opsim.simulator.atomics import AtomicCommitter
+from opsim.simulator.device import Device
+from opsim.simulator.isa import DataCopyPad, Duplicate, SetAtomicAdd, SetAtomicNone
+from opsim.simulator.tile import GlobalTensor
 
 BIG = float(2 ** 24)
 VALUES = (BIG, 1.0, -BIG)
@@ -83,7 +83,7 @@ def test_fp16_atomic_add_rounds_each_commit_to_fp16():
 
 
 def test_atomic_flush_is_marked_in_the_trace():
-    from traces.trace import Trace
+    from opsim.traces.trace import Trace
     tr = Trace("instruction", 1.8e9)
     _run(0, (8, 8, 8), trace=tr)
     stores = [s for s in tr.slices(thread="MTE3") if s.name == "DataCopyPad"]

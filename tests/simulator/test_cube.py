@@ -7,15 +7,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import devices
-from simulator import numerics as nx
-from simulator.cube import (CopyGmToL1, CopyUbToNz, Fixpipe, GmMatrix, LoadData, Mmad, align16, nd_to_nz,
+from opsim import devices
+from opsim.simulator import numerics as nx
+from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, Fixpipe, GmMatrix, LoadData, Mmad, align16, nd_to_nz,
                             nz_bytes, nz_to_nd)
-from simulator.device import Device
-from simulator.errors import CapacityError, MemoryFault, SimulatorError
-from simulator.isa import Copy, DataCopy, DataCopyPad
-from simulator.tile import GlobalTensor
-from traces.trace import Trace
+from opsim.simulator.device import Device
+from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError
+from opsim.simulator.isa import Copy, DataCopy, DataCopyPad
+from opsim.simulator.tile import GlobalTensor
+from opsim.traces.trace import Trace
 
 SPEC = devices.load("atlas-a2")
 BF16 = ml_dtypes.bfloat16

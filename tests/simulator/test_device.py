@@ -5,15 +5,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import devices
-from kernels.ascend import mse_backward as mse
-from kernels.common import TensorDesc
-from simulator import numerics as nx
-from simulator.device import Device
-from simulator.errors import CapacityError, DeadlockError, MemoryFault, UnsupportedInstruction
-from simulator.isa import Add, Cast, DataCopy, DataCopyPad, ScalarOp, SetFlag, WaitFlag
-from simulator.tile import GlobalTensor
-from traces.trace import Trace
+from opsim import devices
+from opsim.kernels.ascend import mse_backward as mse
+from opsim.kernels.common import TensorDesc
+from opsim.simulator import numerics as nx
+from opsim.simulator.device import Device
+from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, UnsupportedInstruction
+from opsim.simulator.isa import Add, Cast, DataCopy, DataCopyPad, ScalarOp, SetFlag, WaitFlag
+from opsim.simulator.tile import GlobalTensor
+from opsim.traces.trace import Trace
 
 A2 = devices.load("atlas-a2")
 
@@ -111,7 +111,7 @@ def test_bf16_cast_is_allowed_and_rounds_once():
         yield Cast(f[0:4], b[0:4], "none", 4)
         o = ctx.queue("VECOUT", 1, 32)
         ot = o.alloc(nx.FP32)
-        from simulator.isa import Copy
+        from opsim.simulator.isa import Copy
         yield Copy(ot[0:4], f[0:4], 4)
         o.enque(ot)
         ot = o.deque()
@@ -270,8 +270,8 @@ def test_coupled_cores_are_one_pool_for_vector_and_cube_launches():
 
 
 def test_a_bug_in_a_kernel_program_is_a_fault_not_a_traceback_through_acl():
-    from simulator.acl import ACL_ERROR_RT_AICORE_EXCEPTION, AclRuntime
-    from simulator.errors import SimulatorError
+    from opsim.simulator.acl import ACL_ERROR_RT_AICORE_EXCEPTION, AclRuntime
+    from opsim.simulator.errors import SimulatorError
 
     def broken(ctx):
         yield ScalarOp(1)

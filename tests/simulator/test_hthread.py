@@ -4,12 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.hthread import (HT_ERROR_BAD_ADDRESS, HT_ERROR_BAD_ALLOC, HT_ERROR_CORE_MASK, HT_ERROR_GROUP,
+from opsim.simulator.hthread import (HT_ERROR_BAD_ADDRESS, HT_ERROR_BAD_ALLOC, HT_ERROR_CORE_MASK, HT_ERROR_GROUP,
                                HT_ERROR_INVALID_PARAM, HT_ERROR_KERNEL_FAULT, HT_ERROR_NOT_OPEN, HT_SUCCESS,
                                HThread, MemType)
-from simulator.isa import ScalarOp
-from simulator.tile import GlobalTensor
-from simulator import numerics as nx
+from opsim.simulator.isa import ScalarOp
+from opsim.simulator.tile import GlobalTensor
+from opsim.simulator import numerics as nx
 
 DDR_ADDR = 0xA0000000       # the seed's _s input_x
 PRIV_ADDR = 0x10000000      # the seed's _p input_x
@@ -182,7 +182,7 @@ def test_kernels_are_launched_by_name_after_dat_load(rt):
 
 def faulting_kernel(ctx, device):
     """Reads 64 B from an address in no window: a memory fault on the device."""
-    from simulator.isa import DataCopyPad
+    from opsim.simulator.isa import DataCopyPad
     src = GlobalTensor.contiguous(device, 0x40000000, nx.FP32, (16,))
     buf = ctx.tbuf(64, nx.FP32)
     yield DataCopyPad(buf, src[0:16], 16)

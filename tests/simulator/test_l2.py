@@ -1,7 +1,7 @@
 """The L2 model: LRU over lines, sampled (weighted) lines and the hit/miss totals."""
 from __future__ import annotations
 
-from simulator.l2 import L2Cache
+from opsim.simulator.l2 import L2Cache
 
 LINE = 512
 

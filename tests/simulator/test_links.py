@@ -13,7 +13,7 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.links import LinkNetwork, TransferRecord
+from opsim.simulator.links import LinkNetwork, TransferRecord
 
 A_910B = 9.9074
 B_910B = 15.896

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import (
+from opsim.simulator.errors import (
     CapacityError,
     DeadlockError,
     MemoryFault,
@@ -19,7 +19,7 @@ from simulator.errors import (
     error_context,
     with_context,
 )
-from simulator.memory import PAGE, AddressSpace, Region, align_down, align_up
+from opsim.simulator.memory import PAGE, AddressSpace, Region, align_down, align_up
 
 GM_BASE = 0x12C000000000
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30

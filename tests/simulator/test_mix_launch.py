@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-import devices
-from simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
-from simulator.device import Device, MixKernel
-from simulator.errors import DeadlockError, SimulatorError
-from simulator.isa import ScalarOp
-from traces.trace import Trace
+from opsim import devices
+from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
+from opsim.simulator.device import Device, MixKernel
+from opsim.simulator.errors import DeadlockError, SimulatorError
+from opsim.simulator.isa import ScalarOp
+from opsim.traces.trace import Trace
 
 SPEC = devices.load("atlas-a2")
 
@@ -143,9 +143,9 @@ def test_group_flags_outside_a_mixed_launch_are_refused():
 
 def test_cross_core_flags_are_drawn_as_flow_arrows_between_cube_and_vector_cores():
     import numpy as np
-    import devices
+    from opsim import devices
     import opsim
-    from kernels import registry
+    from opsim.kernels import registry
     op = registry.get("fused_linear_cross_entropy_loss_grad")
     kw = op.example(np.random.default_rng(0), devices.load("atlas-a2"), "bf16")
     res = opsim.run(op.name, device="atlas-a2", **kw)

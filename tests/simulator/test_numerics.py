@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator import numerics as nm
-from simulator.numerics import (
+from opsim.simulator import numerics as nm
+from opsim.simulator.numerics import (
     BF16,
     BOOL,
     FP16,

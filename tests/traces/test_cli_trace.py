@@ -8,7 +8,7 @@ import json
 import pytest
 
 from opsim import cli_trace
-from traces.loader import load_chrome
+from opsim.traces.loader import load_chrome
 
 
 def _main(argv: list[str]) -> int:

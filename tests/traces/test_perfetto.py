@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("perfetto", reason="the optional 'perfetto' extra is not installed")
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace as ProtoTrace  # noqa: E402
 
-from traces.layout import PIPES  # noqa: E402
+from opsim.traces.layout import PIPES  # noqa: E402
 from trace_cases import dsp_add_trace  # noqa: E402
 
 BEGIN, END, INSTANT, COUNTER = 1, 2, 3, 4

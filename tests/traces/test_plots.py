@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traces.layout import PIPES
-from traces.plots import KINDS, plot
+from opsim.traces.layout import PIPES
+from opsim.traces.plots import KINDS, plot
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-import devices
+from opsim import devices
 import opsim
-from traces.report import write_index, write_report
+from opsim.traces.report import write_index, write_report
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from traces.report import write_index, write_report
+from opsim.traces.report import write_index, write_report
 
 CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(b)), None)

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from traces import chrome
-from traces.loader import load_chrome
-from traces.schema import check_chrome
-from traces.trace import Trace
+from opsim.traces import chrome
+from opsim.traces.loader import load_chrome
+from opsim.traces.schema import check_chrome
+from opsim.traces.trace import Trace
 from trace_cases import dsp_add_trace, registered_cases, run_case
 
 LEVELS = ("launch", "tile", "instruction")

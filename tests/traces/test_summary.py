@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from traces.loader import load_chrome
-from traces.summary import summarize
-from traces.trace import Trace
+from opsim.traces.loader import load_chrome
+from opsim.traces.summary import summarize
+from opsim.traces.trace import Trace
 from trace_cases import registered_cases, run_case
 
 

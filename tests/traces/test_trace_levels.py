@@ -6,7 +6,7 @@ from array import array
 import numpy as np
 import pytest
 
-from traces.trace import LEVELS, Trace, level_index
+from opsim.traces.trace import LEVELS, Trace, level_index
 from trace_cases import mse_run
 
 
@@ -69,5 +69,5 @@ def test_unknown_level_is_refused_with_the_allowed_ones():
 
 
 def test_same_run_gives_the_same_trace_text():
-    from traces.chrome import dumps
+    from opsim.traces.chrome import dumps
     assert dumps(mse_run("instruction").trace) == dumps(mse_run("instruction").trace)

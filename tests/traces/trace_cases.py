@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-import devices
+from opsim import devices
 import opsim
-from kernels import registry
-from simulator import numerics as nx
-from simulator.device import Device
-from simulator.isa import Add
-from simulator.tile import GlobalTensor, elementwise_pipeline
-from traces.trace import Trace
+from opsim.kernels import registry
+from opsim.simulator import numerics as nx
+from opsim.simulator.device import Device
+from opsim.simulator.isa import Add
+from opsim.simulator.tile import GlobalTensor, elementwise_pipeline
+from opsim.traces.trace import Trace
 
 
 def mse_run(level: str = "instruction", n: int = 8192, dtype=np.float32, **tiling):
