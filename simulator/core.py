@@ -43,6 +43,17 @@ def pipe_head_cycles(spec: "DeviceSpec", pipe: str, block_dim: int) -> int:
     return round(model.head + model.head_per_block * block_dim)
 
 
+def source_line(program: Any) -> str | None:
+    """"file.py:line" where a kernel generator (or the innermost one it delegates to) is paused."""
+    gen = program
+    while getattr(gen, "gi_yieldfrom", None) is not None and hasattr(gen.gi_yieldfrom, "gi_frame"):
+        gen = gen.gi_yieldfrom
+    frame = getattr(gen, "gi_frame", None)
+    if frame is None:
+        return None
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
 class Pipe:
     """One in-order execution pipe of a core."""
 
@@ -203,6 +214,10 @@ class Core:
 
     # -- trace ---------------------------------------------------------------------------------
     def record(self, pipe: Pipe, instr: "Instruction", start: int, end: int) -> None:
+        observers = self.device.observers
+        if observers:
+            for ob in observers:
+                ob.on_instruction(self, pipe, instr, start, end)
         trace = self.device.trace
         if trace is None or pipe.track < 0:
             return
@@ -268,13 +283,13 @@ class Core:
         try:
             for item in program:
                 if pending:
-                    yield from self._push_all(pending)
+                    yield from self._push_all(pending, program)
                 if item is None:
                     continue
                 if not isinstance(item, Instruction):
                     raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                          core=self.name)
-                yield from self._push_all((item,))
+                yield from self._push_all((item,), program)
             yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
@@ -286,10 +301,13 @@ class Core:
         yield simpy.AllOf(self.env, [d.event for d in done])
         self.blocks_run += 1
 
-    def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:
+    def _push_all(self, instrs: Any, program: Any = None) -> Iterator[simpy.Event]:
         """Stamp each instruction with the current tile and push it, waiting while its queue is full."""
+        origin = source_line(program) if program is not None and self.device.source_lines else None
         for instr in instrs:
             instr.tile = self.tile
+            if origin is not None and getattr(instr, "origin", None) is None:
+                instr.origin = origin
             pipe = self._pipe_for(instr)
             if pipe.full():
                 self.blocked_since = self.env.now

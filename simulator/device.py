@@ -188,6 +188,11 @@ class Device:
         self.spec = spec
         self.env = simpy.Environment()
         self.trace = trace
+        # clients of the execution (sanitizer, profilers): each gets
+        # ``on_instruction(core, pipe, instr, start, end)`` for every instruction a pipe completes
+        self.observers: list[Any] = []
+        # stamp each instruction with the kernel source line that issued it (Instruction.origin)
+        self.source_lines = False
         self.functional = functional
         self.seed = seed
         self.rng = np.random.default_rng(seed)

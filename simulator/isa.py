@@ -32,7 +32,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class Instruction:
     """Base class. Subclasses set ``pipe`` and ``name`` and override issue/complete."""
 
-    __slots__ = ("tile",)
+    # ``origin``: "file.py:line" of the kernel source that issued it, stamped by the dispatcher
+    # when the device records source lines (sanitizer, hot-spot tables) or set by a front-end
+    # such as opsim.asc; read it with ``getattr(instr, "origin", None)``.
+    __slots__ = ("tile", "origin")
     pipe: ClassVar[str] = "SCALAR"
     name: ClassVar[str] = "Nop"
     busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
@@ -55,6 +58,16 @@ class Instruction:
 
     def trace_sync(self, pipe: "Pipe") -> None:
         pass
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        """Memory this instruction touches, for observers such as the sanitizer.
+
+        Each entry is ``(memory, address, nbytes, write)``; ``memory`` is ``"GM"`` (or the DSP's
+        global region name) for device memory and ``"<core>/<region>"`` (e.g.
+        ``"core0.veccore0/UB"``) for a core's local memory. Instructions that touch no memory
+        return ``()``.
+        """
+        return ()
 
 
 class BlockEnd(Instruction):
