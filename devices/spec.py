@@ -25,6 +25,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from .limits import check_spec, limit, toml_depth
+
 __all__ = [
     "SpecError", "Provenance", "DeviceSpec", "load", "load_file", "catalogue", "CATALOGUE_DIR",
 ]
@@ -437,22 +439,44 @@ def _build(raw: dict[str, Any], prov: dict[str, Provenance], origin: str, where:
         if not isinstance(table, Mapping):
             raise SpecError(f"{where}: field '{_KERNELS}.{op}' must be a table of per-operator values")
     kwargs["kernels"] = MappingProxyType({k: MappingProxyType(dict(v)) for k, v in kernels.items()})
-    return DeviceSpec(**kwargs, provenance=MappingProxyType(prov), origin=origin,
+    spec = DeviceSpec(**kwargs, provenance=MappingProxyType(prov), origin=origin,
                       raw=MappingProxyType(raw))
+    check_spec(spec, lambda msg: SpecError(f"{where}: {msg}"))
+    return spec
 
 
 def read_toml(path: str | Path, error: type[Exception], what: str) -> tuple[dict[str, Any], str]:
     """(document, text) of a TOML file; an unreadable or malformed file raises ``error`` with a
     message naming the file (TOMLDecodeError's message carries the line and column)."""
     where = str(path)
+    max_bytes = limit("MAX_FILE_BYTES")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        p = Path(path)
+        if p.exists() and not p.is_file():
+            # a device node (/dev/zero), FIFO or directory: reading it may never end
+            raise error(f"{where}: cannot read {what}: not a regular file")
+        with p.open("rb") as f:
+            data = f.read(max_bytes + 1)
     except OSError as exc:
-        raise error(f"{where}: cannot read {what}: {exc.strerror}") from None
+        raise error(f"{where}: cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise error(f"{where}: {what} is larger than {max_bytes} bytes (limit MAX_FILE_BYTES; raise it "
+                    f"with the environment variable OPSIM_LIMIT_MAX_FILE_BYTES)")
     try:
-        return tomllib.loads(text), text
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: {what} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{where}: malformed TOML: {exc}") from None
+    except RecursionError:
+        raise error(f"{where}: {what} is nested too deeply to parse") from None
+    depth, max_depth = toml_depth(doc), limit("MAX_TOML_DEPTH")
+    if depth > max_depth:
+        raise error(f"{where}: {what} nests tables/arrays {depth} deep; at most {max_depth} allowed "
+                    f"(limit MAX_TOML_DEPTH)")
+    return doc, text
 
 
 def load_file(path: str | Path) -> DeviceSpec:

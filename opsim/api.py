@@ -15,6 +15,7 @@ from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels import registry
 from opsim.kernels.common import OpError, TensorDesc, desc_of
+from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
 from opsim.simulator.errors import CapacityError
@@ -129,6 +130,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     out_descs = opdef.validate(spec, descs, attrs)
 
     if mode == "numeric":
+        check_host_memory(op, mode, descs, out_descs)
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
         outs = opdef.golden(arrays, attrs)
         return RunResult(op, spec.name, mode, outs, 0, 0.0, {"mode": "numeric"})
@@ -143,6 +145,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         from opsim.estimate import estimate
         return estimate(opdef, spec, descs, attrs, tiling_obj)
 
+    if mode == "full":
+        check_host_memory(op, mode, descs, out_descs, opdef.workspace(tiling_obj))
     tr = None
     if trace != "off":
         tr = Trace(trace, spec.clock_hz, metadata={
