@@ -12,6 +12,7 @@ runs them on their own.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from typing import Any, Sequence
 
@@ -47,7 +48,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except StudyError as exc:
         print(f"opsim sweep: {exc}", file=sys.stderr)
         return 2
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, sqlite3.DatabaseError) as exc:
         print(f"opsim sweep: {exc}", file=sys.stderr)
         return 1
     if args.csv:

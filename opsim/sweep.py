@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from opsim.devices.spec import read_toml
+from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
+from opsim.limits import max_study_points
 
 __all__ = ["Study", "StudyError", "SweepResult", "load_study", "sweep", "run_point", "point_id"]
 
@@ -167,6 +169,11 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
             raise err(full, "empty axis: give at least one value")
         axes.append((key, vals))
     keys = [k for k, _ in axes]
+    size, max_points = math.prod(len(v) for _, v in axes), max_study_points()
+    if size > max_points:
+        raise err("axes", f"the study has {size} points ({' x '.join(str(len(v)) for _, v in axes)}); "
+                          f"at most {max_points} allowed (raise it with the environment variable "
+                          f"OPSIM_MAX_STUDY_POINTS)")
     if "operator" not in keys:
         raise err("axes.operator", "missing: name at least one operator")
     if "mode" in keys:
@@ -474,6 +481,8 @@ class _Db:
             if n not in have:
                 self.conn.execute(f"ALTER TABLE points ADD COLUMN {_q(n)} {t.replace('PRIMARY KEY', '')}")
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('creator', 'opsim.sweep')")
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('study_hash', ?)", (study_hash(study),))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('study', ?)", (study.name,))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('axes', ?)",
@@ -603,7 +612,8 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
         import multiprocessing as mp
         # fork is fastest on Linux; workers only read, the parent owns the database
         ctx = mp.get_context("fork") if sys.platform.startswith("linux") else None
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=watch_parent,
+                                 initargs=(os.getpid(),)) as pool:
             futs = {pool.submit(run_points, ps): b for b, ps in zip(batches, params)}
             for fut in as_completed(futs):
                 yield futs[fut], fut.result()
@@ -666,27 +676,18 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
     if confirm_top and (st.mode != "estimate" or "mode" in st.axis_keys()):
         raise StudyError(f"confirm_top needs the study in estimate mode (it is {st.mode!r}); "
                          f"the confirmation runs the simulator on the best points")
-    db_path = Path(database or st.database or f"{st.name}.sqlite")
-    if not db_path.is_absolute() and database is None and st.database and st.source != "<dict>":
-        db_path = Path(st.source).parent / db_path
-    if db_path.exists() and not resume:
-        if overwrite:
-            for suffix in ("", "-wal", "-shm"):
-                Path(str(db_path) + suffix).unlink(missing_ok=True)
-        else:
-            conn = sqlite3.connect(str(db_path))
-            try:
-                has_rows = conn.execute("SELECT name FROM sqlite_master WHERE name='points'").fetchone() \
-                    and conn.execute("SELECT COUNT(*) FROM points").fetchone()[0] > 0
-            finally:
-                conn.close()
-            if has_rows:
-                raise StudyError(f"{db_path} already holds results; resume=True (--resume) to continue "
-                                 f"it or overwrite=True (--overwrite) to start again")
+    db_path = database_path(st, database)
+    try:
+        _check_existing(db_path, st, resume=resume, overwrite=overwrite)
+    except sqlite3.DatabaseError as exc:
+        raise StudyError(f"{db_path}: not a usable opsim sweep database ({exc})") from None
     if workers is None:
         workers = os.cpu_count() or 1
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    db = _Db(db_path, st)
+    try:
+        db = _Db(db_path, st)
+    except sqlite3.DatabaseError as exc:
+        raise StudyError(f"{db_path}: not a usable opsim sweep database ({exc})") from None
     result = SweepResult(db_path, st, points=st.size)
     try:
         done = db.done_ids() if resume else set()

@@ -1,0 +1,6 @@
+"""``python -m opsim``: the ``opsim`` command line."""
+import sys
+
+from opsim.cli import main
+
+sys.exit(main())
