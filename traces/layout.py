@@ -16,6 +16,7 @@ Exact cycles travel in the slice arguments (``start_cycle``, ``cycles``).
 """
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass
 
@@ -120,12 +121,16 @@ def layout(trace: Trace) -> Layout:
             rows[pid_of[p]].add((th, int(k % width)))
     threads: dict[int, list[tuple[str, int]]] = {}
     tid_of: dict[tuple[int, str, int], int] = {}
+    # tids are unique across the whole file (some viewers key threads by tid alone): pid * stride
+    # + row, with a stride of 1000 unless a process has more rows (overlapping slices' lanes)
+    stride = 1000
+    while any(len(pairs) >= stride for pairs in rows.values()):
+        stride *= 10
     for pid, pairs in rows.items():
         ordered = sorted(pairs, key=lambda tl: (thread_sort_key(tl[0]), tl[1]))
         threads[pid] = []
         for k, (th, lane) in enumerate(ordered):
-            # tids are unique across the whole file: some viewers key threads by tid alone
-            tid = pid * 1000 + k + 1
+            tid = pid * stride + k + 1
             threads[pid].append((lane_name(th, lane), tid))
             tid_of[(pid, th, lane)] = tid
     slice_pid = np.zeros(n, dtype=np.int64)
@@ -161,16 +166,26 @@ def _lanes(track: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.nd
     clash = s2[1:] < np.maximum.accumulate(e2)[:-1]
     if not clash.any():
         return lanes
-    for tr in np.unique(t[1:][clash]):  # rare: assign lanes greedily
-        idx = order[t == tr]
-        ends: list[int] = []
-        for i in idx:
-            for k, last in enumerate(ends):
-                if last <= start_ns[i]:
-                    ends[k] = int(end_ns[i])
-                    lanes[i] = k
-                    break
+    # rare: assign lanes greedily, each slice (in start order) to the lowest-numbered lane whose
+    # last slice has ended. Lanes that ended before a start stay free for every later start, so
+    # two heaps (busy lanes by end, free lanes by number) give O(n log n) per track.
+    bounds = np.flatnonzero(np.diff(rank)) + 1
+    first = np.concatenate(([0], bounds))
+    last = np.concatenate((bounds, [n]))
+    for tr in np.unique(t[1:][clash]):
+        k = int(np.searchsorted(t, tr))   # tracks are sorted: the track's run in ``order``
+        j = int(np.searchsorted(first, k))
+        idx = order[first[j]:last[j]]
+        busy: list[tuple[int, int]] = []   # (end, lane)
+        free: list[int] = []
+        n_lanes = 0
+        for i, st, en in zip(idx.tolist(), start_ns[idx].tolist(), end_ns[idx].tolist()):
+            while busy and busy[0][0] <= st:
+                heapq.heappush(free, heapq.heappop(busy)[1])
+            if free:
+                lane = heapq.heappop(free)
             else:
-                lanes[i] = len(ends)
-                ends.append(int(end_ns[i]))
+                lane, n_lanes = n_lanes, n_lanes + 1
+            lanes[i] = lane
+            heapq.heappush(busy, (en, lane))
     return lanes
