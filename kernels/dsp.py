@@ -754,6 +754,14 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32", siz
             "reduction": 1}
 
 
+def example_shapes(spec: DeviceSpec, dtype: str = "fp32", size: int | tuple[int, ...] = 1024) -> dict[str, Any]:
+    """``example`` without data: input_x, input_y and weight of ``size`` elements (or shape), a
+    one-element dloss."""
+    shape = (size,) if isinstance(size, int) else tuple(size)
+    return {"input_x": (shape, dtype), "input_y": (shape, dtype), "weight": (shape, dtype),
+            "dloss": ((1,), dtype), "reduction": 1}
+
+
 OP = OpDef(
     name=NAME,
     inputs=("input_x", "input_y", "dloss"),
@@ -770,4 +778,5 @@ OP = OpDef(
     dtypes=supported_dtypes,
     summary="DSP BCE gradient: dloss * w * (x - y) / (x(1 - x) + 1e-12), shared (_s) or private (_p) storage",
     place=place,
+    example_shapes=example_shapes,
 )

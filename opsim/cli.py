@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
@@ -45,26 +46,22 @@ def _parse_pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     return out
 
 
-def build_operands(op_name: str, device: str, dtype: str, shape: tuple[int, ...] | None, seed: int,
-                   mode: str, attrs: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Random operands of the requested shape and dtype from the operator's example recipe."""
-    from opsim.kernels import registry
-    from opsim.api import TensorSpec, device_spec
-    op = registry.get(op_name)
-    spec = device_spec(device, overrides)
-    rng = np.random.default_rng(seed)
-    kwargs = op.example(rng, spec, dtype) if shape is None else op.example(rng, spec, dtype, shape)
-    kwargs.update(attrs)
-    if mode in ("timing", "estimate"):
-        kwargs = {k: (TensorSpec(v.shape, v.dtype) if isinstance(v, np.ndarray) and k in
-                      (*op.inputs, *op.optional) else v) for k, v in kwargs.items()}
-    return kwargs
+def build_operands(op_name: str, device: str, dtype: str | None, shape: tuple[int, ...] | None, seed: int,
+                   mode: str, attrs: dict[str, Any], overrides: dict[str, Any] | None = None,
+                   operands: Sequence[str] = ()) -> dict[str, Any]:
+    """Operands of the requested shape and dtype from the operator's example recipe: random data
+    in full/numeric mode, shapes only (no host data) in timing/estimate mode; ``operands`` are
+    ``--operand NAME=SPEC`` overrides (see :mod:`opsim.cli_operands`)."""
+    from opsim.api import device_spec
+    from opsim.cli_operands import build
+    return build(op_name, device_spec(device, overrides), dtype, shape, seed, mode, attrs, operands)
 
 
 def format_result(res: Any) -> str:
     s = res.stats
     lines = [f"operator      {res.op} on {res.device} ({res.mode} mode)"]
-    lines.append(f"cycles        {res.cycles}   ({res.time_us:.3f} us)")
+    if res.mode != "numeric":   # numeric mode has no timing; it prints its check instead
+        lines.append(f"cycles        {res.cycles}   ({res.time_us:.3f} us)")
     if s.get("block_dim") is not None:
         lines.append(f"block_dim     {s['block_dim']}   tile_length {s.get('tile_length')}   "
                      f"buffer_num {s.get('buffer_num')}")
@@ -88,11 +85,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from opsim.simulator.errors import SimulatorError
     attrs = _parse_pairs(args.attr, "--attr")
     if args.reduction is not None:
-        attrs["reduction"] = _parse_value(args.reduction)
+        # "none" is a reduction name here, not Python's None
+        attrs["reduction"] = int(args.reduction) if args.reduction.strip().isdigit() else args.reduction
     overrides = _parse_pairs(args.set, "--set")
     tiling = _parse_pairs(args.tiling, "--tiling")
     try:
-        kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides)
+        kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
+                                getattr(args, "operand", None) or ())
         res = opsim.run(args.op, device=args.device, mode=args.mode, trace=args.trace_level,
                         tiling=tiling or None, seed=args.seed, device_overrides=overrides or None, **kwargs)
     except OpError as exc:
@@ -106,6 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "time_us": res.time_us, "stats": res.stats}, default=str, indent=1))
     else:
         print(format_result(res))
+        _print_operands_and_check(kwargs, res)
     if args.trace and res.trace is not None:
         res.trace.to_chrome_json(args.trace)
         print(f"trace         {args.trace} ({len(res.trace)} slices)")
@@ -116,6 +116,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_operands_and_check(kwargs: dict[str, Any], res: Any) -> None:
+    from opsim.cli_operands import format_check, format_operands
+    text = format_operands(kwargs, res.outputs)
+    if text:
+        print(text)
+    if res.mode == "numeric":
+        print(format_check(res))
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     from opsim.devices import catalogue_table
     print(catalogue_table(args.names or None, provenance=not args.brief))
@@ -124,6 +133,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 def cmd_ops(args: argparse.Namespace) -> int:
     from opsim.kernels import registry
+    if args.names:
+        from opsim.cli_operands import describe
+        try:
+            print("\n\n".join(describe(n, args.device) for n in args.names))
+        except (KeyError, ValueError) as exc:
+            print(f"opsim ops: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+            return 2
+        return 0
     for name in registry.names():
         op = registry.get(name)
         print(f"{name:40s} products: {', '.join(op.products)}")
@@ -137,18 +154,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="opsim", description="Ascend-style operator simulator and emulator")
+    ap.add_argument("--version", action="version", version=f"opsim {_opsim_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run one operator on a simulated device")
     r.add_argument("op", help="operator name (see `opsim ops`)")
     r.add_argument("--device", default="atlas-a2", help="device name or TOML path (see `opsim devices`)")
     r.add_argument("--shape", type=_parse_shape, default=None, help="main operand shape, e.g. 64x4096")
-    r.add_argument("--dtype", default="fp32", help="fp32, fp16 or bf16")
+    r.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: fp32, or the operator's first dtype)")
     r.add_argument("--reduction", default=None, help="none, mean or sum (or 0/1/2)")
     r.add_argument("--attr", action="append", help="operator attribute KEY=VALUE (repeatable)")
     r.add_argument("--mode", default="full", choices=("full", "timing", "numeric", "estimate"))
     r.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8,tile_length=4096")
-    r.add_argument("--set", action="append", help="device field override, e.g. ub.size=262144")
+    r.add_argument("--set", "--override", action=DeviceOverride, dest="set", metavar="KEY=VALUE",
+                   help="device field override, e.g. ub.size=262144 (repeatable; --override is a deprecated alias)")
+    r.add_argument("--operand", action="append", metavar="NAME=SPEC",
+                   help="one operand: 64x128, 64x128:fp16, :int32, none or @file.npy (repeatable; see `opsim ops OP`)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--trace", help="write a Chrome/Perfetto JSON trace to this file")
     r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"))
@@ -161,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--brief", action="store_true", help="omit the source/assumption texts")
     d.set_defaults(func=cmd_devices)
 
-    o = sub.add_parser("ops", help="list the operators")
+    o = sub.add_parser("ops", help="list the operators, or describe one: operands, attributes, --shape")
+    o.add_argument("names", nargs="*", help="operators to describe (default: list all)")
+    o.add_argument("--device", help="show the dtypes on this device only")
     o.set_defaults(func=cmd_ops)
 
     m = sub.add_parser("demo", help="run every operator on every product that supports it and check goldens")
@@ -177,8 +200,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        args = build_parser().parse_args(argv)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of our output went away (``opsim devices | head -1``): stop quietly. stdout is
+    pointed at /dev/null so that the interpreter's final flush does not complain either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):   # stdout is not a file (e.g. captured)
+        pass
+    return 0
+
+
+class DeviceOverride(argparse.Action):
+    """``--set KEY=VALUE`` (repeatable), the one flag for device field overrides; ``--override``
+    is accepted as its deprecated spelling."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if option_string == "--override":
+            print("opsim: --override is deprecated; use --set KEY=VALUE", file=sys.stderr)
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.append(values)
+        setattr(namespace, self.dest, items)
+
+
+def _opsim_version() -> str:
+    from opsim.api import _version
+    return _version()
 
 
 if __name__ == "__main__":  # pragma: no cover

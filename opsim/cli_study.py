@@ -33,7 +33,7 @@ def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"opsim: --override expects KEY=VALUE (e.g. ub.size=262144), got {item!r}")
+            raise SystemExit(f"opsim: --set expects KEY=VALUE (e.g. ub.size=262144), got {item!r}")
         out[key.strip()] = _parse_value(value.strip())
     return out
 
@@ -120,8 +120,9 @@ def register(subparsers: Any) -> None:
     c.add_argument("op", help="operator name (opsim.operators())")
     c.add_argument("--device", required=True, help="device name or device TOML file")
     c.add_argument("--dtype", help="operand dtype (fp32, fp16, bf16)")
-    c.add_argument("--override", action="append", metavar="KEY=VALUE",
-                   help="what-if device field, e.g. ub.size=262144 (repeatable)")
+    from opsim.cli import DeviceOverride
+    c.add_argument("--set", "--override", action=DeviceOverride, dest="override", metavar="KEY=VALUE",
+                   help="what-if device field, e.g. ub.size=262144 (repeatable; --override is a deprecated alias)")
     c.set_defaults(func=_cmd_capacity)
 
 

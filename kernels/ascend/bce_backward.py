@@ -406,6 +406,13 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
             "reduction": "mean"}
 
 
+def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...] = (64, 256)) -> dict[str, Any]:
+    """``example`` without data: grad_output, self, target and weight of ``shape`` (any rank)."""
+    shape = tuple(shape)
+    return {"grad_output": (shape, dtype), "self": (shape, dtype), "target": (shape, dtype),
+            "weight": (shape, dtype), "reduction": "mean"}
+
+
 OP = OpDef(
     name=NAME,
     inputs=INPUTS,
@@ -422,4 +429,5 @@ OP = OpDef(
     dtypes=supported_dtypes,
     workspace=workspace,
     summary="BCE loss gradient: grad * weight * (self - target) / max((1 - self) * self, 1e-12)",
+    example_shapes=example_shapes,
 )

@@ -1183,6 +1183,19 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
             "num_weights": nw, "padding_idx": -1, "scale_grad_by_freq": False}
 
 
+def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...] = (512, 64)) -> dict[str, Any]:
+    """``example`` without data: grad of ``shape`` (rows..., embedding dim), int32 indices of
+    ``shape[:-1]``, numWeights = rows / 8 (at least 8)."""
+    shape = tuple(shape)
+    if not shape:
+        raise ValueError(f"{NAME}: the shape is (rows..., embedding dim), at least one dimension")
+    rows = 1
+    for s in shape[:-1]:
+        rows *= int(s)
+    return {"grad": (shape, dtype), "indices": (shape[:-1], "int32"), "num_weights": max(8, rows // 8),
+            "padding_idx": -1, "scale_grad_by_freq": False}
+
+
 # ---------------------------------------------------------------------------------------------
 # estimate (mode="estimate", DESIGN §7): every launch of the call in closed form
 #
@@ -1580,4 +1593,5 @@ OP = OpDef(
     check_data=check_data,
     is_empty=is_empty,
     estimate=estimate,
+    example_shapes=example_shapes,
 )

@@ -929,7 +929,7 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "bf16",
             packed_mask: bool = False) -> dict[str, Any]:
     """Operands of one call for BT, H, V = ``shape``: the partition is the whole vocabulary,
     ~20 % of the rows have their target elsewhere (targetMask 1, maskedTarget 0)."""
-    bt, h, v = shape
+    bt, h, v = _bt_h_v(shape, mode)
     dt = nx.dtype(dtype).np_dtype
     x = (rng.standard_normal((bt, h)) * 0.5).astype(np.float32).astype(dt)
     w = (rng.standard_normal((v, h)) / math.sqrt(max(h, 1))).astype(np.float32).astype(dt)
@@ -950,6 +950,36 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "bf16",
     else:
         out["logits_max"] = lmax.astype(np.float32)
         out["sum_exp_logits"] = sexp.astype(np.float32)
+    return out
+
+
+def _bt_h_v(shape: Any, mode: str) -> tuple[int, int, int]:
+    if mode not in (MEMORY_SAVING, HIGH_PERFORMANCE):
+        raise ValueError(f"{NAME}: example mode {mode!r} is not one of {MEMORY_SAVING}, {HIGH_PERFORMANCE}")
+    shape = tuple(shape)
+    if len(shape) != 3:
+        raise ValueError(f"{NAME}: the example shape is BT x H x V (tokens, hidden size, vocabulary "
+                         f"partition), 3 dimensions, got {len(shape)}: {'x'.join(map(str, shape))}")
+    bt, h, v = (int(s) for s in shape)
+    return bt, h, v
+
+
+def example_shapes(spec: DeviceSpec, dtype: str = "bf16", shape: tuple[int, int, int] = (17, 64, 1000),
+                   mode: str = MEMORY_SAVING, packed_mask: bool = False) -> dict[str, Any]:
+    """``example`` without data: input BTxH and weight VxH in ``dtype``; grad, the target mask
+    (bool, or bit-packed uint8), int64 masked targets and the softmax statistics in fp32 —
+    logits_max and sum_exp_logits (memory_saving) or the BTxV softmax (high_performance)."""
+    bt, h, v = _bt_h_v(shape, mode)
+    out: dict[str, Any] = {
+        "grad": ((bt,), "fp32"), "input": ((bt, h), dtype), "weight": ((v, h), dtype),
+        "target_mask": (((bt + 7) // 8,), "uint8") if packed_mask else ((bt,), "bool"),
+        "masked_target": ((bt,), "int64"), "label_smoothing": 0.0,
+    }
+    if mode == HIGH_PERFORMANCE:
+        out["softmax"] = ((bt, v), "fp32")
+    else:
+        out["logits_max"] = ((bt,), "fp32")
+        out["sum_exp_logits"] = ((bt,), "fp32")
     return out
 
 
@@ -981,4 +1011,5 @@ OP = OpDef(
     workspace=workspace_size,
     summary="vocabulary-parallel linear + cross-entropy gradient: input_grad = S·W, weight_grad = Sᵀ·input",
     estimate=estimate,
+    example_shapes=example_shapes,
 )

@@ -189,6 +189,13 @@ def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
             "reduction": "mean"}
 
 
+def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...] = (64, 256)) -> dict[str, Any]:
+    """``example`` without data: grad_output, self and target of ``shape`` (any rank)."""
+    shape = tuple(shape)
+    return {"grad_output": (shape, dtype), "self": (shape, dtype), "target": (shape, dtype),
+            "reduction": "mean"}
+
+
 OP = OpDef(
     name=NAME,
     inputs=("grad_output", "self", "target"),
@@ -204,4 +211,5 @@ OP = OpDef(
     dtypes=supported_dtypes,
     summary="MSE loss gradient: (self - target) * cof * gradOutput",
     estimate=estimate,
+    example_shapes=example_shapes,
 )
