@@ -126,8 +126,13 @@ def _print_operands_and_check(kwargs: dict[str, Any], res: Any) -> None:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from opsim.devices import catalogue_table
-    print(catalogue_table(args.names or None, provenance=not args.brief))
+    from opsim.devices import SpecError, catalogue_table
+    try:
+        text = catalogue_table(args.names or None, provenance=not args.brief)
+    except SpecError as exc:
+        print(f"opsim devices: {exc}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from opsim.devices.spec import read_toml
 from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
-from opsim.limits import max_study_points
+from opsim.limits import HostMemoryError, host_memory_budget, max_study_points
 
 __all__ = ["Study", "StudyError", "SweepResult", "load_study", "sweep", "run_point", "point_id"]
 
@@ -394,7 +394,13 @@ def _run(params: Mapping[str, Any]) -> dict[str, Any]:
     mode = params["mode"]
     rng = np.random.default_rng(params.get("seed", 0))
     operands: dict[str, Any] = {}
-    for name, (shape, dt) in _operand_specs(opdef, params).items():
+    specs = _operand_specs(opdef, params)
+    if mode == "full":   # the random operands are made here, before opsim.run checks the rest
+        need = sum(TensorSpec(shape, dt).nbytes for name, (shape, dt) in specs.items() if name not in opdef.outputs)
+        if need > host_memory_budget():
+            raise HostMemoryError(f"the random operands of this point need {need} B of host memory, over the "
+                                  f"budget of {host_memory_budget()} B (OPSIM_HOST_MEMORY_BUDGET)")
+    for name, (shape, dt) in specs.items():
         if mode == "full" and name not in opdef.outputs:
             d = nx.dtype(dt)
             if d.is_float:
