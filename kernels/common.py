@@ -213,6 +213,10 @@ class OpDef:
     golden: Callable[..., dict[str, np.ndarray]]   # (arrays, attrs) -> outputs
     example: Callable[..., dict[str, Any]]  # (rng, spec, dtype, size) -> operands and attrs
     infer: Callable[..., dict[str, TensorDesc]] | None = None  # (spec, descs, attrs) -> output descs
+    # optional shape-only twin of ``example``: (spec, dtype, shape, **variant) -> {operand:
+    # (shape, dtype name), attribute: value}, the same operands and attributes as ``example``
+    # without building any data (the CLI's timing and estimate modes, host memory checks)
+    example_shapes: Callable[..., dict[str, Any]] | None = None
     optional: tuple[str, ...] = ()
     dtypes: Callable[[DeviceSpec], tuple[str, ...]] = lambda spec: ("fp32",)
     workspace: Callable[[Any], int] = lambda tiling: 0
@@ -230,10 +234,6 @@ class OpDef:
     # for the operands that do not live in GM (e.g. a DSP core's private memory); ``memory`` has
     # write(addr, data) and read(addr, nbytes). Operands it leaves out are malloc'd in GM.
     place: Callable[..., Mapping[str, tuple[int, Any]]] | None = None
-    # optional shape-only twin of ``example``: (spec, dtype, shape, **variant) -> {operand:
-    # (shape, dtype name), attribute: value}, the same operands and attributes as ``example``
-    # without building any data (the CLI's timing and estimate modes, host memory checks)
-    example_shapes: Callable[..., dict[str, Any]] | None = None
 
     def empty(self, descs: Mapping[str, "TensorDesc | None"]) -> bool:
         """Whether the call has no work: the operator's own rule, else any input without elements."""

@@ -105,7 +105,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "time_us": res.time_us, "stats": res.stats}, default=str, indent=1))
     else:
         print(format_result(res))
-        _print_operands_and_check(kwargs, res)
     if args.trace and res.trace is not None:
         res.trace.to_chrome_json(args.trace)
         print(f"trace         {args.trace} ({len(res.trace)} slices)")
@@ -113,6 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         from opsim.cli_trace import report_for_result
         report_for_result(res, args.report)
         print(f"report        {args.report}")
+    if not args.json:
+        _print_operands_and_check(kwargs, res)
     return 0
 
 
