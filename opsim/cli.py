@@ -7,16 +7,17 @@ import os
 import sys
 from typing import Any, Sequence
 
-import numpy as np
-
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     if text in ("", "scalar", "()"):
         return ()
     try:
-        return tuple(int(p) for p in text.lower().replace("*", "x").split("x"))
+        shape = tuple(int(p) for p in text.lower().replace("*", "x").split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape {text!r} must look like 64x4096") from None
+    if any(s < 0 for s in shape):
+        raise argparse.ArgumentTypeError(f"shape {text!r} has a negative dimension")
+    return shape
 
 
 def _parse_value(text: str) -> Any:

@@ -139,8 +139,9 @@ def build(op_name: str, spec: Any, dtype: str | None, shape: tuple[int, ...] | N
             plan[name] = arr
         else:
             old = plan.get(name)
-            old_shape, old_dtype = (old if isinstance(old, tuple) else ((), dtype))
-            plan[name] = (tuple(o.get("shape", old_shape)), o.get("dtype", old_dtype))
+            old_shape, old_dtype = old if isinstance(old, tuple) else ((), dtype)
+            new_shape: Sequence[int] = o["shape"] if "shape" in o else old_shape
+            plan[name] = (tuple(new_shape), o.get("dtype", old_dtype))
             try:
                 nx.dtype(plan[name][1])
             except Exception:

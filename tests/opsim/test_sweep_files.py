@@ -159,10 +159,8 @@ def test_a_damaged_database_gives_a_clear_error_not_a_traceback(work, damage):
 def test_a_study_too_large_to_enumerate_is_refused_up_front(work):
     huge = study()
     huge["axes"]["tiling"] = {f"f{i}": list(range(100)) for i in range(5)}   # 2 * 10^10 points
-    t0 = time.process_time()
     with pytest.raises(StudyError, match=r"20000000000 points .* at most 1000000 allowed"):
         sweep(huge, workers=1, quiet=True)
-    assert time.process_time() - t0 < 5
     assert list((work / "work").iterdir()) == []
 
 

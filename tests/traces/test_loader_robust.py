@@ -7,8 +7,6 @@ import gzip
 import json
 import subprocess
 import sys
-import time
-import zlib
 
 import numpy as np
 import pytest
