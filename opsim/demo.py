@@ -104,7 +104,8 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
     t0 = time.time()
     args = [(op, dev, dt, out_dir, reports) for op, dev, dt in cases]
     if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        from opsim.study_files import watch_parent   # workers exit if the demo is killed
+        with ProcessPoolExecutor(max_workers=workers, initializer=watch_parent, initargs=(os.getpid(),)) as pool:
             results = pool.map(run_case, *zip(*args))
             for row, entry, failed in results:
                 failures += failed
