@@ -56,6 +56,7 @@ AXIS_PREFIXES = ("tiling", "override", "attr")
 PLAIN_AXES = ("device", "operator", "shape", "dtype", "mode")
 UTIL_PIPES = ("MTE2", "MTE1", "VECTOR", "MTE3", "CUBE", "FIXP", "DMA", "SCALAR")
 SCHEMA_VERSION = 1
+MAX_WORKERS = 1024   # local worker processes one sweep may start (a typo must not fork-bomb the host)
 
 
 class StudyError(ValueError):
@@ -618,6 +619,7 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
         import multiprocessing as mp
         # fork is fastest on Linux; workers only read, the parent owns the database
         ctx = mp.get_context("fork") if sys.platform.startswith("linux") else None
+        workers = max(1, min(workers or 1, len(batches)))   # no idle processes
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=watch_parent,
                                  initargs=(os.getpid(),)) as pool:
             futs = {pool.submit(run_points, ps): b for b, ps in zip(batches, params)}
@@ -679,6 +681,11 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
             raise StudyError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         st = Study(st.name, st.axes, mode, st.seed, st.operands, st.plots, st.database, st.source,
                    st.description)
+    if isinstance(confirm_top, bool) or not isinstance(confirm_top, int) or confirm_top < 0:
+        raise StudyError(f"confirm_top must be an integer >= 0, got {confirm_top!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or not 1 <= workers <= MAX_WORKERS):
+        raise StudyError(f"workers must be an integer from 1 to {MAX_WORKERS}, got {workers!r}")
     if confirm_top and (st.mode != "estimate" or "mode" in st.axis_keys()):
         raise StudyError(f"confirm_top needs the study in estimate mode (it is {st.mode!r}); "
                          f"the confirmation runs the simulator on the best points")

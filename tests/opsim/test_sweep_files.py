@@ -243,3 +243,12 @@ def test_five_sigkills_mid_sweep_leave_no_worker_processes(tmp_path):
             os.kill(w, signal.SIGKILL)
         assert left == [], f"round {round_}: workers {left} outlived the killed sweep"
     assert 0 < _rows(db) < 200
+
+
+@pytest.mark.parametrize("kw, needle", [({"workers": 100_000}, "workers must be an integer from 1 to 1024"),
+                                        ({"workers": 0}, "workers must be"),
+                                        ({"confirm_top": -3}, "confirm_top must be an integer >= 0")])
+def test_implausible_worker_counts_and_confirmations_are_refused_before_anything_runs(work, kw, needle):
+    with pytest.raises(StudyError, match=needle):
+        sweep(study(), quiet=True, **kw)
+    assert list((work / "work").iterdir()) == []
