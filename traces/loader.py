@@ -127,9 +127,15 @@ class _EventError(Exception):
 
 def _number(ev: dict[str, Any], key: str, i: int, default: float = 0.0, low: float = -_MAX_US) -> float:
     value = ev.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, str):   # some profilers write times as decimal strings
+        try:
+            v = float(value)
+        except ValueError:
+            raise _EventError(i, f"'{key}' must be a number, got {value!r}") from None
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _EventError(i, f"'{key}' must be a number, got {value!r}")
-    v = float(value)
+    else:
+        v = float(value)
     if not (low <= v <= _MAX_US):   # also false for NaN
         raise _EventError(i, f"'{key}' = {value!r} is not a finite number in [{low:g}, {_MAX_US:g}]")
     return v

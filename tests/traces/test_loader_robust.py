@@ -76,6 +76,13 @@ def test_a_malformed_trace_is_a_clear_error_from_the_loader_and_the_cli(tmp_path
         assert err.startswith("opsim trace: ") and message in err
 
 
+def test_times_written_as_decimal_strings_are_read(tmp_path):
+    path = tmp_path / "strings.json"
+    path.write_text(_doc(_slice(ts="2.5", dur="1.5")))
+    cols = load_chrome(str(path)).columns()
+    assert int(cols["start"][0]) == 2500 and int(cols["end"][0]) == 4000   # 1 GHz default clock
+
+
 def test_a_gzip_trace_is_read_whatever_its_name(tmp_path):
     doc = _doc(_slice(args={"start_cycle": 10, "cycles": 5}))
     path = tmp_path / "plain-name.json"
