@@ -124,7 +124,7 @@ def _summary_html(s: Summary) -> str:
     r = s.roofline
     if r is not None and r.peak_ops_per_s:
         facts.append((r.unit, f"{r.ops:.0f} ({r.dtype})"))
-        facts.append(("GM bytes (DMA slices)", f"{r.gm_bytes:.0f}"))
+        facts.append(("HBM/DDR bytes (GM link)", f"{r.gm_bytes:.0f}"))
         facts.append(("arithmetic intensity", f"{r.intensity:.4f} per GM byte"))
         facts.append(("achieved", f"{r.ops_per_s / 1e9:.2f} G/s (roof there "
                                   f"{r.roof(r.intensity) / 1e9:.2f} G/s)"))
