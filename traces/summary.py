@@ -177,7 +177,7 @@ def summarize(trace: Trace) -> Summary:
         if proc != "memory" or not name.endswith(" GB/s"):
             continue
         link = name[:-len(" GB/s")]
-        carried = _integral(np.asarray(ts), np.asarray(vs), end) * 1e9 / clk   # GB/s x cycles -> bytes
+        carried = _integral(np.asarray(ts), np.asarray(vs), end, start) * 1e9 / clk   # GB/s x cycles -> bytes
         # the link's own byte count when the run recorded it (the counter is its allocated rate,
         # a hair above the carried one where a transfer ends part-way through a cycle)
         carried = float(exact.get(link, carried))
@@ -203,12 +203,16 @@ def summarize(trace: Trace) -> Summary:
         bound_reason=reason, roofline=_roofline(trace, cols, seconds, meta, links), notes=tuple(notes))
 
 
-def _integral(times: np.ndarray, values: np.ndarray, end: int) -> float:
-    """∫ of a step function (value i holds from times[i] to times[i+1], the last one to ``end``)."""
+def _integral(times: np.ndarray, values: np.ndarray, end: int, start: int | None = None) -> float:
+    """∫ of a step function (value i holds from times[i] to times[i+1], the last one to ``end``),
+    from ``start`` (default: its first step) to ``end``."""
     if not len(times):
         return 0.0
-    edges = np.append(times, max(end, int(times[-1])))
-    return float(np.sum(values * np.diff(edges)))
+    edges = np.append(times, max(end, int(times[-1]))).astype(np.float64)
+    if start is None:
+        return float(np.sum(values * np.diff(edges)))
+    lo, hi = np.clip(edges[:-1], start, end), np.clip(edges[1:], start, end)
+    return float(np.sum(values * (hi - lo)))
 
 
 def classify_bound(busy: Mapping[str, tuple[int, str]], cycles: int, launch_overhead: int,

@@ -173,3 +173,18 @@ def test_flce_at_bt4096_h4096_v32000_counts_l2_hits_apart_from_hbm(tmp_path):
     assert summary.roofline.gm_bytes == pytest.approx(s["links"]["HBM"]["bytes"], rel=1e-6)
     pic = roofline_plot(res.trace)
     _le(pic.info["point"][1], pic.info["roof_at_point"], "roofline picture")
+
+
+def test_a_link_is_credited_only_with_the_bytes_it_carried_inside_the_run():
+    # e.g. host copies on a link before the first launch: they must not raise its rate over the run
+    from opsim.api import _bytes_within
+
+    class Link:
+        bytes_carried = 1000.0 + 300.0
+
+        def bandwidth_series(self):
+            # 10 B/cycle over [0, 100) (before the run), 3 B/cycle over [200, 300) (inside it)
+            return np.array([0, 100, 200, 300]), np.array([10.0, 0.0, 3.0, 0.0])
+    assert _bytes_within(Link(), 150, 400) == 300.0
+    assert _bytes_within(Link(), 0, 400) == 1300.0
+    assert _bytes_within(Link(), 250, 400) == 150.0
