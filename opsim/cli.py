@@ -129,6 +129,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(format_result(res))
     if args.csv:
         from opsim.traces.tables import write_tables
+        if not res.launch_records:
+            print(f"opsim: --csv {args.csv}: a {res.mode}-mode run launches no kernels, so there is no "
+                  f"op_summary; use --mode full or timing", file=sys.stderr)
+            return 2
         try:
             files = write_tables(list(res.launch_records), args.csv, res.stats.get("gm_link", "HBM"))
         except OSError as exc:

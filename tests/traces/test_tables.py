@@ -162,6 +162,8 @@ def test_cli_run_and_trace_summary_write_the_tables(tmp_path, capsys):
     assert code and code[0]["code"].endswith(tuple(f":{i}" for i in range(10000)))
     assert cli_main(["run", "mse_loss_backward", "--csv", str(tmp_path / "no" / "dir.csv")]) == 2
     assert "--csv" in capsys.readouterr().err
+    assert cli_main(["run", "mse_loss_backward", "--mode", "estimate", "--csv", str(tmp_path / "e.csv")]) == 2
+    assert "launches no kernels" in capsys.readouterr().err and not os.path.exists(str(tmp_path / "e.csv"))
 
 
 def test_write_tables_names_the_files_beside_the_op_summary(tmp_path):
