@@ -318,6 +318,7 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
         lo, hi = np.searchsorted(tr_sorted, [t, t + 1])
         by_track[t] = order[lo:hi]
     used_blocks: set[int] = set()
+    by_name = trace.level == "instruction"
     out: list[LaunchRecord] = []
     prev_end: dict[str, int] = {}
     for n, i in enumerate(host):
@@ -354,7 +355,8 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
                 nb = cols["bytes"][inside]
                 for nm in np.unique(names[inside]):
                     m = names[inside] == nm
-                    key = (core, pipe, trace.string(int(nm)))
+                    # below instruction level a slice is a tile of a pipe's instructions
+                    key = (core, pipe, trace.string(int(nm)) if by_name else "(tile slices)")
                     a = instr.setdefault(key, [0, 0, 0])
                     a[0] += int(m.sum())
                     a[1] += int(dur[m].sum())
@@ -367,7 +369,9 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
         out.append(LaunchRecord(
             name=name, op_type=name, unit=unit,
             architecture=arch or ("dsp" if unit == "dsp" else "split"),
-            block_dim=int(info.get("block_dim", block_dim)), mix_block_dim=int(info.get("mix_block_dim", 0)),
+            block_dim=int(info.get("block_dim", block_dim)),
+            mix_block_dim=int(info.get("mix_block_dim", sum("veccore" in c for c in core_cycles)
+                                       if unit == "mix" else 0)),
             stream=int(stream_name[len("stream"):]) if stream_name.startswith("stream") and
             stream_name[len("stream"):].isdigit() else 0,
             issue=issue, start=int(info.get("start", issue)), end=end, wait=wait, clock_hz=trace.clock_hz,
