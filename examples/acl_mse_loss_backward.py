@@ -39,6 +39,8 @@ def create_tensor(rt: AclRuntime, host: np.ndarray) -> tuple[int, object]:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="atlas-a2")
+    ap.add_argument("--csv", help="write the op_summary CSV (one row per kernel launch) and the per-core "
+                                  "and hot-spot tables beside it (docs/profiling.md)")
     args = ap.parse_args(argv)
 
     shape = (2, 4)
@@ -67,6 +69,9 @@ def main(argv: list[str] | None = None) -> dict:
         check(ret, "aclrtMalloc(workspace)", rt)
     check(aclnnMseLossBackward(workspace, workspace_size, executor, stream), "aclnnMseLossBackward", rt)
     check(rt.aclrtSynchronizeStream(stream), "aclrtSynchronizeStream", rt)
+    if args.csv:   # not an ACL call: what msprof would collect, written before the device goes away
+        check(rt.write_tables(args.csv), "write_tables", rt)
+    records = rt.launch_records()
 
     check(rt.aclrtMemcpy(out_host, out_host.nbytes, o_ptr, out_host.nbytes, ACL_MEMCPY_DEVICE_TO_HOST),
           "aclrtMemcpy D2H", rt)
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     rt.aclrtDestroyStream(stream)
     rt.aclrtResetDevice(0)
     rt.aclFinalize()
-    return {"out": out_host, "cycles": launch.cycles}
+    return {"out": out_host, "cycles": launch.cycles, "launch_records": records}
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ class Estimate:
     model: str = "pipeline"               # "pipeline" | "roofline" | an operator's own name
     notes: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
+    l2_bytes_read: int = 0                # of bytes_read, those the L2 serves (not HBM traffic)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +192,9 @@ def _vector_time(spec: DeviceSpec, w: TileWork) -> float:
 
 
 def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWork], buffer_num: int,
-           concurrent: int, block_dim: int) -> tuple[float, dict[str, float], int, int]:
-    """Makespan, busy cycles per pipe, bytes read and written of one block of ``tiles``.
+           concurrent: int, block_dim: int) -> tuple[float, dict[str, float], int, int, int]:
+    """Makespan, busy cycles per pipe, bytes read and written, and bytes read from the L2, of
+    one block of ``tiles``.
 
     The recurrence follows the TQue flags and the program order of each pipe; a long run of
     identical tiles is evaluated for a few tiles and extended by its steady-state period, so
@@ -206,7 +208,7 @@ def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWor
     lag = max(1, buffer_num)
     heads = {p: float(head_cycles(spec, p, block_dim)) for p in (load_pipe, "VECTOR", store_pipe)}
     if not tiles:
-        return 0.0, {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}, 0, 0
+        return 0.0, {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}, 0, 0, 0
     keep = 8
     full = len(tiles) - (1 if len(tiles) > 1 and tiles[-1] != tiles[0] else 0)
     skipped = max(0, full - keep)
@@ -257,7 +259,7 @@ def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWor
         free[store_pipe] = s_end[k]
     makespan = max(free.values())
     busy = {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}
-    nbytes_r = nbytes_w = 0
+    nbytes_r = nbytes_w = nbytes_l2 = 0
     for k in range(total):
         ld, vc, sd = durations(k)
         times = 1 + (skipped if k == full - skipped - 1 and skipped else 0)
@@ -272,13 +274,14 @@ def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWor
         busy[store_pipe] += times * sd
         w = work(sim[k])
         nbytes_r += times * (sum(w.loads) + sum(w.l2_loads))
+        nbytes_l2 += times * sum(w.l2_loads)
         nbytes_w += times * sum(w.stores)
     if skipped:
         last = full - skipped - 1
         period = max(c_end[last] - c_end[last - 1], s_end[last] - s_end[last - 1],
                      l_end[last] - l_end[last - 1])
         makespan += skipped * period
-    return makespan, busy, nbytes_r, nbytes_w
+    return makespan, busy, nbytes_r, nbytes_w, nbytes_l2
 
 
 def _tiles(length: int, tile_length: int) -> list[int]:
@@ -303,7 +306,7 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
     waves = -(-block_dim // concurrent_max)
     total = 0.0
     busy_core: dict[str, float] = {}
-    nread = nwritten = 0
+    nread = nwritten = nl2 = 0
     for wave in range(waves):
         first = wave * concurrent_max
         blocks = list(range(first, min(block_dim, first + concurrent_max)))
@@ -312,8 +315,8 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
         if block_dim - 1 in blocks:
             lengths.add(last_core)
         longest = max(lengths)
-        span, busy, r, w = _block(spec, _tiles(longest, tile_length), work, buffer_num, concurrent,
-                                  block_dim)
+        span, busy, r, w, l2 = _block(spec, _tiles(longest, tile_length), work, buffer_num, concurrent,
+                                      block_dim)
         total += span
         # bytes: every block of the wave; busy: the busiest core accumulates its blocks
         for n in (per_core,) * (concurrent - (1 if block_dim - 1 in blocks else 0)) + (
@@ -321,17 +324,19 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
             if n == longest:
                 nread += r
                 nwritten += w
+                nl2 += l2
             else:
-                _, _, r2, w2 = _block(spec, _tiles(n, tile_length), work, buffer_num, concurrent, block_dim)
+                _, _, r2, w2, l22 = _block(spec, _tiles(n, tile_length), work, buffer_num, concurrent, block_dim)
                 nread += r2
                 nwritten += w2
+                nl2 += l22
         for p, b in busy.items():
             busy_core[p] = busy_core.get(p, 0.0) + b
     cycles = int(math.ceil(total)) + spec.launch.overhead * launches
     return Estimate(cycles=cycles, pipe_busy={p: int(round(b)) for p, b in busy_core.items()},
                     bytes_read=int(nread), bytes_written=int(nwritten), block_dim=block_dim,
                     ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
-                    model="pipeline",
+                    model="pipeline", l2_bytes_read=int(nl2),
                     notes=f"{waves} wave(s) of up to {concurrent_max} blocks; buffer_num {buffer_num}")
 
 
@@ -432,4 +437,5 @@ def sequence(parts: Sequence[Estimate], model: str, notes: str = "", **extra: ob
                     block_dim=max((e.block_dim for e in parts), default=0),
                     ub_bytes=max((e.ub_bytes for e in parts), default=0),
                     workspace_bytes=max((e.workspace_bytes for e in parts), default=0),
-                    launches=sum(e.launches for e in parts), model=model, notes=notes, extra=dict(extra))
+                    launches=sum(e.launches for e in parts), model=model, notes=notes, extra=dict(extra),
+                    l2_bytes_read=sum(int(e.l2_bytes_read) for e in parts))

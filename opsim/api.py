@@ -20,8 +20,11 @@ from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
 from opsim.simulator.errors import CapacityError
 from opsim.simulator.memory import align_up
+from opsim.simulator.profile import Profiler, launch_records
 from opsim.simulator.tile import GlobalTensor
+from opsim.traces.bounds import cap_text, core_kind
 from opsim.traces.summary import classify_bound
+from opsim.traces.tables import launch_metadata
 from opsim.traces.trace import LEVELS, Trace
 
 MODES = ("full", "timing", "numeric", "estimate")
@@ -56,9 +59,21 @@ class RunResult:
     stats: dict[str, Any]
     trace: Trace | None = field(default=None, repr=False)
     tiling: Any = None
+    # what each kernel launch did (traces.tables.LaunchRecord), in launch order
+    launch_records: tuple = field(default=(), repr=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
+
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """The profiler tables of this run as {name: (header, rows)}: ``op_summary`` (one row per
+        launch), ``pipe_utilization`` (per core), ``instr_exe`` and ``code_exe`` (hot spots per
+        instruction kind and kernel source line); see docs/profiling.md. Write them with
+        ``opsim.traces.tables.write_tables(res.launch_records, path)``."""
+        from opsim.traces.tables import TABLES, op_summary
+        recs = list(self.launch_records)
+        return {name: (op_summary(recs, self.stats.get("gm_link", "HBM")) if name == "op_summary"
+                       else fn(recs)) for name, fn in TABLES.items()}
 
 
 def devices() -> list[str]:
@@ -93,13 +108,16 @@ def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], d
 
 def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
-        device_overrides: Mapping[str, Any] | None = None, **operands_and_attrs: Any) -> RunResult:
+        device_overrides: Mapping[str, Any] | None = None, source_lines: bool = False,
+        **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
     Operands are numpy arrays (``ml_dtypes.bfloat16`` for bf16) or, in timing and estimate mode,
     :class:`TensorSpec` shapes. ``tiling`` forces tiling choices (block_dim, tile_length,
     buffer_num, core_mask, …); ``device_overrides`` changes device fields by dotted key
-    (``{"ub.size": 262144}``). Raises :class:`OpError` (with the aclnn status code) for a
+    (``{"ub.size": 262144}``); ``source_lines`` stamps every instruction with its kernel source
+    line for the code_exe hot-spot table (``res.tables()``). Raises :class:`OpError` (with the
+    aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
     """
     if mode not in MODES:
@@ -155,6 +173,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             "dtypes": {n: d.dtype.name for n, d in descs.items() if d is not None},
             "tiling": _tiling_dict(tiling_obj), "opsim_version": _version()})
     dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
+    profiler = Profiler()
+    dev.observers.append(profiler)
+    dev.source_lines = source_lines
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
     place = getattr(opdef, "place", None)
@@ -179,7 +200,12 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             t = tensors[n]
             outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
     stats = collect_stats(dev, launches, tiling_obj, ws)
-    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj)
+    records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
+    if tr is not None:
+        tr.metadata["launches"] = launch_metadata(records)
+        tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
+    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
+                     records)
 
 
 def _check_gm_capacity(op: str, spec: DeviceSpec, buffers: Mapping[str, int], workspace: int) -> None:
@@ -218,6 +244,19 @@ def _version() -> str:
 
 
 
+def _bytes_within(link: Any, t0: int, t1: int) -> float:
+    """Bytes ``link`` carried between cycles ``t0`` and ``t1`` (its carried-rate step function)."""
+    times, rates = link.bandwidth_series()
+    if not len(times) or t1 <= t0:
+        return 0.0
+    if times[0] >= t0 and times[-1] <= t1 and rates[-1] == 0:
+        return float(link.bytes_carried)      # all of its traffic is inside: the exact count
+    edges = np.append(times, max(int(times[-1]), t1)).astype(np.float64)
+    lo = np.clip(edges[:-1], t0, t1)
+    hi = np.clip(edges[1:], t0, t1)
+    return float(np.sum(rates * (hi - lo)))
+
+
 def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> dict[str, Any]:
     """Cycles, bytes, bandwidth, per-pipe busy cycles, UB peak and the bound of a finished run."""
     spec = dev.spec
@@ -253,17 +292,22 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         local = c.memories.get("UB") or c.memories.get("PRIVATE")
         if local is not None:
             ub_peak = max(ub_peak, local.peak_allocated_bytes)
-    moved = dev.bytes_read + dev.bytes_written
     gm_peak = spec.gm.bandwidth
     links = {}
     for name, link in dev.net.links.items():
         cap = link.capacity * spec.clock_hz
-        achieved = link.bytes_carried / seconds if seconds else 0.0
-        links[name] = {"bytes": int(round(link.bytes_carried)), "achieved_GBps": achieved / 1e9,
+        # the rate over the run counts the bytes carried within the run's window: a link that
+        # also carried work outside it (host copies before the launches) is not credited with it
+        inside = _bytes_within(link, t0, t1)
+        achieved = inside / seconds if seconds else 0.0
+        links[name] = {"bytes": int(round(link.bytes_carried)), "window_bytes": inside,
+                       "achieved_GBps": achieved / 1e9,
                        "peak_GBps": cap / 1e9, "utilisation": achieved / cap if cap else 0.0,
                        "max_rate_GBps": link.peak_rate() * spec.clock_hz / 1e9}
+    gm_name = dev.gm_link.name
+    gm_use = links.get(gm_name, {})
     launch_overhead = spec.launch.overhead * len(launches)
-    tail = f"; GM {moved / seconds / 1e9 if seconds else 0:.1f} of {gm_peak / 1e9:.1f} GB/s"
+    tail = ""
     if stall and cycles:
         # in-order issue: a pipe idle while the dispatcher waits for room in another pipe's queue
         # (e.g. MTE2 with the next copy held back behind a chunk's MTE1/CUBE work)
@@ -271,16 +315,34 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         if w * 20 >= cycles:
             tail += (f"; {p} idle {w} cycles ({100 * w / cycles:.0f}%) on {core} with its next instruction "
                      f"held back by a full queue (scalar.queue_depth {spec.scalar.queue_depth})")
+    used: dict[str, int] = {}
+    for name in per_core:
+        used[core_kind(name)] = used.get(core_kind(name), 0) + 1
+    facts = dev.trace_facts()
+    link_use = {n: (l["achieved_GBps"], l["peak_GBps"]) for n, l in links.items()}
+
+    def cap(pipe: str, core: str) -> str:
+        kind = core_kind(core)
+        total = len(dev.cores.get("cube" if kind == "cube" else "dsp" if kind == "dsp" else "vector") or [])
+        return cap_text(pipe, kind, used.get(kind, 0), max(total, used.get(kind, 0)), facts, link_use,
+                        spec.clock_hz)
     bound, reason = classify_bound(
-        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail)
+        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail, cap)
+    profiler = next((o for o in dev.observers if isinstance(o, Profiler)), None)
     stats: dict[str, Any] = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", None),
         "tile_length": getattr(tiling, "tile_length", None),
         "buffer_num": getattr(tiling, "buffer_num", None),
+        # bytes_read/bytes_written: GM-addressed bytes, L2 hits included; link_bytes splits them by
+        # the link that carried them; bandwidth_GBps is the GM link's (HBM/DDR) achieved rate
         "bytes_read": int(dev.bytes_read), "bytes_written": int(dev.bytes_written),
-        "bandwidth_GBps": moved / seconds / 1e9 if seconds else 0.0,
+        "link_bytes": dict(sorted(dev.link_bytes.items())),
+        "on_chip_bytes": dict(sorted(profiler.on_chip.items())) if profiler is not None else {},
+        "gm_link": gm_name,
+        "bandwidth_GBps": gm_use.get("achieved_GBps", 0.0),
         "peak_bandwidth_GBps": gm_peak / 1e9,
+        "l2_bandwidth_GBps": links["L2"]["achieved_GBps"] if "L2" in links else None,
         "links": links,
         "pipe_busy": pipe_max, "pipe_busy_total": pipe_total,
         "pipe_utilisation": {p: b / cycles for p, b in pipe_max.items()} if cycles else {},

@@ -67,9 +67,9 @@ def format_result(res: Any) -> str:
         lines.append(f"block_dim     {s['block_dim']}   tile_length {s.get('tile_length')}   "
                      f"buffer_num {s.get('buffer_num')}")
     if "bytes_read" in s:
-        lines.append(f"bytes moved   {s['bytes_read']} read, {s['bytes_written']} written")
-        lines.append(f"GM bandwidth  {s['bandwidth_GBps']:.1f} GB/s achieved of {s['peak_bandwidth_GBps']:.1f} "
-                     f"GB/s peak ({100 * s['bandwidth_GBps'] / max(s['peak_bandwidth_GBps'], 1e-9):.0f}%)")
+        lines.append(f"bytes moved   {s['bytes_read']} read, {s['bytes_written']} written (GM addresses, "
+                     f"L2 hits included)")
+        lines.extend(format_links(s))
     if s.get("pipe_utilisation"):
         util = ", ".join(f"{p} {100 * u:.0f}%" for p, u in sorted(s["pipe_utilisation"].items()))
         lines.append(f"pipes busy    {util}  (busiest core)")
@@ -78,6 +78,26 @@ def format_result(res: Any) -> str:
     if "bound" in s:
         lines.append(f"bound         {s['bound']}: {s.get('bound_reason', '')}")
     return "\n".join(lines)
+
+
+def format_links(s: dict[str, Any]) -> list[str]:
+    """One line per link: the bytes it carried and its achieved rate against its own peak."""
+    out = []
+    by = s.get("link_bytes") or {}
+    links = s.get("links") or {}
+    gm = s.get("gm_link") or "GM"
+    if not links:    # estimate: the GM link's bytes and rate only
+        links = {gm: {"achieved_GBps": s.get("bandwidth_GBps", 0.0), "peak_GBps": s.get("peak_bandwidth_GBps")}}
+    for name, l in links.items():
+        peak = l.get("peak_GBps") or 0.0
+        moved = ", ".join(f"{k.split(' ', 1)[1]} {by[k]}" for k in sorted(by) if k.split(" ", 1)[0] == name)
+        lines = f"{name + ' link':13s} {l['achieved_GBps']:.1f} GB/s achieved of {peak:.1f} GB/s peak " \
+                f"({100 * l['achieved_GBps'] / max(peak, 1e-9):.0f}%)"
+        out.append(lines + (f"; {moved} B" if moved else ""))
+    on_chip = s.get("on_chip_bytes") or {}
+    if on_chip:
+        out.append("on-chip       " + ", ".join(f"{k} {v} B" for k, v in on_chip.items()))
+    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -94,7 +114,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
                                 getattr(args, "operand", None) or ())
         res = opsim.run(args.op, device=args.device, mode=args.mode, trace=args.trace_level,
-                        tiling=tiling or None, seed=args.seed, device_overrides=overrides or None, **kwargs)
+                        tiling=tiling or None, seed=args.seed, device_overrides=overrides or None,
+                        source_lines=args.source_lines, **kwargs)
     except OpError as exc:
         print(f"opsim: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
@@ -106,6 +127,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "time_us": res.time_us, "stats": res.stats}, default=str, indent=1))
     else:
         print(format_result(res))
+    if args.csv:
+        from opsim.traces.tables import write_tables
+        if not res.launch_records:
+            print(f"opsim: --csv {args.csv}: a {res.mode}-mode run launches no kernels, so there is no "
+                  f"op_summary; use --mode full or timing", file=sys.stderr)
+            return 2
+        try:
+            files = write_tables(list(res.launch_records), args.csv, res.stats.get("gm_link", "HBM"))
+        except OSError as exc:
+            print(f"opsim: --csv {args.csv}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"tables        {', '.join(files.values())}")
     if args.trace and res.trace is not None:
         res.trace.to_chrome_json(args.trace)
         print(f"trace         {args.trace} ({len(res.trace)} slices)")
@@ -182,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"))
     r.add_argument("--report", help="write a self-contained HTML report to this file")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
+    r.add_argument("--csv", help="write the op_summary CSV (one row per launch) to this file, and the "
+                                 "per-core and hot-spot tables beside it (docs/profiling.md)")
+    r.add_argument("--source-lines", action="store_true",
+                   help="stamp instructions with their kernel source line (the code_exe table)")
     r.set_defaults(func=cmd_run)
 
     d = sub.add_parser("devices", help="print the device catalogue with provenance")

@@ -46,6 +46,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
     except TraceFormatError as exc:
         return _fail(str(exc))
     s = trace.summary()
+    if args.csv:
+        from opsim.traces.tables import records_from_trace, write_tables
+        try:
+            files = write_tables(records_from_trace(trace), args.csv, str(trace.metadata.get("gm_link", "HBM")))
+        except OSError as exc:
+            return _fail(f"--csv {args.csv}: {exc.strerror or exc}")
+        print(f"tables: {', '.join(files.values())}", file=sys.stderr)
     if args.json:
         print(json.dumps(s.as_dict(), default=str, indent=1))
     else:
@@ -105,6 +112,8 @@ def register(subparsers: Any) -> None:
     s = sub.add_parser("summary", help="busy %%, bandwidth, UB peak and the bound, as tables")
     s.add_argument("file", help="trace file (.json or .json.gz)")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
+    s.add_argument("--csv", help="write the op_summary CSV (one row per launch) to this file, and the "
+                                 "per-core and instruction tables beside it (docs/profiling.md)")
     s.set_defaults(func=cmd_summary)
     p = sub.add_parser("plot", help="draw a PNG picture of the trace")
     p.add_argument("file", help="trace file (.json or .json.gz)")

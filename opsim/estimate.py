@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
 from opsim.kernels.common import OpDef, TensorDesc, reduction_code
+from opsim.traces.bounds import cap_text, copy_rate_facts
 from opsim.traces.summary import classify_bound
 
 
@@ -50,18 +51,41 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
     """Simulator-compatible statistics of an estimate (see opsim.api.collect_stats)."""
     cycles = int(est.cycles)
     seconds = cycles / spec.clock_hz if cycles else 0.0
-    moved = est.bytes_read + est.bytes_written
+    gm = spec.gm.kind
+    # bytes by link: the estimate's L2-served loads ride the L2, the rest the GM link (HBM/DDR)
+    link_bytes = {f"{gm} read": int(est.bytes_read - est.l2_bytes_read), f"{gm} write": int(est.bytes_written)}
+    if est.l2_bytes_read:
+        link_bytes["L2 read"] = int(est.l2_bytes_read)
+    gm_bytes = link_bytes[f"{gm} read"] + link_bytes[f"{gm} write"]
+    gm_rate = gm_bytes / seconds / 1e9 if seconds else 0.0
+    l2_rate = est.l2_bytes_read / seconds / 1e9 if seconds else 0.0
+    links = {gm: (gm_rate, spec.gm.bandwidth / 1e9)}
+    if spec.l2 is not None:
+        links["L2"] = (l2_rate, spec.l2.bandwidth / 1e9)
     launch_overhead = spec.launch.overhead * est.launches
+    kind = "dsp" if spec.family == "dsp" else "cube" if "CUBE" in est.pipe_busy else "vector"
+    total = spec.cores.dsp if kind == "dsp" else spec.cores.aic if kind == "cube" else spec.vector_cores
+    used = max(1, min(int(getattr(tiling, "block_dim", est.block_dim) or est.block_dim or 1), total))
+    facts = {"gm_link": gm, "copy_rates": copy_rate_facts(spec)}
+
+    def cap(pipe: str, _core: str) -> str:
+        k = "cube" if kind == "cube" and pipe in ("MTE1", "CUBE", "FIXP", "MTE2") else (
+            "vector" if kind == "cube" else kind)
+        n = used if k == kind else min(used * max(1, spec.cores.aiv // max(1, spec.cores.aic)), spec.vector_cores)
+        t = total if k == kind else spec.vector_cores
+        return cap_text(pipe, k, n, t, facts, links, spec.clock_hz)
     bound, reason = classify_bound({p: (b, "") for p, b in est.pipe_busy.items()}, cycles,
-                                   launch_overhead, " (estimate)")
+                                   launch_overhead, " (estimate)", cap)
     return {
         "cycles": cycles, "time_us": spec.cycles_to_us(cycles), "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", est.block_dim),
         "tile_length": getattr(tiling, "tile_length", None),
         "buffer_num": getattr(tiling, "buffer_num", None),
         "bytes_read": int(est.bytes_read), "bytes_written": int(est.bytes_written),
-        "bandwidth_GBps": moved / seconds / 1e9 if seconds else 0.0,
+        "link_bytes": link_bytes, "gm_link": gm,
+        "bandwidth_GBps": gm_rate,
         "peak_bandwidth_GBps": spec.gm.bandwidth / 1e9,
+        "l2_bandwidth_GBps": l2_rate if spec.l2 is not None else None,
         "pipe_busy": dict(est.pipe_busy),
         "pipe_utilisation": {p: b / cycles for p, b in est.pipe_busy.items()} if cycles else {},
         "ub_peak_bytes": int(est.ub_bytes),
@@ -87,7 +111,8 @@ def combine(parts: list[Estimate], model: str, notes: str = "") -> Estimate:
                     bytes_written=sum(e.bytes_written for e in parts),
                     block_dim=max(e.block_dim for e in parts), ub_bytes=max(e.ub_bytes for e in parts),
                     workspace_bytes=max(e.workspace_bytes for e in parts),
-                    launches=sum(e.launches for e in parts), model=model, notes=notes)
+                    launches=sum(e.launches for e in parts), model=model, notes=notes,
+                    l2_bytes_read=sum(e.l2_bytes_read for e in parts))
 
 
 def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],

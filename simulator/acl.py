@@ -25,6 +25,8 @@ from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device, Stream
 from opsim.simulator.errors import SimulatorError
 from opsim.simulator.tile import GlobalTensor, contiguous_strides
+from opsim.simulator.profile import Profiler, launch_records
+from opsim.traces.tables import write_tables
 from opsim.traces.trace import Trace
 
 log = logging.getLogger("opsim.acl")
@@ -137,6 +139,10 @@ class AclRuntime:
     deterministic: bool = False
     errors: list[str] = field(default_factory=list)
     _allocs: dict[int, int] = field(default_factory=dict)
+    # the profiler tables (op_summary, per core, hot spots) of every launch on the device;
+    # source_lines also stamps instructions with their kernel source line (code_exe)
+    source_lines: bool = False
+    profiler: Profiler | None = None
 
     # -- errors --------------------------------------------------------------------------------
     def fail(self, code: int, message: str) -> int:
@@ -185,6 +191,29 @@ class AclRuntime:
             if self.trace_level != "off":
                 self.trace = Trace(self.trace_level, spec.clock_hz, metadata={"device": spec.name})
             self.device = Device(spec, trace=self.trace, functional=self.functional, seed=self.seed)
+            self.profiler = Profiler()
+            self.device.observers.append(self.profiler)
+            self.device.source_lines = self.source_lines
+        return ACL_SUCCESS
+
+    # -- profiler tables (not part of ACL: what msprof would collect from this process) ---------
+    def launch_records(self) -> list:
+        """What every finished kernel launch did so far (traces.tables.LaunchRecord)."""
+        if self.device is None:
+            return []
+        return launch_records(self.device, self.profiler)
+
+    @_boundary()
+    def write_tables(self, path: str) -> int:
+        """Write the op_summary CSV of every finished launch (one row per kernel launch) to
+        ``path`` and the per-core and hot-spot tables beside it (docs/profiling.md); returns a
+        status code like the ACL calls."""
+        if self.device is None:
+            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, "write_tables: no device set; call aclrtSetDevice(0)")
+        try:
+            write_tables(self.launch_records(), path, self.device.spec.gm.kind)
+        except OSError as exc:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"write_tables: cannot write {path}: {exc}")
         return ACL_SUCCESS
 
     @_boundary()

@@ -34,6 +34,7 @@ from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Region
 from opsim.simulator.tile import KernelContext
+from opsim.traces.bounds import copy_rate_facts
 from opsim.traces.trace import Trace
 
 Kernel = Callable[..., Iterator[Any]]
@@ -116,6 +117,8 @@ class Launch:
     blocks: list[tuple[int, str, int, int]] = field(default_factory=list)  # (block, core, start, end)
     roles: dict[str, tuple[int, int]] = field(default_factory=dict)  # mix: core -> (block, sub-block)
     l2_sample: int | None = None      # timing-only L2 set sampling period (simulator/l2.py)
+    # bytes by the link that carried them: "HBM read", "HBM write", "L2 read" (DDR on a DSP)
+    link_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def cycles(self) -> int:
@@ -223,6 +226,9 @@ class Device:
         self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
         self.bytes_read = 0
         self.bytes_written = 0
+        # GM-addressed bytes by the link that carried them ("HBM read", "L2 read", ...), also
+        # per launch (Launch.link_bytes): bytes_read/bytes_written count L2 hits as GM bytes
+        self.link_bytes: dict[str, int] = {}
         self.cores: dict[str, list[Core]] = {}
         self._build_cores()
         if trace is not None:
@@ -358,12 +364,14 @@ class Device:
         else:
             self.bytes_read += nbytes
         tag = pipe.core.name
+        launch = pipe.core.launch
+        if spec.family == "dsp" or write:
+            self._count_bytes(launch, f"{self.gm_link.name} {'write' if write else 'read'}", nbytes)
         if spec.family == "dsp":
             m = spec.dma
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("DMA"), startup=m.startup + startup_extra, tag=tag)
         l2 = self.l2
-        launch = pipe.core.launch
         period = launch.l2_sample if launch is not None else None
         lines = None
         if l2 is not None and period is not None:
@@ -401,6 +409,8 @@ class Device:
         if self._trace_l2:
             self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit
+        self._count_bytes(launch, f"{self.gm_link.name} read", miss)
+        self._count_bytes(launch, "L2 read", hit)
         startup = m.startup + startup_extra
         pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
@@ -412,6 +422,12 @@ class Device:
             events.append(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
                                        pool=pool, startup=startup, tag=tag))
         return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+
+    def _count_bytes(self, launch: Launch | None, key: str, nbytes: int) -> None:
+        if nbytes:
+            self.link_bytes[key] = self.link_bytes.get(key, 0) + nbytes
+            if launch is not None:
+                launch.link_bytes[key] = launch.link_bytes.get(key, 0) + nbytes
 
     def trace_facts(self) -> dict[str, Any]:
         """Device facts a trace carries in its metadata: link capacities, peaks, core counts."""
@@ -427,6 +443,7 @@ class Device:
         vector_cores = self.cores.get("vector") or self.cores.get("dsp") or []
         return {
             "gm_link": spec.gm.kind,
+            "architecture": spec.cores.architecture,
             "gm_peak_GBps": spec.gm.bandwidth / 1e9,
             "link_capacity_GBps": {n: l.capacity * clk / 1e9 for n, l in self.net.links.items()},
             "launch_overhead_cycles": int(spec.launch.overhead),
@@ -436,6 +453,9 @@ class Device:
             "cube_macs_per_cycle": dict(spec.cube.macs_per_cycle) if spec.cube is not None else {},
             "local_memory_bytes": (spec.ub.size if spec.ub is not None else
                                    spec.private.capacity if spec.private is not None else 0),
+            # per-core copy rates (bytes/cycle: base + shared/n of n concurrent copies) that a
+            # bound reason names (traces/bounds.py)
+            "copy_rates": copy_rate_facts(spec),
         }
 
     def _occupancy_counter(self, core: str, memory: str) -> Callable[[int], None]:

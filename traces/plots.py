@@ -8,7 +8,7 @@ check against the trace.
 - ``timeline``: one row per (core, pipe), one bar per slice, optionally within a time window.
 - ``bandwidth``: each link's bandwidth counter over time against its capacity, and the L2 hit rate.
 - ``utilisation``: heat map of busy % per core (rows) and pipe (columns).
-- ``roofline``: cube flops or vector element-ops per second against ops per GM byte, under the
+- ``roofline``: cube flops or vector element-ops per second against ops per HBM/DDR byte, under the
   GM and compute roofs.
 """
 from __future__ import annotations
@@ -211,7 +211,8 @@ def utilisation(trace: Trace, path: str | None = None) -> Picture:
 
 
 def roofline(trace: Trace, path: str | None = None) -> Picture:
-    """The run on a roofline: ops/s vs ops per GM byte (log-log), cube flops or vector element-ops."""
+    """The run on a roofline: ops/s vs ops per HBM/DDR byte (log-log), cube flops or vector
+    element-ops; the L2 roof is drawn dashed, with the run placed by its L2-served bytes."""
     s = summarize(trace)
     r = s.roofline
     fig = _figure(8, 5.5)
@@ -228,14 +229,19 @@ def roofline(trace: Trace, path: str | None = None) -> Picture:
     xs = np.geomspace(lo, hi, 256)
     roof = np.minimum(r.peak_ops_per_s, xs * r.peak_bytes_per_s)
     ax.loglog(xs, roof / 1e9, color="black", linewidth=1.5,
-              label=f"roof: GM {r.peak_bytes_per_s / 1e9:g} GB/s, "
+              label=f"roof: {r.link} {r.peak_bytes_per_s / 1e9:g} GB/s, "
                     f"{r.dtype} {r.peak_ops_per_s / 1e12:.2f} T {r.unit}/s")
     if r.l2_bytes_per_s:
         ax.loglog(xs, np.minimum(r.peak_ops_per_s, xs * r.l2_bytes_per_s) / 1e9, color="grey",
-                  linestyle="--", linewidth=1, label=f"L2 {r.l2_bytes_per_s / 1e9:g} GB/s")
+                  linestyle="--", linewidth=1, label=f"L2 roof {r.l2_bytes_per_s / 1e9:g} GB/s "
+                                                     f"(against ops per L2-served byte)")
+        if r.l2_bytes:
+            xl = r.ops / r.l2_bytes
+            ax.loglog([xl], [y / 1e9], marker="o", markersize=8, markerfacecolor="none", color="grey",
+                      linestyle="none", label=f"this run per L2-served byte: {xl:.3f} ops/B")
     ax.loglog([x], [y / 1e9], marker="o", markersize=9, color="C3", linestyle="none",
               label=f"this run: {y / 1e9:.2f} G/s at {x:.3f} ops/B")
-    ax.set_xlabel(f"arithmetic intensity ({r.unit} per GM byte)")
+    ax.set_xlabel(f"arithmetic intensity ({r.unit} per {r.link} byte)")
     ax.set_ylabel(f"performance (G {r.unit}/s)")
     ax.grid(which="major", alpha=0.3)
     # minor ticks of log axes cost as much to lay out as the rest of the figure (measured 2x)

@@ -124,7 +124,7 @@ def _summary_html(s: Summary) -> str:
     r = s.roofline
     if r is not None and r.peak_ops_per_s:
         facts.append((r.unit, f"{r.ops:.0f} ({r.dtype})"))
-        facts.append(("GM bytes (DMA slices)", f"{r.gm_bytes:.0f}"))
+        facts.append(("HBM/DDR bytes (GM link)", f"{r.gm_bytes:.0f}"))
         facts.append(("arithmetic intensity", f"{r.intensity:.4f} per GM byte"))
         facts.append(("achieved", f"{r.ops_per_s / 1e9:.2f} G/s (roof there "
                                   f"{r.roof(r.intensity) / 1e9:.2f} G/s)"))
@@ -132,6 +132,22 @@ def _summary_html(s: Summary) -> str:
     if s.notes:
         parts.append("".join(f'<p class="note">{_e(n)}</p>' for n in s.notes))
     return "".join(parts)
+
+
+def _launches_html(trace: Trace) -> str:
+    """The op_summary table (one row per kernel launch, docs/profiling.md), its main columns."""
+    from opsim.traces.tables import op_summary, records_from_trace
+    records = records_from_trace(trace)
+    if not records:
+        return ""
+    head, rows = op_summary(records, str(trace.metadata.get("gm_link", "HBM")))
+    keep = [i for i, h in enumerate(head) if h in (
+        "Op Name", "Task Type", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim",
+        "Input Shapes", "Output Shapes") or h.endswith("_ratio") or h.endswith("bw(GB/s)")]
+    return ("<h2>Launches (op_summary)</h2>"
+            '<p class="note">One row per kernel launch; ratios are busy cycles over the cores\' '
+            "block cycles; bandwidths are the launch's bytes on each link over its duration.</p>" +
+            _table([head[i] for i in keep], [[r[i] for i in keep] for r in rows], left=2))
 
 
 def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace | None,
@@ -156,6 +172,7 @@ def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace 
     parts.append("<h2>Run</h2>" + _kv(facts))
     if s is not None:
         parts.append(f"<h2>Trace summary ({_e(s.level)} level)</h2>" + _summary_html(s))
+        parts.append(_launches_html(trace))
         parts.append("<h2>Pictures</h2>")
         for kind in KINDS:
             opts = {"max_rows": timeline_rows} if kind == "timeline" else {}

@@ -16,10 +16,11 @@ can decide.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from opsim.traces.bounds import cap_text, core_kind
 from opsim.traces.layout import GM_PIPES, PIPES, process_sort_key
 from opsim.traces.trace import PIPE_ORDER, Trace
 
@@ -52,7 +53,10 @@ class LinkUse:
 
 @dataclass(frozen=True)
 class Roofline:
-    """Where the run sits: operations per GM byte and per second, against the roofs.
+    """Where the run sits: operations per HBM/DDR byte and per second, against the roofs.
+
+    The memory roof is the GM link (HBM/DDR) and the intensity counts the bytes that link
+    carried; the L2 roof (``l2_bytes_per_s``) is drawn apart, for reference.
 
     A run with cube work (``Mmad``) is placed by its cube flops (2 per multiply-accumulate)
     against the cube peak; otherwise by its vector element-operations (one per element per
@@ -60,13 +64,15 @@ class Roofline:
     """
 
     ops: float                  # operations of ``unit``
-    gm_bytes: float             # bytes moved by the GM pipes (MTE2, MTE3, DMA, FIXP)
+    gm_bytes: float             # bytes the GM link (HBM/DDR) carried (L2 hits are not GM traffic)
     seconds: float
     dtype: str                  # dtype whose peak makes the compute roof
     peak_ops_per_s: float | None
     peak_bytes_per_s: float | None   # GM link
     l2_bytes_per_s: float | None = None
     unit: str = "vector element-ops"
+    link: str = "GM"            # the GM link's name (HBM, DDR)
+    l2_bytes: float = 0.0       # bytes the L2 served (its own roof)
 
     @property
     def intensity(self) -> float:
@@ -166,11 +172,15 @@ def summarize(trace: Trace) -> Summary:
     caps = meta.get("link_capacity_GBps") or {}
     seconds = cycles / clk if cycles else 0.0
     links = []
+    exact = meta.get("link_bytes_carried") or {}
     for (proc, name), (ts, vs) in series.items():
         if proc != "memory" or not name.endswith(" GB/s"):
             continue
         link = name[:-len(" GB/s")]
-        carried = _integral(np.asarray(ts), np.asarray(vs), end) * 1e9 / clk   # GB/s x cycles -> bytes
+        carried = _integral(np.asarray(ts), np.asarray(vs), end, start) * 1e9 / clk   # GB/s x cycles -> bytes
+        # the link's own byte count when the run recorded it (the counter is its allocated rate,
+        # a hair above the carried one where a transfer ends part-way through a cycle)
+        carried = float(exact.get(link, carried))
         links.append(LinkUse(link, carried, carried / seconds / 1e9 if seconds else 0.0,
                              caps.get(link), float(max(vs)) if vs else 0.0))
     for link, cap in caps.items():
@@ -190,25 +200,30 @@ def summarize(trace: Trace) -> Summary:
         operator=str(meta.get("operator", "")), device=str(meta.get("device", "")), level=trace.level,
         clock_hz=clk, start=start, end=end, launches=launches, pipes=tuple(pipes), links=tuple(links),
         local_peak=local_peak, ub_peak_bytes=ub_peak, l2_hit_rate=l2_hit_rate, bound=bound,
-        bound_reason=reason, roofline=_roofline(trace, cols, seconds, meta), notes=tuple(notes))
+        bound_reason=reason, roofline=_roofline(trace, cols, seconds, meta, links), notes=tuple(notes))
 
 
-def _integral(times: np.ndarray, values: np.ndarray, end: int) -> float:
-    """∫ of a step function (value i holds from times[i] to times[i+1], the last one to ``end``)."""
+def _integral(times: np.ndarray, values: np.ndarray, end: int, start: int | None = None) -> float:
+    """∫ of a step function (value i holds from times[i] to times[i+1], the last one to ``end``),
+    from ``start`` (default: its first step) to ``end``."""
     if not len(times):
         return 0.0
-    edges = np.append(times, max(end, int(times[-1])))
-    return float(np.sum(values * np.diff(edges)))
+    edges = np.append(times, max(end, int(times[-1]))).astype(np.float64)
+    if start is None:
+        return float(np.sum(values * np.diff(edges)))
+    lo, hi = np.clip(edges[:-1], start, end), np.clip(edges[1:], start, end)
+    return float(np.sum(values * (hi - lo)))
 
 
 def classify_bound(busy: Mapping[str, tuple[int, str]], cycles: int, launch_overhead: int,
-                   tail: str = "") -> tuple[str, str]:
+                   tail: str = "", cap: Callable[[str, str], str] | None = None) -> tuple[str, str]:
     """The bound of a run and the reason, from each pipe's busy cycles on its busiest core.
 
     ``busy`` maps pipe -> (busy cycles, core). A run is launch bound when the launch overhead is
     at least half of its cycles; otherwise it is bound by the category of its busiest pipe
     (MTE*/DMA/FIXP memory, VECTOR vector, CUBE cube, SCALAR scalar). The simulator's statistics,
-    the estimate and the trace summary all use this one rule.
+    the estimate and the trace summary all use this one rule. ``cap(pipe, core)`` names what
+    limits the binding pipe (traces/bounds.py); its text follows the busy figure.
     """
     if cycles and launch_overhead * 2 >= cycles:
         return "launch", (f"launch overhead {launch_overhead} of {cycles} cycles "
@@ -222,7 +237,9 @@ def classify_bound(busy: Mapping[str, tuple[int, str]], cycles: int, launch_over
         return "none", "no work"
     cat, (b, pipe, core) = max(by_cat.items(), key=lambda kv: kv[1][0])
     where = f" on {core}" if core else ""
-    return cat, f"{pipe} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%){where}{tail}"
+    capped = cap(pipe, core) if cap is not None else ""
+    return cat, (f"{pipe} busy {b} of {cycles} cycles ({100 * b / max(cycles, 1):.0f}%){where}"
+                 f"{'; ' + capped if capped else ''}{tail}")
 
 
 def _bound(trace: Trace, pipes: list[PipeUse], cycles: int, launches: int, links: list[LinkUse],
@@ -234,23 +251,35 @@ def _bound(trace: Trace, pipes: list[PipeUse], cycles: int, launches: int, links
             busy[u.pipe] = (u.busy_cycles, u.core)
     if trace.level == "launch" and not (cycles and overhead * 2 >= cycles) and not any(b for b, _ in busy.values()):
         return "unknown", "launch-level trace: no pipe slices to tell which pipe limits the run"
-    gm = meta.get("gm_link")
-    gm_use = next((l for l in links if l.name == gm), None)
-    tail = ""
-    if gm_use is not None and gm_use.peak_GBps:
-        tail = f"; {gm} {gm_use.achieved_GBps:.1f} of {gm_use.peak_GBps:.1f} GB/s"
-    return classify_bound(busy, cycles, overhead, tail)
+    used: dict[str, set[str]] = {}
+    for u in pipes:
+        used.setdefault(core_kind(u.core), set()).add(u.core)
+    link_use = {u.name: (u.achieved_GBps, u.peak_GBps) for u in links}
+
+    def cap(pipe: str, core: str) -> str:
+        kind = core_kind(core)
+        total = int(meta.get("cube_cores" if kind == "cube" else "vector_cores", 0) or 0)
+        n = len(used.get(kind, ()))
+        return cap_text(pipe, kind, n, max(total, n), meta, link_use, trace.clock_hz)
+    return classify_bound(busy, cycles, overhead, "", cap)
 
 
 def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
-              meta: dict[str, Any]) -> Roofline | None:
+              meta: dict[str, Any], links: list[LinkUse] = ()) -> Roofline | None:
     if not len(trace) or not seconds:
         return None
     tracks = trace.tracks
-    gm = np.array([th in GM_PIPES for _, th in tracks], dtype=bool)
-    gm_bytes = float(cols["bytes"][gm[cols["track"]]].sum())
     caps = meta.get("link_capacity_GBps") or {}
     gm_link = meta.get("gm_link")
+    # the memory roof is the GM link's (HBM/DDR): the bytes it carried, from its bandwidth
+    # counter; the DMA slices' bytes count L2 hits too and would put a run above its roof
+    carried = {u.name: u.bytes for u in links}
+    if gm_link in carried and carried[gm_link] > 0:
+        gm_bytes = float(carried[gm_link])
+    else:
+        gm = np.array([th in GM_PIPES for _, th in tracks], dtype=bool)
+        gm_bytes = float(cols["bytes"][gm[cols["track"]]].sum())
+    l2_bytes = float(carried.get("L2", 0.0))
     peak_bw = caps.get(gm_link) * 1e9 if gm_link in caps else None
     l2 = caps.get("L2") * 1e9 if "L2" in caps else None
 
@@ -264,7 +293,7 @@ def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
         per_core = peaks.get(dtype) or (max(peaks.values()) if peaks else None)
         peak = 2 * per_core * cores * trace.clock_hz if per_core and cores else None
         return Roofline(2.0 * sum(macs.values()), gm_bytes, seconds, dtype, peak, peak_bw, l2,
-                        unit="cube flops")
+                        unit="cube flops", link=str(gm_link or "GM"), l2_bytes=l2_bytes)
 
     vec = np.array([th == "VECTOR" for _, th in tracks], dtype=bool)[cols["track"]]
     # the compute roof is the peak of the dtype that did most of the vector work
@@ -276,7 +305,8 @@ def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
         dtype = max(peaks, key=peaks.get)
     per_core = peaks.get(dtype)
     peak = per_core * cores * trace.clock_hz if per_core and cores else None
-    return Roofline(float(sum(ops.values())), gm_bytes, seconds, dtype, peak, peak_bw, l2)
+    return Roofline(float(sum(ops.values())), gm_bytes, seconds, dtype, peak, peak_bw, l2,
+                    link=str(gm_link or "GM"), l2_bytes=l2_bytes)
 
 
 def _by_dtype(trace: Trace, cols: dict[str, np.ndarray], sel: np.ndarray, dtype_of) -> dict[str, float]:
@@ -321,7 +351,7 @@ def format_summary(s: Summary) -> str:
     r = s.roofline
     if r is not None and r.peak_ops_per_s:
         head.append(f"roofline   {r.ops_per_s / 1e9:.2f} G {r.dtype} {r.unit}/s at "
-                    f"{r.intensity:.3f} per GM byte; roof there {r.roof(r.intensity) / 1e9:.2f} G/s")
+                    f"{r.intensity:.3f} per {r.link} byte; roof there {r.roof(r.intensity) / 1e9:.2f} G/s")
     parts = ["\n".join(head)]
     cores, pipes, m = busy_matrix(s)
     if cores:

@@ -480,6 +480,7 @@ class _CubeCore:
                 f = miss[0] * miss[1]                    # expected fraction of bytes missed
                 data = cyc - costs.startup * reps
                 busy["~bytes"] = busy.get("~bytes", 0.0) + nbytes
+                busy["~missbytes"] = busy.get("~missbytes", 0.0) + nbytes * f
                 busy["~miss"] = busy.get("~miss", 0.0) + data * f
                 busy["~hit"] = busy.get("~hit", 0.0) + data * (1.0 - f)
                 q.enque(b)
@@ -746,10 +747,14 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     meta = bt * (4 + int_item + (1 if tm is None or not packed else 0)) + (bt + 7) // 8 * packed + (8 * bt if ms else 0)
     chunks = [min(tiling.vec_chunk, v - c0) for c0 in range(0, v, tiling.vec_chunk)]
     reads = cube_loads + rows_bytes + meta
+    # the cube's expected hits are served by the L2, not HBM (the vector side's reads count as HBM)
+    cube_hits = cube_loads - sum(cc.core.busy.get("~missbytes", 0.0) for cc in cubes) - sum(
+        cc.core.busy.get("~missbytes", 0.0) for cc in state or ())
     writes = (bt * sum(align16(n) for n in chunks) * item + bt * h * item + v * h * item
               + (rows_bytes if ms else 0))
     return Estimate(cycles=int(math.ceil(end)), pipe_busy={p: int(round(b)) for p, b in busy.items()},
                     bytes_read=int(reads), bytes_written=int(writes), block_dim=tiling.block_dim,
                     ub_bytes=tiling.ub_bytes, workspace_bytes=tiling.workspace, launches=1, model="flce",
+                    l2_bytes_read=int(max(0.0, cube_hits)),
                     notes="mixed launch: " + ", ".join(notes) + " cycles",
                     extra={"estimate_phases": tuple(notes)})

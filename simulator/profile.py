@@ -1,0 +1,143 @@
+"""A profiler client of the execution: what every launch did, per core, pipe, instruction kind
+and kernel source line (DESIGN §12, the profiler tables).
+
+:class:`Profiler` is a ``Device.observers`` entry. For every busy instruction a pipe completes
+it adds one call, its cycles and (for on-chip moves) its bytes under the key
+``(launch, core, pipe, instruction name, origin)``; ``origin`` is the kernel source line when
+the device stamps it (``device.source_lines = True``), else None. It also notes the GM addresses
+each launch stores to, so a table can tell a launch's outputs from its inputs.
+
+:func:`launch_records` turns a finished device plus its profiler into the plain rows the tables
+of :mod:`traces.tables` are built from; the traces layer never sees simulator objects.
+"""
+from __future__ import annotations
+
+from array import array
+from typing import Any, Iterator
+
+import numpy as np
+
+from opsim.simulator.cube import GmMatrix
+from opsim.simulator.tile import GlobalTensor
+from opsim.traces.tables import LaunchRecord, TensorInfo
+
+# pipes whose instructions store to GM (a DSP's DMA pipe moves both ways: see on_instruction)
+STORE_PIPES = frozenset(("MTE3", "FIXP"))
+COPY_PIPES = frozenset(("MTE1", "MTE2", "MTE3", "FIXP", "DMA"))
+
+
+class Profiler:
+    """Counts calls, busy cycles and on-chip bytes per (launch, core, pipe, instruction, origin)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, list[int]] = {}
+        self.on_chip: dict[str, int] = {}             # "L1->L0A", "UB->UB": bytes moved
+        self.stores: dict[int, array] = {}            # id(launch) -> GM addresses stored to
+
+    def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
+        if not instr.busy:
+            return
+        launch = core.launch
+        lid = id(launch)
+        name = instr.name
+        pname = pipe.name
+        key = (lid, core.name, pname, name, getattr(instr, "origin", None))
+        row = self.rows.get(key)
+        if row is None:
+            row = self.rows[key] = [0, 0, 0]
+        row[0] += 1
+        row[1] += end - start
+        if pname in COPY_PIPES or name == "Copy":
+            _, nbytes, addr, _ = instr.trace_args()
+            row[2] += nbytes
+            if pname == "MTE1" or name == "Copy":
+                # on-chip moves: L1 -> L0A/L0B (LoadData), UB -> UB (Copy)
+                path = f"L1->{instr.dst.region.name}" if pname == "MTE1" else "UB->UB"
+                self.on_chip[path] = self.on_chip.get(path, 0) + nbytes
+            elif addr >= 0 and (pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False))):
+                self.stores.setdefault(lid, array("q")).append(addr)
+
+    def busy(self, launch: Any) -> dict[tuple[str, str], int]:
+        """(core, pipe) -> busy cycles of one launch."""
+        lid = id(launch)
+        out: dict[tuple[str, str], int] = {}
+        for (l, core, pipe, _, _), (_, cycles, _) in self.rows.items():
+            if l == lid:
+                out[(core, pipe)] = out.get((core, pipe), 0) + cycles
+        return out
+
+    def instructions(self, launch: Any) -> Iterator[tuple[str, str, str, str | None, int, int, int]]:
+        """(core, pipe, instruction, origin, calls, cycles, bytes) of one launch."""
+        lid = id(launch)
+        for (l, core, pipe, name, origin), (calls, cycles, nbytes) in self.rows.items():
+            if l == lid:
+                yield core, pipe, name, origin, calls, cycles, nbytes
+
+
+def _tensors(args: Any, depth: int = 0) -> Iterator[Any]:
+    """GM tensors among a launch's arguments (inside tuples, lists and dicts too)."""
+    if isinstance(args, (GlobalTensor, GmMatrix)):
+        yield args
+    elif depth < 3 and isinstance(args, (tuple, list)):
+        for a in args:
+            yield from _tensors(a, depth + 1)
+    elif depth < 3 and isinstance(args, dict):
+        for a in args.values():
+            yield from _tensors(a, depth + 1)
+
+
+def _span(t: Any) -> tuple[int, int]:
+    """Byte range [lo, hi) of the storage a tensor view covers."""
+    item = t.dtype.itemsize
+    if isinstance(t, GmMatrix):
+        lo, hi = t.span(0, t.rows, 0, t.cols)
+        return lo, hi
+    extent = 1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.strides)) if t.shape else 1
+    lo = t.addr + t.offset * item
+    return lo, lo + extent * item
+
+
+def _info(t: Any) -> TensorInfo:
+    if isinstance(t, GmMatrix):
+        return TensorInfo((t.rows, t.cols), t.dtype.name, "FRACTAL_NZ" if t.layout == "NZ" else "ND")
+    return TensorInfo(tuple(t.shape), t.dtype.name, "ND")
+
+
+def launch_records(device: Any, profiler: Profiler | None, launches: list | None = None) -> list[LaunchRecord]:
+    """One :class:`traces.tables.LaunchRecord` per finished launch of ``device`` (or of
+    ``launches``), in launch order, with per-core busy cycles from ``profiler`` when given."""
+    spec = device.spec
+    out: list[LaunchRecord] = []
+    prev_end: dict[int, int] = {}
+    for launch in (device.launches if launches is None else launches):
+        if launch.end < 0:
+            continue
+        stores = np.sort(np.frombuffer(profiler.stores.get(id(launch), array("q")), dtype=np.int64)) \
+            if profiler is not None else np.zeros(0, np.int64)
+        inputs, outputs, seen = [], [], set()
+        for t in _tensors(launch.args):
+            lo, hi = _span(t)
+            if (lo, hi, t.dtype.name) in seen:
+                continue
+            seen.add((lo, hi, t.dtype.name))
+            i = int(np.searchsorted(stores, lo))
+            written = i < len(stores) and stores[i] < hi
+            (outputs if written else inputs).append(_info(t))
+        stream = launch.stream.index if launch.stream is not None else 0
+        wait = launch.issue - prev_end[stream] if stream in prev_end else 0
+        prev_end[stream] = launch.end
+        cores: dict[str, int] = {}
+        for _, core, start, end in launch.blocks:
+            cores[core] = cores.get(core, 0) + end - start
+        ratio = device.mix_ratio if launch.unit == "mix" else 0
+        out.append(LaunchRecord(
+            name=launch.name, op_type=launch.name, unit=launch.unit,
+            architecture=spec.cores.architecture, block_dim=launch.block_dim,
+            mix_block_dim=launch.block_dim * ratio, stream=stream, issue=launch.issue,
+            start=launch.start, end=launch.end, wait=wait, clock_hz=spec.clock_hz,
+            inputs=tuple(inputs), outputs=tuple(outputs), core_cycles=cores,
+            busy=profiler.busy(launch) if profiler is not None else {},
+            link_bytes=dict(launch.link_bytes),
+            instructions=tuple(profiler.instructions(launch)) if profiler is not None else (),
+            blocks=tuple(sorted(launch.blocks))))
+    return out
