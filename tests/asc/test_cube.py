@@ -93,11 +93,12 @@ def _overlaps(trace, core, p, q):
 
 def test_matmul_pipes_overlap_as_the_queues_allow(example):
     mod = example("matmul_cube_only")
-    res, c, want = mod.run(m=128, k=512, n=128, cores=1)
+    res, c, want = mod.run(m=256, k=512, n=256, cores=1)
     assert np.array_equal(c, want)
     core = "core0.cubecore0"
     assert _overlaps(res.trace, core, "MTE2", "CUBE"), "the next K chunk loads while the cube multiplies"
     assert _overlaps(res.trace, core, "MTE1", "CUBE"), "L0 double buffering: MTE1 under CUBE"
+    assert _overlaps(res.trace, core, "FIXP", "CUBE"), "two L0C buffers: tile i drains while i+1 multiplies"
 
 
 def test_matmul_with_more_cores_takes_fewer_cycles(example):
