@@ -1,0 +1,435 @@
+"""Instructions added for the pyasc front-end (opsim.asc): activations, compare/select,
+reductions and a padded GM->UB copy.
+
+They subclass the instruction classes of simulator/isa.py, so they share the pipe, the cost
+model (``cycles = k·N + b`` from the device's ``[vector.cost]`` table; the entries and their
+sources are in the device files), the dtype checks and the numerics convention (widen to fp32,
+one operation, round once to the destination dtype). Each lists the memory it touches
+(``accesses``) for the sanitizer.
+
+Numeric conventions that the public documentation leaves open are fixed here and documented:
+
+- ``Rsqrt`` is ``1 / sqrt(x)`` in fp32 (two fp32 roundings), then one rounding to the dtype.
+- ``LeakyRelu`` is ``x if x >= 0 else x * alpha`` (alpha rounded to the dtype first).
+- Sums (``ReduceSum``, ``WholeReduceSum``) accumulate in fp32 pairwise: the elements, padded
+  with zeros to a power of two, are added in adjacent pairs ``a[2i] + a[2i+1]`` level by level
+  (a binary tree), and the result is rounded once to the dtype. ``ReduceSum`` applies the tree
+  over each 256-byte repeat first and then over the repeat sums, as the instruction reduces
+  one repeat at a time.
+- Compare writes one bit per element into a uint8 mask, element ``i`` in bit ``i % 8`` of byte
+  ``i // 8`` (LSB first); Select reads such a mask.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from opsim.simulator import numerics as nx
+from opsim.simulator.errors import MemoryFault, SimulatorError
+from opsim.simulator.isa import (DataCopyPad, VectorOp, _cost_dtype, _require_compute, _vector_cycles)
+from opsim.simulator.tile import LocalTensor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from opsim.simulator.core import Pipe
+
+Access = tuple[str, int, int, bool]
+
+
+def local_access(t: LocalTensor, nbytes: int, write: bool) -> Access:
+    return (f"{t.core.name}/{t.region.name}", t.addr, int(nbytes), write)
+
+
+def _vector_accesses(self: VectorOp) -> tuple[Access, ...]:
+    n = self.count
+    acc = [local_access(self.dst, n * self.dst.dtype.itemsize, True)]
+    acc += [local_access(s, n * s.dtype.itemsize, False) for s in self.srcs]
+    if isinstance(self.scalar, LocalTensor):
+        acc.append(local_access(self.scalar, self.scalar.dtype.itemsize, False))
+    return tuple(acc)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations
+# ---------------------------------------------------------------------------------------------
+
+def _relu(a, out=None):
+    return np.maximum(a, np.float32(0.0), out=out)
+
+
+def _rsqrt(a, out=None):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.divide(np.float32(1.0), np.sqrt(a))
+    if out is not None:
+        out[...] = r
+        return out
+    return r
+
+
+def _leaky_relu(a, alpha, out=None):
+    r = np.where(a >= 0, a, a * np.float32(alpha)).astype(np.float32, copy=False)
+    if out is not None:
+        out[...] = r
+        return out
+    return r
+
+
+class Relu(VectorOp):
+    """dst = max(src, 0)."""
+
+    __slots__ = ()
+    name = "Relu"
+    fn = staticmethod(_relu)
+    accesses = _vector_accesses
+
+
+class Rsqrt(VectorOp):
+    """dst = 1 / sqrt(src) (fp32: two roundings, see the module docstring)."""
+
+    __slots__ = ()
+    name = "Rsqrt"
+    fn = staticmethod(_rsqrt)
+    accesses = _vector_accesses
+
+
+class LeakyRelu(VectorOp):
+    """dst = src if src >= 0 else src * scalar."""
+
+    __slots__ = ()
+    name = "LeakyRelu"
+    fn = staticmethod(_leaky_relu)
+    accesses = _vector_accesses
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare and select
+# ---------------------------------------------------------------------------------------------
+
+CMP_FNS = {"LT": np.less, "GT": np.greater, "EQ": np.equal, "LE": np.less_equal, "GE": np.greater_equal,
+           "NE": np.not_equal}
+
+
+def _check_mask(mask: LocalTensor, n: int, what: str, write: bool) -> int:
+    nbytes = -(-n // 8)
+    if mask.dtype.itemsize * mask.count < nbytes:
+        raise MemoryFault(f"{what} mask of {mask.count} x {mask.dtype} is smaller than the {nbytes} B "
+                          f"{n} elements need", address=mask.addr)
+    mask.region.check(mask.addr, nbytes, write=write)
+    return nbytes
+
+
+class Compare(VectorOp):
+    """``Compare(dst_mask, src0, src1|scalar, mode, count)``: bit i of the uint8 ``dst`` mask =
+    src0[i] <mode> src1[i] (or the scalar). Costed by the CompareScalar / Compare entries."""
+
+    __slots__ = ("mode",)
+    name = "Compare"
+
+    def __init__(self, dst: LocalTensor, src0: LocalTensor, src1: LocalTensor | None, mode: str,
+                 count: int, scalar: float | LocalTensor | None = None) -> None:
+        srcs = (src0,) if src1 is None else (src0, src1)
+        super().__init__(dst, *srcs, scalar=scalar, count=count)
+        if mode not in CMP_FNS:
+            raise SimulatorError(f"Compare mode {mode!r} is not one of {', '.join(CMP_FNS)}")
+        self.mode = mode
+
+    def issue(self, pipe: "Pipe") -> int:
+        src0 = self.srcs[0]
+        dt = src0.dtype
+        for s in self.srcs:
+            if s.dtype != dt:
+                raise SimulatorError(f"Compare mixes {s.dtype} and {dt}; Cast first")
+        _require_compute(pipe, "Compare", dt)
+        n = self.count
+        for s in self.srcs:
+            s.check(n, write=False)
+        _check_mask(self.dst, n, "Compare", write=True)
+        if isinstance(self.scalar, LocalTensor):
+            self.scalar.check(1, write=False)
+        op = "CompareScalar" if len(self.srcs) == 1 else "Compare"
+        return _vector_cycles(pipe, op, dt.name, n)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        dt = self.srcs[0].dtype
+        a = nx.to_f32(self.srcs[0].array(n))
+        if len(self.srcs) == 2:
+            b = nx.to_f32(self.srcs[1].array(n))
+        elif isinstance(self.scalar, LocalTensor):
+            b = np.float32(nx.to_f32(self.scalar.array(1))[0])
+        else:
+            b = np.float32(nx.const(self.scalar, dt))
+        bits = CMP_FNS[self.mode](a, b)
+        packed = np.packbits(bits, bitorder="little")
+        self.dst.reinterpret(nx.UINT8).array(packed.size)[...] = packed
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        n = self.count
+        acc = [local_access(self.dst, -(-n // 8), True)]
+        acc += [local_access(s, n * s.dtype.itemsize, False) for s in self.srcs]
+        return tuple(acc)
+
+    def describe(self) -> str:
+        return f"Compare({self.mode}, {self.count} x {self.srcs[0].dtype})"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.count, 0, self.dst.addr, f"{self.mode} {self.srcs[0].dtype}"
+
+
+class Select(VectorOp):
+    """``Select(dst, mask, src0, src1|scalar, count)``: dst[i] = src0[i] if bit i of ``mask``
+    else src1[i] (or the scalar)."""
+
+    __slots__ = ("mask",)
+    name = "Select"
+
+    def __init__(self, dst: LocalTensor, mask: LocalTensor, src0: LocalTensor, src1: LocalTensor | None,
+                 count: int, scalar: float | LocalTensor | None = None) -> None:
+        srcs = (src0,) if src1 is None else (src0, src1)
+        super().__init__(dst, *srcs, scalar=scalar, count=count)
+        self.mask = mask
+
+    def issue(self, pipe: "Pipe") -> int:
+        cycles = super().issue(pipe)       # dtype, compute and bounds checks, the Select cost
+        _check_mask(self.mask, self.count, "Select", write=False)
+        return cycles
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        dt = self.dst.dtype
+        nbytes = -(-n // 8)
+        bits = np.unpackbits(self.mask.reinterpret(nx.UINT8).array(nbytes), bitorder="little")[:n].astype(bool)
+        a = self.srcs[0].array(n)
+        if len(self.srcs) == 2:
+            b = self.srcs[1].array(n)
+        elif isinstance(self.scalar, LocalTensor):
+            b = self.scalar.array(1)[0]
+        else:
+            b = nx.const(self.scalar, dt)
+        self.dst.array(n)[...] = np.where(bits, a, b)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        return _vector_accesses(self) + (local_access(self.mask, -(-self.count // 8), False),)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------------------------
+
+def tree_sum(x: np.ndarray) -> np.float32:
+    """fp32 pairwise sum: pad to a power of two with zeros, add adjacent pairs level by level."""
+    a = np.asarray(x, dtype=np.float32)
+    if a.size == 0:
+        return np.float32(0.0)
+    size = 1 << (a.size - 1).bit_length()
+    if size != a.size:
+        a = np.concatenate([a, np.zeros(size - a.size, dtype=np.float32)])
+    while a.size > 1:
+        a = a[0::2] + a[1::2]
+    return np.float32(a[0])
+
+
+def repeat_tree_sum(x: np.ndarray, per_repeat: int) -> np.float32:
+    """The ReduceSum order: a tree sum within each 256 B repeat, then over the repeat sums."""
+    a = np.asarray(x, dtype=np.float32)
+    if a.size <= per_repeat:
+        return tree_sum(a)
+    sums = np.array([tree_sum(a[i:i + per_repeat]) for i in range(0, a.size, per_repeat)], dtype=np.float32)
+    return repeat_tree_sum(sums, per_repeat)
+
+
+class ReduceOp(VectorOp):
+    """``ReduceSum/ReduceMax/ReduceMin(dst, src, work, count)``: dst[0] = reduction of src[:count]
+    (fp32 accumulation, one rounding). ``work`` is the scratch the API requires; it is checked
+    for bounds, its contents are not modelled."""
+
+    __slots__ = ("work",)
+    kind: ClassVar[str] = "sum"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, work: LocalTensor | None, count: int) -> None:
+        super().__init__(dst, src, count=count)
+        self.work = work
+
+    def issue(self, pipe: "Pipe") -> int:
+        src = self.srcs[0]
+        dt = self.dst.dtype
+        if src.dtype != dt:
+            raise SimulatorError(f"{self.name} mixes {src.dtype} and {dt}")
+        _require_compute(pipe, self.name, dt)
+        src.check(self.count, write=False)
+        self.dst.check(1, write=True)
+        return _vector_cycles(pipe, self.name, dt.name, self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        dt = self.dst.dtype
+        a = nx.to_f32(self.srcs[0].array(n))
+        if self.kind == "sum":
+            v = repeat_tree_sum(a, max(1, 256 // dt.itemsize))
+        elif self.kind == "max":
+            v = np.float32(a.max())
+        else:
+            v = np.float32(a.min())
+        self.dst.array(1)[...] = v if dt == nx.FP32 else nx.round_to(np.asarray([v], dtype=np.float32), dt)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        src = self.srcs[0]
+        return (local_access(self.dst, self.dst.dtype.itemsize, True),
+                local_access(src, self.count * src.dtype.itemsize, False))
+
+    def describe(self) -> str:
+        return f"{self.name}({self.count} x {self.dst.dtype})"
+
+
+class ReduceSum(ReduceOp):
+    __slots__ = ()
+    name = "ReduceSum"
+    kind = "sum"
+
+
+class ReduceMax(ReduceOp):
+    __slots__ = ()
+    name = "ReduceMax"
+    kind = "max"
+
+
+class ReduceMin(ReduceOp):
+    __slots__ = ()
+    name = "ReduceMin"
+    kind = "min"
+
+
+class WholeReduce(VectorOp):
+    """``WholeReduceSum/Max/Min(dst, src, mask, repeat, dst_rep_stride, 1, src_rep_stride)``:
+    for each of ``repeat`` repeats, reduce the first ``mask`` elements of the repeat (which
+    starts ``src_rep_stride`` 32 B blocks after the previous one) into dst[r * dst_rep_stride]
+    (elements). Max/min with ``with_index`` also store the element's index within the repeat,
+    its integer bits in the dtype's width, after the value (ReduceOrder.ORDER_VALUE_INDEX)."""
+
+    __slots__ = ("mask", "repeat", "dst_rep_stride", "src_rep_stride", "with_index")
+    kind: ClassVar[str] = "sum"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, mask: int, repeat: int, dst_rep_stride: int,
+                 src_rep_stride: int, with_index: bool = False) -> None:
+        super().__init__(dst, src, count=int(mask) * int(repeat))
+        self.mask, self.repeat = int(mask), int(repeat)
+        self.dst_rep_stride, self.src_rep_stride = int(dst_rep_stride), int(src_rep_stride)
+        self.with_index = bool(with_index)
+
+    def _spans(self) -> tuple[int, int]:
+        """(src elements, dst elements) the instruction touches."""
+        dt = self.dst.dtype
+        step = self.src_rep_stride * 32 // dt.itemsize
+        src_n = (self.repeat - 1) * step + self.mask
+        width = 2 if self.with_index else 1
+        dst_n = (self.repeat - 1) * self.dst_rep_stride + width
+        return src_n, dst_n
+
+    def issue(self, pipe: "Pipe") -> int:
+        src = self.srcs[0]
+        dt = self.dst.dtype
+        if src.dtype != dt:
+            raise SimulatorError(f"{self.name} mixes {src.dtype} and {dt}")
+        _require_compute(pipe, self.name, dt)
+        per = 256 // dt.itemsize
+        if not 1 <= self.mask <= per:
+            raise SimulatorError(f"{self.name} mask {self.mask} is not in 1..{per} for {dt}")
+        src_n, dst_n = self._spans()
+        src.check(src_n, write=False)
+        self.dst.check(dst_n, write=True)
+        return _vector_cycles(pipe, self.name, dt.name, self.mask * self.repeat)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        dt = self.dst.dtype
+        src_n, dst_n = self._spans()
+        step = self.src_rep_stride * 32 // dt.itemsize
+        a = nx.to_f32(self.srcs[0].array(src_n))
+        out = self.dst.array(dst_n)
+        for r in range(self.repeat):
+            seg = a[r * step:r * step + self.mask]
+            if self.kind == "sum":
+                v = tree_sum(seg)
+            elif self.kind == "max":
+                idx = int(np.argmax(seg))
+                v = seg[idx]
+            else:
+                idx = int(np.argmin(seg))
+                v = seg[idx]
+            val = v if dt == nx.FP32 else nx.round_to(np.asarray([v], dtype=np.float32), dt)[0]
+            out[r * self.dst_rep_stride] = val
+            if self.with_index and self.kind != "sum":
+                bits = np.asarray([idx], dtype=np.uint32 if dt.itemsize == 4 else np.uint16)
+                out[r * self.dst_rep_stride + 1:r * self.dst_rep_stride + 2] = bits.view(dt.np_dtype)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        src_n, dst_n = self._spans()
+        return (local_access(self.dst, dst_n * self.dst.dtype.itemsize, True),
+                local_access(self.srcs[0], src_n * self.srcs[0].dtype.itemsize, False))
+
+    def describe(self) -> str:
+        return f"{self.name}(mask {self.mask}, repeat {self.repeat}, {self.dst.dtype})"
+
+
+class WholeReduceSum(WholeReduce):
+    __slots__ = ()
+    name = "WholeReduceSum"
+    kind = "sum"
+
+
+class WholeReduceMax(WholeReduce):
+    __slots__ = ()
+    name = "WholeReduceMax"
+    kind = "max"
+
+
+class WholeReduceMin(WholeReduce):
+    __slots__ = ()
+    name = "WholeReduceMin"
+    kind = "min"
+
+
+# ---------------------------------------------------------------------------------------------
+# Data movement
+# ---------------------------------------------------------------------------------------------
+
+class DataCopyPadValue(DataCopyPad):
+    """``DataCopyPad`` GM -> UB with ``isPad``: after the ``count`` elements, ``right`` elements
+    of the destination are filled with ``value`` (in the destination dtype) up to the 32 B block."""
+
+    __slots__ = ("right", "value")
+
+    def __init__(self, dst: LocalTensor, src: Any, count: int, right: int, value: float) -> None:
+        super().__init__(dst, src, count)
+        self.right, self.value = int(right), value
+
+    def issue(self, pipe: "Pipe") -> Any:
+        local = self.dst
+        if self.count + self.right > local.count:
+            raise MemoryFault(f"DataCopyPad of {self.count} + {self.right} padding elements overruns "
+                              f"{local!r}", address=local.addr)
+        local.region.check(local.addr, (self.count + self.right) * local.dtype.itemsize, write=True)
+        return super().issue(pipe)
+
+    def complete(self, pipe: "Pipe") -> None:
+        super().complete(pipe)
+        if pipe.core.device.functional and self.right:
+            arr = self.dst.array(self.count + self.right)
+            arr[self.count:] = nx.const(self.value, self.dst.dtype)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        lo, hi = self.src.byte_range(self.count)
+        item = self.dst.dtype.itemsize
+        return (("GM", lo, hi - lo, False), local_access(self.dst, (self.count + self.right) * item, True))
+
+
+__all__ = ["Relu", "Rsqrt", "LeakyRelu", "Compare", "Select", "ReduceSum", "ReduceMax", "ReduceMin",
+           "WholeReduceSum", "WholeReduceMax", "WholeReduceMin", "DataCopyPadValue", "tree_sum",
+           "repeat_tree_sum", "CMP_FNS", "_cost_dtype"]
