@@ -40,7 +40,7 @@ def local_access(t: LocalTensor, nbytes: int, write: bool) -> Access:
     return (f"{t.core.name}/{t.region.name}", t.addr, int(nbytes), write)
 
 
-def _vector_accesses(self: VectorOp) -> tuple[Access, ...]:
+def _vector_accesses(self: VectorOp, pipe: "Pipe | None" = None) -> tuple[Access, ...]:
     n = self.count
     acc = [local_access(self.dst, n * self.dst.dtype.itemsize, True)]
     acc += [local_access(s, n * s.dtype.itemsize, False) for s in self.srcs]
