@@ -433,3 +433,197 @@ class DataCopyPadValue(DataCopyPad):
 __all__ = ["Relu", "Rsqrt", "LeakyRelu", "Compare", "Select", "ReduceSum", "ReduceMax", "ReduceMin",
            "WholeReduceSum", "WholeReduceMax", "WholeReduceMin", "DataCopyPadValue", "tree_sum",
            "repeat_tree_sum", "CMP_FNS", "_cost_dtype"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Cube: fractal-level LoadData (L1 -> L0A/L0B), the bias of a matmul tile
+# ---------------------------------------------------------------------------------------------
+
+from opsim.simulator.cube import (CrossCoreSetFlag, CrossCoreWaitFlag, CubeInstruction, GmMatrix,  # noqa: E402
+                                  _fit, _need_region, align16, cube_load_model, nz_bytes)
+from opsim.simulator.errors import UnsupportedInstruction  # noqa: E402
+
+FRACTAL_BYTES = 512     # one 16 x 32 B fractal (16 x 16 fp16/bf16)
+
+
+class LoadData2D(CubeInstruction):
+    """``LoadData(dst, src, LoadData2DParams)`` L1 -> L0A/L0B on MTE1, fractal by fractal: for
+    i in 0..repeat-1 the 512 B fractal ``start + i * src_stride`` of ``src`` goes to position
+    ``i`` (plus ``i * dst_gap`` fractals of gap) of ``dst``, transposed within the fractal if
+    ``transpose`` (16-bit types). Costs bytes / rates.l1_to_l0a|b plus mte1.startup, as the
+    matrix-level LoadData."""
+
+    __slots__ = ("dst", "src", "start", "count", "src_stride", "dst_gap", "transpose")
+    pipe = "MTE1"
+    name = "LoadData"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, start: int, count: int, src_stride: int,
+                 dst_gap: int = 0, transpose: bool = False) -> None:
+        super().__init__(1)
+        self.dst, self.src = dst, src
+        self.start, self.count, self.src_stride = int(start), int(count), int(src_stride)
+        self.dst_gap, self.transpose = int(dst_gap), bool(transpose)
+
+    def _extent(self) -> tuple[int, int]:
+        """(src bytes from src.addr, dst bytes from dst.addr) the instruction touches."""
+        last_src = self.start + (self.count - 1) * self.src_stride
+        return (last_src + 1) * FRACTAL_BYTES, (self.count + (self.count - 1) * self.dst_gap) * FRACTAL_BYTES
+
+    def issue(self, pipe: "Pipe") -> int:
+        _need_region(self.src, ("L1",), "LoadData source")
+        _need_region(self.dst, ("L0A", "L0B"), "LoadData destination")
+        if self.count < 1:
+            raise SimulatorError(f"LoadData with repeat_times {self.count}")
+        if self.transpose and self.src.dtype.itemsize != 2:
+            raise UnsupportedInstruction(f"LoadData with transpose of {self.src.dtype} fractals "
+                                         f"(modelled for 16-bit types)", dtype=self.src.dtype.name)
+        src_b, dst_b = self._extent()
+        for t, nb, w in ((self.src, src_b, False), (self.dst, dst_b, True)):
+            if nb > t.count * t.dtype.itemsize:
+                raise MemoryFault(f"LoadData touches {nb} B of {t!r}", address=t.addr)
+            t.region.check(t.addr, nb, write=w)
+        spec = pipe.core.device.spec
+        to_a = self.dst.region.name == "L0A"
+        rate = (spec.rates.l1_to_l0a if to_a else spec.rates.l1_to_l0b) or (
+            spec.mte1.base if spec.mte1 is not None else 0.0)
+        if rate <= 0:
+            raise UnsupportedInstruction(f"{spec.name} has no L1->{self.dst.region.name} rate")
+        startup = spec.mte1.startup if spec.mte1 is not None else 0
+        return -(-self.count * FRACTAL_BYTES // int(rate)) + startup + pipe.head_cycles()
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        src_b, dst_b = self._extent()
+        s = self.src.reinterpret(nx.UINT8).array(src_b)
+        d = self.dst.reinterpret(nx.UINT8).array(dst_b)
+        for i in range(self.count):
+            a = (self.start + i * self.src_stride) * FRACTAL_BYTES
+            frac = s[a:a + FRACTAL_BYTES]
+            if self.transpose:
+                frac = frac.view(np.uint16).reshape(16, 16).T.copy().view(np.uint8).reshape(-1)
+            o = i * (1 + self.dst_gap) * FRACTAL_BYTES
+            d[o:o + FRACTAL_BYTES] = frac
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        src_b, dst_b = self._extent()
+        return (local_access(self.dst, dst_b, True), local_access(self.src, src_b, False))
+
+    def describe(self) -> str:
+        return (f"LoadData(L1->{self.dst.region.name}, {self.count} fractals from {self.start} stride "
+                f"{self.src_stride}{', transpose' if self.transpose else ''})")
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return 0, self.count * FRACTAL_BYTES, self.dst.addr, f"L1->{self.dst.region.name} {self.count} fractals"
+
+
+class BiasFill(CubeInstruction):
+    """The bias of a matmul tile: ``n`` fp32 values from GM broadcast over the ``m`` rows of an
+    L0C tile (NZ), which the tile's Mmads then accumulate into. Ascend C moves the bias GM -> L1
+    -> bias table and Mmad adds it; here that path is one GM read on MTE2 at the cube core's
+    load rate (assumption: the bias-table hop is not timed)."""
+
+    __slots__ = ("c", "bias", "c0", "m", "n")
+    pipe = "MTE2"
+    name = "BiasFill"
+
+    def __init__(self, c: LocalTensor, bias: GmMatrix, c0: int, m: int, n: int) -> None:
+        super().__init__(1)
+        self.c, self.bias, self.c0, self.m, self.n = c, bias, int(c0), int(m), int(n)
+
+    def issue(self, pipe: "Pipe") -> Any:
+        _need_region(self.c, ("L0C",), "bias destination")
+        if self.c.dtype != nx.FP32 or self.bias.dtype != nx.FP32:
+            raise SimulatorError(f"the matmul bias and L0C are fp32, got {self.bias.dtype} -> {self.c.dtype}")
+        _fit(self.c, nz_bytes(self.m, self.n, 4), f"bias of a {self.m} x {self.n} tile")
+        self.c.check(nz_bytes(self.m, self.n, 4) // 4, write=True)
+        self.bias._check_block(0, 1, self.c0, self.n)
+        device = pipe.core.device
+        lo, hi = self.bias.span(0, 1, self.c0, self.n)
+        device.check_global(lo, hi - lo, write=False)
+        return device.gm_transfer(pipe, lo, self.n * 4, write=False, model=cube_load_model(device.spec),
+                                  startup_extra=pipe.head_cycles())
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        row = self.bias.read(0, 1, self.c0, self.n)[0].astype(np.float32)
+        m16, n16 = align16(self.m), align16(self.n)
+        full = np.zeros((m16, n16), np.float32)
+        full[:self.m, :self.n] = row
+        self.c.array(m16 * n16)[...] = full.reshape(m16, n16 // 16, 16).transpose(1, 0, 2).reshape(-1)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        lo, hi = self.bias.span(0, 1, self.c0, self.n)
+        return (("GM", lo, hi - lo, False), local_access(self.c, nz_bytes(self.m, self.n, 4), True))
+
+    def describe(self) -> str:
+        return f"BiasFill({self.m} x {self.n} fp32)"
+
+    def trace_args(self) -> tuple[int, int, int, str]:
+        return self.m * self.n, self.n * 4, self.bias.span(0, 1, self.c0, 1)[0], "GM->L0C bias"
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul client/server messages of mixed kernels (asc.adv.Matmul on AIV, served by the AIC)
+# ---------------------------------------------------------------------------------------------
+
+class KfcSetFlag(CrossCoreSetFlag):
+    """A hand-off of the Matmul message channel between a vector core (client) and its cube core
+    (server): ``channel`` ("req", "ready", "free", "done") and the vector core ``sub``; its own
+    keys, so it never meets the kernel's cross-core flag ids."""
+
+    __slots__ = ("channel", "sub")
+    name = "KfcSetFlag"
+
+    def __init__(self, channel: str, sub: int, pipe: str) -> None:
+        super().__init__(0, 2, pipe)
+        self.channel, self.sub = channel, int(sub)
+
+    def complete(self, pipe: "Pipe") -> None:
+        launch = pipe.core.launch
+        group = launch.roles[pipe.core.name][0]
+        pipe.core.device.cross_flags.set((id(launch), group, "kfc", self.channel, self.sub), pipe.last_slice)
+
+    def describe(self) -> str:
+        return f"KfcSetFlag<{self._pipe}>({self.channel}, aiv {self.sub})"
+
+
+class KfcWaitFlag(CrossCoreWaitFlag):
+    __slots__ = ("channel", "sub")
+    name = "KfcWaitFlag"
+
+    def __init__(self, channel: str, sub: int, pipe: str) -> None:
+        super().__init__(0, 2, pipe)
+        self.channel, self.sub = channel, int(sub)
+
+    def issue(self, pipe: "Pipe") -> Any:
+        launch = pipe.core.launch
+        group = launch.roles[pipe.core.name][0]
+        self._key = (id(launch), group, "kfc", self.channel, self.sub)
+        return pipe.core.device.cross_flags.wait(self._key, pipe.core.name + self._pipe, 1)
+
+    def describe(self) -> str:
+        return f"KfcWaitFlag<{self._pipe}>({self.channel}, aiv {self.sub})"
+
+
+class KfcPoll(CrossCoreWaitFlag):
+    """The cube core's scalar unit polling its Matmul message queue: completes once a message is
+    there (``mailbox.event()``: a SimPy event that a vector core's request succeeds)."""
+
+    __slots__ = ("mailbox",)
+    pipe = "SCALAR"
+    name = "KfcPoll"
+
+    def __init__(self, mailbox: Any) -> None:
+        super().__init__(0, 2, "SCALAR")
+        self.mailbox = mailbox
+
+    def issue(self, pipe: "Pipe") -> Any:
+        return self.mailbox.event(pipe.core.env)
+
+    def trace_sync(self, pipe: "Pipe") -> None:
+        pass
+
+    def describe(self) -> str:
+        return "KfcPoll(matmul messages)"

@@ -33,6 +33,15 @@ _QUEUE_PIPES = {
 }
 
 
+def _absent(state: _core.BlockState, pos: TPosition) -> bool:
+    """A mixed kernel runs on the cube core too, where the vector buffers it declares do not
+    exist (the compiler drops them there): such a buffer is left uninitialised, and using it
+    on the cube core is an error."""
+    if state.role != "aic" or state.launch.kind != "mix":
+        return False
+    return memory_of(pos, state.core) not in state.core.memories
+
+
 class TPipe:
     """``asc.TPipe()``: owns the local-memory buffers of the queues and TBufs it initialises."""
 
@@ -75,8 +84,10 @@ class TQue:
         producer, consumer = _QUEUE_PIPES[self.position]
         self.producer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(producer, producer)
         self.consumer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(consumer, consumer)
-        self._state = state
         self._site = _core.call_site()         # the init_buffer line: named by the teardown waits
+        if _absent(state, self.position):
+            return
+        self._state = state
         self.region = core.memory(memory_of(self.position, core))
         self.nbytes = align_up(nbytes, self.region.alignment)
         self.buffers = [state.ctx.allocate(self.region, self.nbytes, f"{self.position.name}[{i}]")
@@ -173,6 +184,8 @@ class TBuf:
 
     def _init(self, state: _core.BlockState, nbytes: int) -> None:
         core = state.core
+        if _absent(state, self.position):
+            return
         self._state = state
         self.region = core.memory(memory_of(self.position, core))
         self.nbytes = align_up(nbytes, self.region.alignment)

@@ -318,6 +318,10 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
                 from opsim.asc.adv import group_of
                 group = group_of(plan, ctx, role)
             state = _core.BlockState(ctx, plan, role, group)
+            if group is not None and role == "aiv":
+                # when this vector core's kernel returns, its cube core stops waiting for it
+                sub = ctx.sub_block_idx
+                state.on_finish.append(lambda: group.mailbox.post(("exit", sub, None)))
             return _core.run_block(state, fn, cargs, ckw)
         run.__name__ = name
         return run
