@@ -782,6 +782,10 @@ class CrossCoreSetFlag(Instruction):
         for key in keys:
             table.set(key, pipe.last_slice)
 
+    def sync_keys(self, pipe: "Pipe") -> list[tuple]:
+        """The flag-table keys this set adds to (execution clients: the sanitizer)."""
+        return _cross_keys(pipe, self.flag_id, self.mode, setting=True)[0]
+
     def describe(self) -> str:
         return f"CrossCoreSetFlag<{self.mode}, {self._pipe}>({self.flag_id})"
 
@@ -813,6 +817,13 @@ class CrossCoreWaitFlag(Instruction):
         src = pipe.core.device.cross_flags.setter_slice(self._key) if self._key is not None else -1
         if src >= 0:
             pipe.flow_from = src
+
+    def sync_need(self, pipe: "Pipe") -> tuple[tuple, int] | None:
+        """(key, sets of the key this wait needed), once it has passed (the sanitizer)."""
+        if self._key is None:
+            return None
+        _, per = _cross_keys(pipe, self.flag_id, self.mode, setting=False)
+        return self._key, pipe.core.device.cross_flags._done.get((self._key, pipe.core.name), 1) * per
 
     def describe(self) -> str:
         return f"CrossCoreWaitFlag<{self.mode}, {self._pipe}>({self.flag_id})"
