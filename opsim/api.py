@@ -17,7 +17,7 @@ from opsim.kernels import registry
 from opsim.kernels.common import OpError, TensorDesc, desc_of
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.simulator.errors import CapacityError
+from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import GlobalTensor
 from opsim.traces.summary import classify_bound
@@ -55,6 +55,7 @@ class RunResult:
     stats: dict[str, Any]
     trace: Trace | None = field(default=None, repr=False)
     tiling: Any = None
+    sanitizer: Any = None      # the SanitizerReport of a run with sanitize=True
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
@@ -92,7 +93,8 @@ def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], d
 
 def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
-        device_overrides: Mapping[str, Any] | None = None, **operands_and_attrs: Any) -> RunResult:
+        device_overrides: Mapping[str, Any] | None = None, sanitize: bool = False,
+        **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
     Operands are numpy arrays (``ml_dtypes.bfloat16`` for bf16) or, in timing and estimate mode,
@@ -100,11 +102,19 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     buffer_num, core_mask, …); ``device_overrides`` changes device fields by dotted key
     (``{"ub.size": 262144}``). Raises :class:`OpError` (with the aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
+
+    ``sanitize=True`` (full and timing mode) runs the sanitizer (racecheck, memcheck, synccheck;
+    docs/sanitizer.md) alongside: ``res.sanitizer`` is its report. Results and cycles are the
+    same as without it. A fault still raises; the exception then carries the report as its
+    ``sanitizer`` attribute (and as a note in the traceback).
     """
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if trace not in LEVELS:
         raise ValueError(f"trace level {trace!r} is not one of {', '.join(LEVELS)}")
+    if sanitize and mode not in ("full", "timing"):
+        raise ValueError(f"sanitize=True needs mode 'full' or 'timing' (the sanitizer watches the "
+                         f"simulated machine), got mode {mode!r}")
     opdef = registry.get(op)
     spec = device_spec(device, device_overrides)
     operands, attrs = _split_kwargs(opdef, operands_and_attrs)
@@ -151,6 +161,10 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             "dtypes": {n: d.dtype.name for n, d in descs.items() if d is not None},
             "tiling": _tiling_dict(tiling_obj), "opsim_version": _version()})
     dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
+    san = None
+    if sanitize:
+        from opsim.simulator.sanitizer import Sanitizer
+        san = Sanitizer(dev)
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
     place = getattr(opdef, "place", None)
@@ -168,14 +182,29 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if ws:
         tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
     launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
-    dev.synchronize(stream)
+    if san is None:
+        dev.synchronize(stream)
+    else:
+        try:
+            dev.synchronize(stream)
+        except SimulatorError as exc:
+            raise attach_report(exc, san.finish()) from None
     outs: dict[str, np.ndarray] = {}
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
             outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
     stats = collect_stats(dev, launches, tiling_obj, ws)
-    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj)
+    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
+                     san.finish() if san is not None else None)
+
+
+def attach_report(exc: BaseException, report: Any) -> BaseException:
+    """``exc`` carrying the sanitizer's ``report`` (attribute ``sanitizer``, and a traceback note)."""
+    exc.sanitizer = report   # type: ignore[attr-defined]
+    if hasattr(exc, "add_note"):
+        exc.add_note(str(report))
+    return exc
 
 
 def _check_gm_capacity(op: str, spec: DeviceSpec, buffers: Mapping[str, int], workspace: int) -> None:

@@ -40,7 +40,7 @@ def local_access(t: LocalTensor, nbytes: int, write: bool) -> Access:
     return (f"{t.core.name}/{t.region.name}", t.addr, int(nbytes), write)
 
 
-def _vector_accesses(self: VectorOp) -> tuple[Access, ...]:
+def _vector_accesses(self: VectorOp, pipe: "Pipe | None" = None) -> tuple[Access, ...]:
     n = self.count
     acc = [local_access(self.dst, n * self.dst.dtype.itemsize, True)]
     acc += [local_access(s, n * s.dtype.itemsize, False) for s in self.srcs]
@@ -581,9 +581,12 @@ class KfcSetFlag(CrossCoreSetFlag):
         self.channel, self.sub = channel, int(sub)
 
     def complete(self, pipe: "Pipe") -> None:
+        pipe.core.device.cross_flags.set(self.sync_keys(pipe)[0], pipe.last_slice)
+
+    def sync_keys(self, pipe: "Pipe") -> list[tuple]:
         launch = pipe.core.launch
         group = launch.roles[pipe.core.name][0]
-        pipe.core.device.cross_flags.set((id(launch), group, "kfc", self.channel, self.sub), pipe.last_slice)
+        return [(id(launch), group, "kfc", self.channel, self.sub)]
 
     def describe(self) -> str:
         return f"KfcSetFlag<{self._pipe}>({self.channel}, aiv {self.sub})"
@@ -602,6 +605,11 @@ class KfcWaitFlag(CrossCoreWaitFlag):
         group = launch.roles[pipe.core.name][0]
         self._key = (id(launch), group, "kfc", self.channel, self.sub)
         return pipe.core.device.cross_flags.wait(self._key, pipe.core.name + self._pipe, 1)
+
+    def sync_need(self, pipe: "Pipe") -> tuple[tuple, int] | None:
+        if self._key is None:
+            return None
+        return self._key, pipe.core.device.cross_flags._done.get((self._key, pipe.core.name + self._pipe), 1)
 
     def describe(self) -> str:
         return f"KfcWaitFlag<{self._pipe}>({self.channel}, aiv {self.sub})"
@@ -624,6 +632,9 @@ class KfcPoll(CrossCoreWaitFlag):
 
     def trace_sync(self, pipe: "Pipe") -> None:
         pass
+
+    def sync_need(self, pipe: "Pipe") -> None:
+        return None          # scheduling only: the data hand-offs are the Kfc flags
 
     def describe(self) -> str:
         return "KfcPoll(matmul messages)"
