@@ -343,6 +343,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         cause = exc.__cause__
         if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
             raise (cause.__cause__ or cause) from None   # a bug in the kernel: its own exception
+        if san is not None:
+            from opsim.api import attach_report
+            raise attach_report(exc, san.finish()) from None
         raise
     report = san.finish() if san is not None else None
 

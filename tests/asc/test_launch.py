@@ -114,3 +114,15 @@ def test_sanitize_true_attaches_the_sanitizer_and_returns_its_report(monkeypatch
     assert calls == ["init", "finish"]
     assert r.sanitizer.ok and r.sanitizer.seen > 0
     assert r.stats["sanitizer"] is r.sanitizer
+
+
+@pytest.mark.parametrize("name", ["add_tque", "matmul_leaky_relu"])
+def test_examples_run_clean_under_the_sanitizer_with_the_same_cycles(example, name):
+    mod = example(name)
+    if name == "add_tque":
+        plain, checked = mod.run(8 * 2048, 8, 2), mod.run(8 * 2048, 8, 2, sanitize=True)
+    else:
+        plain = mod.run(m=256, k=128, n=256, base_m=64)[0]
+        checked = mod.run(m=256, k=128, n=256, base_m=64, sanitize=True)[0]
+    assert checked.sanitizer.ok, checked.sanitizer.findings
+    assert checked.cycles == plain.cycles
