@@ -68,4 +68,28 @@ def static_range(*args: int) -> range:
     return range(*args)
 
 
+# pyasc's asc.range compiles to a device loop; here the kernel is Python, so it is Python's range
+range = static_range  # noqa: A001
+
+
+def printf(fmt: str, *args: object) -> None:
+    """``printf`` from a kernel: printed when the block's program reaches it (host values only;
+    a device scalar from get_value has no value before it executes)."""
+    from opsim.asc import _core
+    prefix = ""
+    if _core.in_kernel():
+        st = _core.current()
+        prefix = f"[{st.core.name} block {st.ctx.block_idx}] "
+    try:
+        text = fmt % args if args else fmt
+    except TypeError:
+        text = " ".join([fmt, *map(str, args)])
+    print(prefix + text, end="" if text.endswith("\n") else "\n")
+
+
+def dump_tensor(*args: object, **kwargs: object) -> None:
+    from opsim.asc import _core
+    raise _core.unsupported("dump_tensor", "read the result arrays after the launch, or the trace")
+
+
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -114,19 +114,27 @@ def data_copy_pad(dst: Any, src: Any, data_copy_params: Any = None, pad_params: 
     to_local = isinstance(dst, LocalTensor)
     gm_gap_bytes = p.src_stride if to_local else p.dst_stride
     local_gap = p.dst_stride if to_local else p.src_stride
-    if blocks > 1 and (local_gap or (run * item) % 32):
-        raise _core.unsupported("data_copy_pad of several blocks with a UB gap or blocks not 32 B long "
-                                "(UB rows padded to 32 B)")
     if gm_gap_bytes % item:
         raise _core.unsupported(f"data_copy_pad with a GM gap of {gm_gap_bytes} B, not whole elements")
     n = blocks * run
     gs = (_strided_gm(glob, blocks, run, gm_gap_bytes // item) if blocks > 1 and gm_gap_bytes
           else glob.sim_slice(n))
+    pad = pad_params
+    padded = isinstance(pad, (DataCopyPadExtParams, DataCopyPadParams)) and pad.is_pad
+    if blocks > 1 and (local_gap or (run * item) % 32):
+        # UB rows start 32 B aligned: row length rounded up to 32 B plus the UB gap (32 B units)
+        if padded:
+            raise _core.unsupported("data_copy_pad with padding values over several blocks")
+        pitch = (-(-(run * item) // 32) + int(local_gap)) * 32 // item
+        if to_local:
+            state.emit(isa_ext.DataCopyPad2D(dst.sim, gs, blocks, run, pitch))
+        else:
+            state.emit(isa_ext.DataCopyPad2D(gs, src.sim, blocks, run, pitch))
+        return
     if not to_local:
         state.emit(isa.DataCopyPad(gs, src.sim, n))
         return
-    pad = pad_params
-    if isinstance(pad, (DataCopyPadExtParams, DataCopyPadParams)) and pad.is_pad:
+    if padded:
         if pad.left_padding or blocks > 1:
             raise _core.unsupported("data_copy_pad with left padding or padding of several blocks")
         state.emit(isa_ext.DataCopyPadValue(dst.sim, gs, n, pad.right_padding, float(pad.padding_value)))

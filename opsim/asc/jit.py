@@ -237,10 +237,10 @@ def _as_host_array(value: Any) -> np.ndarray | None:
     if type(value).__module__.startswith("torch") and hasattr(value, "numpy"):
         if getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
             raise ValueError("opsim.asc runs on host memory: pass CPU tensors")
-        import torch  # noqa: F401  (present: value is a torch tensor)
-        if value.dtype == torch.bfloat16:
-            return value.view(torch.int16).numpy().view(nx.BF16.np_dtype)
-        return value.detach().numpy()
+        if str(value.dtype) == "torch.bfloat16":      # numpy has no bf16: view the bits
+            import torch
+            return value.detach().view(torch.int16).numpy().view(nx.BF16.np_dtype)
+        return value.detach().numpy()              # shares the tensor's memory: copy-back is in place
     return None
 
 
