@@ -16,6 +16,8 @@ docs/writing-kernels.md.
 """
 from __future__ import annotations
 
+import builtins as _builtins
+
 from opsim.asc import adv, lib, runtime
 from opsim.asc.basic import (abs, add, adds, cast, compare, compare_scalar, data_copy, data_copy_pad, div,
                              duplicate, exp, leaky_relu, ln, max, maxs, min, mins, mul, muls, reciprocal,
@@ -64,8 +66,8 @@ def ceildiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-def static_range(*args: int) -> range:
-    return range(*args)
+def static_range(*args: int) -> "_builtins.range":
+    return _builtins.range(*args)
 
 
 # pyasc's asc.range compiles to a device loop; here the kernel is Python, so it is Python's range
