@@ -222,8 +222,9 @@ def test_bf16_arithmetic_is_not_an_a2_instruction():
     import ml_dtypes
     x = _data(np.float32).astype(ml_dtypes.bfloat16)
     z = np.zeros_like(x)
-    with pytest.raises(UnsupportedInstruction, match="bf16"):
+    with pytest.raises(UnsupportedInstruction, match="bf16") as err:
         unary_kernel[1, None](x, z, N, "exp", 0.0)
+    assert "test_vector_api.py:" in str(err.value), "refused at the call, naming the kernel line"
 
 
 @asc.jit
