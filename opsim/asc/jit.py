@@ -283,7 +283,8 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     arch = spec.cores.architecture
     trace = _trace(opts.get("trace", "instruction"), spec, name)
     dev = Device(spec, trace=trace, functional=True, seed=int(opts.get("seed", 0)))
-    dev.source_lines = True
+    # the front-end stamps every instruction's origin itself: no need for the dispatcher's
+    # generator-frame walk (device.source_lines)
     sim_stream = dev.create_stream()
 
     bound = inspect.signature(jf.fn).bind(*args, **kwargs)
