@@ -89,6 +89,7 @@ class LaunchPlan:
     device: Device
     groups: dict[int, Any] = field(default_factory=dict)    # mixed launches: block -> message group
     options: dict[str, Any] = field(default_factory=dict)
+    workspace: Any = None        # set_sys_workspace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,15 +292,19 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     host: list[tuple[str, np.ndarray, int, int]] = []
     call_args: list[Any] = []
     call_kwargs: dict[str, Any] = {}
+    placed: dict[tuple[int, int], int] = {}       # host memory -> device address (aliases share it)
     for pname, value in bound.arguments.items():
         arr = _as_host_array(value)
         if arr is not None:
             if not arr.flags.c_contiguous:
                 raise ValueError(f"{name}: argument {pname} is not a contiguous array")
             dt = nx.dtype(arr.dtype)
-            addr = dev.malloc(arr.nbytes, name=pname)
-            dev.write(addr, arr)
-            host.append((pname, arr, addr, arr.nbytes))
+            key = (arr.__array_interface__["data"][0], arr.nbytes)
+            addr = placed.get(key)
+            if addr is None:
+                addr = placed[key] = dev.malloc(arr.nbytes, name=pname)
+                dev.write(addr, arr)
+                host.append((pname, arr, addr, arr.nbytes))
             value = GlobalAddress(dev, addr, dt, arr.size)
         if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
             call_kwargs[pname] = value

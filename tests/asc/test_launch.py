@@ -126,3 +126,10 @@ def test_examples_run_clean_under_the_sanitizer_with_the_same_cycles(example, na
         checked = mod.run(m=256, k=128, n=256, base_m=64, sanitize=True)[0]
     assert checked.sanitizer.ok, checked.sanitizer.findings
     assert checked.cycles == plain.cycles
+
+
+def test_an_array_passed_twice_is_one_device_buffer():
+    x, _ = _arrays()
+    x0 = x.copy()
+    scale_kernel[4, None](x, x, 512)            # in place: z is x
+    assert np.array_equal(x, x0 * np.float32(3.0))
