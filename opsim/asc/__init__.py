@@ -32,7 +32,8 @@ from opsim.asc.fwk import TBuf, TPipe, TQue, TQueBind
 from opsim.asc.jit import ConstExpr, JitFunction, KernelResult, get_device, jit, set_device
 from opsim.asc.sync import (ascend_is_aic, ascend_is_aiv, cross_core_set_flag, cross_core_wait_flag,
                             data_sync_barrier, get_block_idx, get_block_num, get_sub_block_idx,
-                            get_sub_block_num, pipe_barrier, set_flag, sync_all, wait_flag)
+                            get_sub_block_num, pipe_barrier, set_atomic_add, set_atomic_none, set_flag,
+                            sync_all, wait_flag)
 from opsim.asc.tensor import GlobalAddress, GlobalTensor, LocalTensor
 from opsim.asc.types import (BinaryRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
                              DataCopyPadParams, DataCopyParams, FixpipeParamsV220, LoadData2DParams, MmadParams,

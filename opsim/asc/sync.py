@@ -7,7 +7,7 @@ from typing import Any
 from opsim.asc import _core
 from opsim.asc.enums import PIPE_OF_ID, HardEvent, PipeID, event_pipes
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
-from opsim.simulator.isa import SetFlag, WaitFlag
+from opsim.simulator.isa import SetAtomicAdd, SetAtomicNone, SetFlag, WaitFlag
 
 
 def _check_pipes(state: _core.BlockState, pipes: tuple[str, ...], what: str) -> None:
@@ -110,3 +110,17 @@ def sync_all() -> None:
     p = state.core.store_pipe
     state.emit(CrossCoreSetFlag(15, 0, p), site)
     state.emit(CrossCoreWaitFlag(15, 0, p), site)
+
+
+def set_atomic_add(dtype: Any = None) -> None:
+    """``SetAtomicAdd<T>``: later UB -> GM copies of this core add into GM (as ``dtype``, which
+    must be the stored tensor's dtype) instead of overwriting, at the moment each completes."""
+    from opsim.asc.dtype import sim_dtype
+    state = _core.current()
+    state.emit(SetAtomicAdd(sim_dtype(dtype if dtype is not None else "fp32"), state.core.store_pipe))
+
+
+def set_atomic_none() -> None:
+    """``SetAtomicNone``: GM stores overwrite again."""
+    state = _core.current()
+    state.emit(SetAtomicNone(state.core.store_pipe))

@@ -137,3 +137,35 @@ def test_an_array_passed_twice_is_one_device_buffer():
     x0 = x.copy()
     scale_kernel[4, None](x, x, 512)            # in place: z is x
     assert np.array_equal(x, x0 * np.float32(3.0))
+
+
+@asc.jit
+def accumulate_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, n: int):
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x + asc.get_block_idx() * n)
+    zg.set_global_buffer(z)                     # every block adds into the same n elements
+    t = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, n)
+    asc.data_copy(t, xg, n)
+    asc.set_flag(asc.HardEvent.MTE2_MTE3, 0)
+    asc.wait_flag(asc.HardEvent.MTE2_MTE3, 0)
+    asc.set_atomic_add(asc.float32)
+    asc.data_copy(zg, t, n)
+    asc.set_atomic_none()
+
+
+def test_atomic_add_accumulates_the_blocks_into_gm():
+    x = np.arange(4 * 64, dtype=np.float32)
+    z = np.ones(64, np.float32)
+    accumulate_kernel[4, None](x, z, 64)
+    assert np.array_equal(z, 1 + x.reshape(4, 64).sum(axis=0))
+
+
+@asc.jit
+def bad_local_kernel(x: asc.GlobalAddress):
+    asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 190 * 1024, 4096)
+
+
+def test_a_local_tensor_beyond_ub_is_refused_at_its_line():
+    with pytest.raises(MemoryFault, match="test_launch.py:") as err:
+        bad_local_kernel[1, None](np.zeros(8, np.float32))
+    assert "UB holds 196608 B" in str(err.value)
