@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from opsim.simulator import numerics as nx
-from opsim.simulator.errors import MemoryFault, SimulatorError
-from opsim.simulator.isa import (DataCopyPad, VectorOp, _cost_dtype, _require_compute, _vector_cycles)
+from opsim.simulator.cube import (CrossCoreSetFlag, CrossCoreWaitFlag, CubeInstruction, GmMatrix, _fit,
+                                  _need_region, align16, cube_load_model, nz_bytes)
+from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+from opsim.simulator.isa import DataCopyPad, VectorOp, _require_compute, _vector_cycles
 from opsim.simulator.tile import LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -430,18 +432,12 @@ class DataCopyPadValue(DataCopyPad):
         return (("GM", lo, hi - lo, False), local_access(self.dst, (self.count + self.right) * item, True))
 
 
-__all__ = ["Relu", "Rsqrt", "LeakyRelu", "Compare", "Select", "ReduceSum", "ReduceMax", "ReduceMin",
-           "WholeReduceSum", "WholeReduceMax", "WholeReduceMin", "DataCopyPadValue", "tree_sum",
-           "repeat_tree_sum", "CMP_FNS", "_cost_dtype"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Cube: fractal-level LoadData (L1 -> L0A/L0B), the bias of a matmul tile
 # ---------------------------------------------------------------------------------------------
 
-from opsim.simulator.cube import (CrossCoreSetFlag, CrossCoreWaitFlag, CubeInstruction, GmMatrix,  # noqa: E402
-                                  _fit, _need_region, align16, cube_load_model, nz_bytes)
-from opsim.simulator.errors import UnsupportedInstruction  # noqa: E402
 
 FRACTAL_BYTES = 512     # one 16 x 32 B fractal (16 x 16 fp16/bf16)
 

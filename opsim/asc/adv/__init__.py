@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from opsim.asc import _core
-from opsim.asc.dtype import sim_dtype
 from opsim.asc.enums import CubeFormat, TPosition
 from opsim.asc.fwk import TQue
 from opsim.asc.tensor import GlobalTensor, LocalTensor
