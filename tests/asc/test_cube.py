@@ -193,3 +193,18 @@ def test_tiling_helper_balances_the_blocks():
     assert tiling.used_core_num <= 24
     assert tiling.m.ceildiv(tiling.single_core_m) * tiling.n.ceildiv(tiling.single_core_n) == tiling.used_core_num
     assert tiling.single_core_m % 16 == 0 and tiling.single_core_n % 16 == 0
+
+
+def test_bf16_matmul_meets_the_fp32_standard(example):
+    import ml_dtypes
+    mod = example("matmul_cube_only")
+    rng = np.random.default_rng(13)
+    m, k, n = 64, 128, 128
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = np.zeros((m, n), np.float32)
+    tiling = mod.plan(m, n, k, 2, False)
+    mod.matmul_kernel[int(tiling.used_core_num), None](a, b, c, np.zeros((1, n), np.float32), tiling)
+    truth = a.astype(np.float64) @ b.astype(np.float64)
+    ok, info = nx.mixed_tolerance_check(c, truth, "fp32")
+    assert ok, info
