@@ -474,7 +474,9 @@ class Sanitizer:
         if fault is not None:
             self._fault_finding(fault)
         # the fault that ended the run first, then the rest in the order found
-        items = sorted(self._found.items(), key=lambda kv: kv[0][0] not in ("fault", "deadlock"))
+        rank = {"racecheck": 0, "memcheck": 1, "synccheck": 2}
+        items = sorted(self._found.items(), key=lambda kv: (kv[0][0] not in ("fault", "deadlock"),
+                                                            rank.get(kv[1][0]["check"], 3)))
         findings = tuple(Finding(**kw, count=n) for _, (kw, n) in items)
         self._report = SanitizerReport(findings, str(fault) if fault is not None else None, self.instructions)
         return self._report
