@@ -440,8 +440,8 @@ class Sanitizer:
                 left = [instr for _, instr in q if not isinstance(instr, QueueFreeFlag)]
                 if left:
                     instr = left[0]
-                    self._add(("flag-left-set", core.partition(".")[2] or core, getattr(instr, "origin", None),
-                               key[1]), check="synccheck", kind="flag-left-set",
+                    self._add(("flag-left-set", getattr(instr, "origin", None), key[1], len(left)),
+                              check="synccheck", kind="flag-left-set",
                               message=(f"{instr.describe()} was set {len(left)} time(s) more than it was "
                                        f"waited for: still set when the block ended"),
                               core=core, pipes=(instr.src,), instructions=(instr.describe(),),
@@ -474,7 +474,9 @@ class Sanitizer:
         if fault is not None:
             self._fault_finding(fault)
         # the fault that ended the run first, then the rest in the order found
-        items = sorted(self._found.items(), key=lambda kv: kv[0][0] not in ("fault", "deadlock"))
+        rank = {"racecheck": 0, "memcheck": 1, "synccheck": 2}
+        items = sorted(self._found.items(), key=lambda kv: (kv[0][0] not in ("fault", "deadlock"),
+                                                            rank.get(kv[1][0]["check"], 3)))
         findings = tuple(Finding(**kw, count=n) for _, (kw, n) in items)
         self._report = SanitizerReport(findings, str(fault) if fault is not None else None, self.instructions)
         return self._report
@@ -512,41 +514,41 @@ class Sanitizer:
                   lines=(line,), address=fault.address)
 
     def _deadlock(self, fault: DeadlockError) -> None:
-        pipes, instrs, lines, notes = [], [], [], []
+        # one entry per distinct blocked wait (same pipe, flag, line and reason), with its cores
+        groups: dict[tuple, list[str]] = {}
+        stalled: dict[str, list[str]] = {}
         for core in self.device.all_cores():
             if core.launch is None:
                 continue
             for p in core.pipes.values():
                 instr = getattr(p, "waiting_instr", None)
-                if instr is None:
-                    continue
                 if not isinstance(instr, (WaitFlag, CrossCoreWaitFlag)):
                     continue
-                pipes.append(f"{core.name}.{p.name}")
-                instrs.append(instr.describe())
-                lines.append(getattr(instr, "origin", None))
-                notes.append(self._why_blocked(core, p, instr))
+                key = (p.name, instr.describe(), getattr(instr, "origin", None), self._why_blocked(core, p, instr))
+                groups.setdefault(key, []).append(core.name)
             if core.blocked_since is not None:
-                full = [n for n, p in core.pipes.items() if p.full()]
+                full = ", ".join(n for n, p in core.pipes.items() if p.full())
                 if full:
-                    notes.append(f"{core.name}: the dispatcher waits for room in the {', '.join(full)} "
-                                 f"queue, so the kernel issues nothing more")
-        if not pipes:
-            pipes, instrs, lines = ["-"], ["-"], [None]
-            notes.append(fault.reason)
+                    stalled.setdefault(full, []).append(core.name)
         # the likely culprits (a wrong event id) first
-        order = sorted(range(len(notes)), key=lambda i: "wrong event id" not in notes[i])
-        if len(pipes) == len(notes):
-            pipes, instrs, lines = ([seq[i] for i in order] for seq in (pipes, instrs, lines))
-        notes = [notes[i] for i in order]
+        items = sorted(groups.items(), key=lambda kv: "wrong event id" not in kv[0][3])
+        pipes = tuple(f"{cores[0]}.{k[0]}" + (f" (+{len(cores) - 1} cores)" if len(cores) > 1 else "")
+                      for k, cores in items) or ("-",)
+        instrs = tuple(k[1] for k, _ in items) or ("-",)
+        lines = tuple(k[2] for k, _ in items) or (None,)
+        notes = [f"{k[3]} [{_cores(cores)}]" for k, cores in items]
+        notes += [f"the dispatcher waits for room in the {q} queue, so the kernel issues nothing more "
+                  f"[{_cores(cores)}]" for q, cores in stalled.items()]
+        if not items:
+            notes.append(fault.reason)
         self._add(("deadlock",), check="synccheck", kind="deadlock",
-                  message="no pipe can make progress: " + "; ".join(notes),
-                  core=None, pipes=tuple(pipes), instructions=tuple(instrs), lines=tuple(lines))
+                  message="no pipe can make progress:\n      " + "\n      ".join(notes),
+                  core=None, pipes=pipes, instructions=instrs, lines=lines)
 
     def _why_blocked(self, core: "Core", pipe: "Pipe", instr: Any) -> str:
         line = _short(getattr(instr, "origin", None))
         if isinstance(instr, WaitFlag):
-            text = f"{core.name} {pipe.name} waits in {instr.describe()} ({line})"
+            text = f"{pipe.name} waits in {instr.describe()} ({line})"
             # sets of the same pipe pair with another event id, never waited for: the likely bug
             same_pair = [q for k, q in self._flags.items() if k[0] == core.name and q
                          and k[1][:2] == (instr.src, instr.dst) and k[1][2] != instr.event_id]
@@ -564,8 +566,13 @@ class Sanitizer:
         key = instr._key
         table = core.device.cross_flags
         have = table.count(key) if key is not None else 0
-        return (f"{core.name} {pipe.name} waits in {instr.describe()} ({line}): the cross-core flag "
+        return (f"{pipe.name} waits in {instr.describe()} ({line}): the cross-core flag "
                 f"was set {have} time(s), not enough for this wait, and no core left running sets it")
+
+
+def _cores(cores: list[str]) -> str:
+    return cores[0] if len(cores) == 1 else f"{len(cores)} cores: {', '.join(cores[:4])}" + (
+        ", ..." if len(cores) > 4 else "")
 
 
 def _traceback_line(exc: BaseException) -> str | None:

@@ -99,7 +99,9 @@ class TQue:
         self._pending_free = [False] * num    # free flag set, not yet waited by an alloc
         self._fifo: deque[tuple[int, LocalTensor]] = deque()
         self._out: dict[int, int] = {}
+        self._alloc_site: dict[int, str] = {}
         state.on_finish.append(self._drain)
+        state.ctx.queues.append(self)          # the sanitizer reports buffers never freed
 
     def _ready(self) -> _core.BlockState:
         if self._state is None:
@@ -124,7 +126,13 @@ class TQue:
         t = LocalTensor.wrap(SimLocal(state.core, self.region, self.buffers[i], dt,
                                       self.nbytes // dt.itemsize), self.position)
         self._out[t.sim.addr] = i
+        self._alloc_site[t.sim.addr] = _core.call_site()
         return t
+
+    def unfreed(self) -> list[tuple[str, int, int, str | None]]:
+        """(what, address, bytes, alloc_tensor line) of each buffer allocated and not freed."""
+        return [(f"TQue({self.position.name}) buffer {i}", addr, self.nbytes, self._alloc_site.get(addr))
+                for addr, i in self._out.items()]
 
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.sim.addr)
