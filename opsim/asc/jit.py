@@ -346,18 +346,15 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     try:
         dev.synchronize(sim_stream)
     except SimulatorError as exc:
+        origin = getattr(exc, "origin", None)
+        if origin and origin not in exc.reason:
+            exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
         if san is not None:
             from opsim.api import attach_report
             attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer
         cause = exc.__cause__
         if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
             raise (cause.__cause__ or cause) from None   # a bug in the kernel: its own exception
-        origin = getattr(exc, "origin", None)
-        if origin and origin not in exc.reason:
-            exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
-        if san is not None:
-            from opsim.api import attach_report
-            raise attach_report(exc, san.finish()) from None
         raise
     report = san.finish() if san is not None else None
 

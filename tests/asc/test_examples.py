@@ -1,4 +1,4 @@
-"""Every script in examples/kernels runs as shipped: its own numpy check passes and it prints
+"""Every example kernel of examples/kernels runs as shipped: its own numpy check passes and it prints
 its timing."""
 import pathlib
 
@@ -6,12 +6,12 @@ import pytest
 
 from conftest import EXAMPLES
 
-SCRIPTS = sorted(p.stem for p in EXAMPLES.glob("*.py"))
+# the kernels of docs/writing-kernels.md (other scripts in the folder have their own tests)
+SCRIPTS = ["add_manual_flags", "add_tque", "leaky_relu", "softmax", "matmul_cube_only", "matmul_leaky_relu"]
 
 
-def test_the_examples_are_the_documented_set():
-    assert set(SCRIPTS) >= {"add_manual_flags", "add_tque", "leaky_relu", "softmax", "matmul_cube_only",
-                            "matmul_leaky_relu"}
+def test_the_examples_exist():
+    assert all((EXAMPLES / f"{name}.py").exists() for name in SCRIPTS)
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
