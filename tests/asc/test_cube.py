@@ -208,3 +208,47 @@ def test_bf16_matmul_meets_the_fp32_standard(example):
     truth = a.astype(np.float64) @ b.astype(np.float64)
     ok, info = nx.mixed_tolerance_check(c, truth, "fp32")
     assert ok, info
+
+
+def test_with_iterate_that_cannot_be_rewritten_is_refused_not_run_once(example):
+    mod = example("matmul_leaky_relu")
+    src = "\n".join(["def k(mm):", "    with mm.iterate() as count:", "        pass"])
+    ns = {}
+    exec(compile(src, "<no source>", "exec"), ns)
+    from opsim.asc.jit import _rewrite
+    assert _rewrite(ns["k"]) is ns["k"]          # no source to rewrite ...
+
+    class FakeMatmul:
+        iterate = asc.adv.Matmul.iterate
+
+        def _iterate(self):
+            yield 0
+    with pytest.raises(Exception, match="for count in matmul.iterate"):
+        ns["k"](FakeMatmul())                     # ... so the with form refuses to run its body once
+
+
+def test_rewritten_iterate_loop_keeps_the_kernel_line_numbers(example):
+    mod = example("matmul_leaky_relu")
+    origins = []
+
+    class Spy:
+        def on_instruction(self, core, pipe, instr, start, end):
+            if instr.name == "LeakyRelu":
+                origins.append(instr.origin)
+    from opsim.simulator import device as device_mod
+    orig = device_mod.Device.__init__
+
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        self.observers.append(Spy())
+    device_mod.Device.__init__ = init
+    try:
+        mod.run(m=128, k=64, n=128, base_m=64, base_n=64)
+    finally:
+        device_mod.Device.__init__ = orig
+    assert origins
+    lines = open(mod.__file__).read().splitlines()
+    for o in set(origins):
+        path, line = o.rsplit(":", 1)
+        assert path == mod.__file__
+        assert "asc.leaky_relu(" in lines[int(line) - 1]

@@ -324,9 +324,12 @@ class Matmul:
         st.emit(KfcSetFlag("req", sub, st.core.store_pipe), site)
         st.emit(KfcWaitFlag("done", sub, st.core.load_pipe), site)
 
-    def iterate(self, *args: Any, **kwargs: Any) -> Iterator[int]:
+    def iterate(self, *args: Any, **kwargs: Any) -> "_TileLoop":
         """The base tiles one by one: use as ``with mm.iterate() as count:`` (opsim.asc runs the
         body once per tile) or ``for count in mm.iterate():``; ``get_tensor_c`` fetches the tile."""
+        return _TileLoop(self._iterate())
+
+    def _iterate(self) -> Iterator[int]:
         st = self.state
         if self._local() and "VECTOR" not in st.core.pipes:
             raise _core.unsupported("Matmul.iterate/get_tensor_c on a core without a vector unit",
@@ -405,6 +408,26 @@ class Matmul:
     def end(self) -> None:
         if not self._local():
             self.state.group.mailbox.post(("end", self.state.ctx.sub_block_idx, None))
+
+
+class _TileLoop:
+    """What ``iterate()`` returns: iterable over the tile counts. As a context manager it would
+    run its body once; @asc.jit rewrites ``with mm.iterate() as count:`` into a loop, and where it
+    cannot (no source, a closure) the ``with`` form is refused rather than run once."""
+
+    def __init__(self, it: Iterator[int]) -> None:
+        self._it = it
+
+    def __iter__(self) -> Iterator[int]:
+        return self._it
+
+    def __enter__(self) -> int:
+        raise _core.unsupported("'with matmul.iterate() as count:' in a kernel whose source opsim cannot "
+                                "rewrite (no source file, or a closure)",
+                                "write 'for count in matmul.iterate():'")
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def serve_all(state: _core.BlockState, engine: _CubeEngine, ops: _Operands, c: GmMatrix, site: str) -> None:
