@@ -169,3 +169,32 @@ def test_a_local_tensor_beyond_ub_is_refused_at_its_line():
     with pytest.raises(MemoryFault, match="test_launch.py:") as err:
         bad_local_kernel[1, None](np.zeros(8, np.float32))
     assert "UB holds 196608 B" in str(err.value)
+
+
+class _CpuTensor:
+    """The parts of a CPU torch tensor the launch uses (torch itself is not a dependency)."""
+
+    def __init__(self, a):
+        self._a = a
+        self.dtype = f"torch.{a.dtype}"
+        self.device = types.SimpleNamespace(type="cpu")
+
+    def detach(self):
+        return self
+
+    def numpy(self):
+        return self._a                            # shares memory, as torch's .numpy() does
+
+
+_CpuTensor.__module__ = "torch"
+
+
+def test_cpu_tensors_play_the_gm_tensors_and_are_written_in_place():
+    x, z = _arrays()
+    tz = _CpuTensor(z)
+    scale_kernel[4, None](_CpuTensor(x), tz, 512)
+    assert np.array_equal(tz.numpy(), x * np.float32(3.0))
+    gpu = _CpuTensor(z)
+    gpu.device = types.SimpleNamespace(type="npu")
+    with pytest.raises(ValueError, match="CPU tensors"):
+        scale_kernel[4, None](_CpuTensor(x), gpu, 512)
