@@ -85,8 +85,10 @@ def ascend_is_aiv() -> bool:
     return _core.current().role in ("aiv", "aicore")
 
 
-def cross_core_set_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_MTE3) -> None:
-    """``CrossCoreSetFlag<mode, pipe>(flag_id)`` of a mixed kernel (simulator/cube.py)."""
+def cross_core_set_flag(flag_id: int, mode_id: int = 2, pipe: PipeID = PipeID.PIPE_MTE3) -> None:
+    """``CrossCoreSetFlag<mode, pipe>(flag_id)`` of a mixed kernel (simulator/cube.py): mode 0
+    all cores of this kind, 1 the vector cores of a group, 2 a cube core and its vector cores."""
+    mode = mode_id
     state = _core.current()
     p = PIPE_OF_ID.get(PipeID(pipe))
     if p is None or p not in state.core.pipes:
@@ -94,8 +96,9 @@ def cross_core_set_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_
     state.emit(CrossCoreSetFlag(int(flag_id), int(mode), p))
 
 
-def cross_core_wait_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_MTE2) -> None:
-    """``CrossCoreWaitFlag(flag_id)``; ``mode`` must match the setter's (simulator/cube.py)."""
+def cross_core_wait_flag(flag_id: int, mode_id: int = 2, pipe: PipeID = PipeID.PIPE_MTE2) -> None:
+    """``CrossCoreWaitFlag(flag_id)`` on ``pipe``; ``mode_id`` must match the setter's."""
+    mode = mode_id
     state = _core.current()
     p = PIPE_OF_ID.get(PipeID(pipe))
     if p is None or p not in state.core.pipes:
@@ -103,8 +106,10 @@ def cross_core_wait_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE
     state.emit(CrossCoreWaitFlag(int(flag_id), int(mode), p))
 
 
-def sync_all() -> None:
-    """``SyncAll``: every core of this kind in the launch waits for all the others."""
+def sync_all(gm_workspace: Any = None, ub_workspace: Any = None, used_cores: int = 0,
+             is_aiv_only: bool = True) -> None:
+    """``SyncAll``: every core of this kind in the launch waits for all the others (the soft
+    form with workspaces behaves the same here; it uses cross-core flag id 15)."""
     state = _core.current()
     site = _core.call_site()
     p = state.core.store_pipe

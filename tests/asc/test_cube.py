@@ -252,3 +252,40 @@ def test_rewritten_iterate_loop_keeps_the_kernel_line_numbers(example):
         path, line = o.rsplit(":", 1)
         assert path == mod.__file__
         assert "asc.leaky_relu(" in lines[int(line) - 1]
+
+
+@asc.jit
+def mixed_lowlevel_relu(a: asc.GlobalAddress, b: asc.GlobalAddress, c: asc.GlobalAddress, m: int, k: int, n: int):
+    """The cube core multiplies into C, then tells its vector cores (cross-core flag 3, mode 2);
+    each vector core waits, applies Relu to its half of C's rows and writes them back."""
+    cg = asc.GlobalTensor()
+    cg.set_global_buffer(c)
+    if asc.ascend_is_aic():
+        lowlevel_mm(a, b, c, m, k, n)
+        asc.cross_core_set_flag(3, 2, asc.PipeID.PIPE_FIX)
+    if asc.ascend_is_aiv():
+        half = m * n // 2
+        mine = cg[asc.get_sub_block_idx() * half:]
+        t = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, half)
+        asc.cross_core_wait_flag(3, 2, asc.PipeID.PIPE_MTE2)
+        asc.data_copy(t, mine, half)
+        asc.set_flag(asc.HardEvent.MTE2_V, 0)
+        asc.wait_flag(asc.HardEvent.MTE2_V, 0)
+        asc.relu(t, t, half)
+        asc.set_flag(asc.HardEvent.V_MTE3, 0)
+        asc.wait_flag(asc.HardEvent.V_MTE3, 0)
+        asc.data_copy(mine, t, half)
+
+
+def test_mixed_kernel_with_manual_cross_core_flags():
+    rng = np.random.default_rng(14)
+    m, k, n = 32, 32, 32
+    a = rng.integers(-8, 8, (m, k)).astype(np.float16)
+    b = rng.integers(-8, 8, (k, n)).astype(np.float16)
+    c = np.zeros((m, n), np.float32)
+    res = mixed_lowlevel_relu[1, None](a, b, c, m, k, n)
+    assert res.stats["kernel_type"] == "mix"
+    assert np.array_equal(c, np.maximum(a.astype(np.float32) @ b.astype(np.float32), 0))
+    fix_end = max(s.end for s in res.trace.slices("core0.cubecore0", "FIXP"))
+    first_load = min(s.start for s in res.trace.slices("core0.veccore0", "MTE2"))
+    assert first_load >= fix_end, "the vector cores load C only after the cube core's Fixpipe"
