@@ -1,22 +1,54 @@
-"""The operator catalogue: name -> OpDef."""
+"""The operator catalogue: name -> OpDef.
+
+The built-in operators are imported on first use; operators registered by users
+(``opsim.register_operator``) sit beside them and never hide them. A name of the form
+``path/to/file.py:name`` imports that file (once per process) and returns the operator it
+registered under ``name`` (or for the kernel called ``name``), so a custom operator works
+wherever an operator name does: ``opsim.run``, ``opsim run --kernel``, study files, worker
+processes of a sweep.
+"""
 from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
 
 from opsim.kernels.common import OpDef
 
 _OPS: dict[str, OpDef] = {}
+_BUILTIN: set[str] = set()
+_loaded = False
+_FILES: dict[str, object] = {}          # absolute path -> module, of files loaded for their operators
 
 
 def register(op: OpDef) -> OpDef:
+    """Add (or replace) an operator. The built-in ones cannot be replaced by another one."""
+    _load()
+    if op.name in _BUILTIN and _OPS.get(op.name) is not op:
+        raise ValueError(f"operator {op.name!r} is built in; register yours under another name")
     _OPS[op.name] = op
     return op
 
 
 def get(name: str) -> OpDef:
     _load()
+    op = _OPS.get(name)
+    if op is None and _is_file_spec(name):
+        op = _from_file(name)
+    if op is None:
+        raise KeyError(f"unknown operator {name!r}; known operators: {', '.join(sorted(_OPS))} "
+                       f"(or path/to/file.py:name for a kernel registered with opsim.register_operator)")
+    return op
+
+
+def known(name: str) -> bool:
+    """Whether ``get(name)`` finds an operator (a file spec is imported to find out)."""
     try:
-        return _OPS[name]
-    except KeyError:
-        raise KeyError(f"unknown operator {name!r}; known operators: {', '.join(sorted(_OPS))}") from None
+        get(name)
+    except (KeyError, ImportError, OSError, SyntaxError):
+        return False
+    return True
 
 
 def names() -> list[str]:
@@ -26,10 +58,53 @@ def names() -> list[str]:
 
 def _load() -> None:
     # Imported on first use: operator modules import the simulator, which plain catalogue
-    # lookups (e.g. device listings) should not pay for.
-    if _OPS:
+    # lookups (e.g. device listings) should not pay for. A flag, not "is _OPS empty": an
+    # operator registered before the first lookup must not hide the built-in ones.
+    global _loaded
+    if _loaded:
         return
+    _loaded = True
     from opsim.kernels import dsp
     from opsim.kernels.ascend import bce_backward, embedding_backward, flce_grad, mse_backward
     for mod in (mse_backward, bce_backward, embedding_backward, flce_grad, dsp):
-        register(mod.OP)
+        _BUILTIN.add(mod.OP.name)
+        _OPS[mod.OP.name] = mod.OP
+
+
+def _is_file_spec(name: str) -> bool:
+    path, sep, attr = name.rpartition(":")
+    return bool(sep and attr and path.endswith(".py"))
+
+
+def load_file(path: str) -> object:
+    """Import the Python file ``path`` once per process (it may register operators); the module."""
+    full = os.path.abspath(path)
+    module = _FILES.get(full)
+    if module is None:
+        if not os.path.isfile(full):
+            raise KeyError(f"no such file {path!r}")
+        modname = "opsim_user_" + hashlib.sha1(full.encode()).hexdigest()[:12]
+        loader = importlib.util.spec_from_file_location(modname, full)
+        module = importlib.util.module_from_spec(loader)          # type: ignore[arg-type]
+        sys.modules[modname] = module
+        try:
+            loader.loader.exec_module(module)                      # type: ignore[union-attr]
+        except BaseException:
+            sys.modules.pop(modname, None)
+            raise
+        _FILES[full] = module
+    return module
+
+
+def _from_file(spec: str) -> OpDef | None:
+    """The operator ``file.py:name`` registered (importing the file on first use)."""
+    path, _, attr = spec.rpartition(":")
+    module = load_file(path)
+    obj = getattr(module, attr, None)
+    op_name = getattr(obj, "__opsim_operator__", None) or attr
+    op = _OPS.get(op_name)
+    if op is None:
+        mine = sorted(n for n in _OPS if n not in _BUILTIN)
+        raise KeyError(f"{path} registers no operator {attr!r} (register the kernel with "
+                       f"opsim.register_operator; registered so far: {', '.join(mine) or 'none'})")
+    return op

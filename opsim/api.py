@@ -18,7 +18,7 @@ from opsim.kernels.common import OpError, TensorDesc, desc_of
 from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.simulator.errors import CapacityError
+from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import align_up
 from opsim.simulator.profile import Profiler, launch_records
 from opsim.simulator.tile import GlobalTensor
@@ -61,6 +61,7 @@ class RunResult:
     tiling: Any = None
     # what each kernel launch did (traces.tables.LaunchRecord), in launch order
     launch_records: tuple = field(default=(), repr=False)
+    sanitizer: Any = None      # the SanitizerReport of a run with sanitize=True
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
@@ -109,6 +110,7 @@ def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], d
 def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
         device_overrides: Mapping[str, Any] | None = None, source_lines: bool = False,
+        sanitize: bool = False,
         **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
@@ -119,11 +121,19 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     line for the code_exe hot-spot table (``res.tables()``). Raises :class:`OpError` (with the
     aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
+
+    ``sanitize=True`` (full and timing mode) runs the sanitizer (racecheck, memcheck, synccheck;
+    docs/sanitizer.md) alongside: ``res.sanitizer`` is its report. Results and cycles are the
+    same as without it. A fault still raises; the exception then carries the report as its
+    ``sanitizer`` attribute (and as a note in the traceback).
     """
     if mode not in MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if trace not in LEVELS:
         raise ValueError(f"trace level {trace!r} is not one of {', '.join(LEVELS)}")
+    if sanitize and mode not in ("full", "timing"):
+        raise ValueError(f"sanitize=True needs mode 'full' or 'timing' (the sanitizer watches the "
+                         f"simulated machine), got mode {mode!r}")
     opdef = registry.get(op)
     spec = device_spec(device, device_overrides)
     operands, attrs = _split_kwargs(opdef, operands_and_attrs)
@@ -176,6 +186,10 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     profiler = Profiler()
     dev.observers.append(profiler)
     dev.source_lines = source_lines
+    san = None
+    if sanitize:
+        from opsim.simulator.sanitizer import Sanitizer
+        san = Sanitizer(dev)
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
     place = getattr(opdef, "place", None)
@@ -193,7 +207,13 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if ws:
         tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
     launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
-    dev.synchronize(stream)
+    if san is None:
+        dev.synchronize(stream)
+    else:
+        try:
+            dev.synchronize(stream)
+        except SimulatorError as exc:
+            raise attach_report(exc, san.finish()) from None
     outs: dict[str, np.ndarray] = {}
     if mode == "full":
         for n, d in out_descs.items():
@@ -205,7 +225,15 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         tr.metadata["launches"] = launch_metadata(records)
         tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
     return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
-                     records)
+                     records, san.finish() if san is not None else None)
+
+
+def attach_report(exc: BaseException, report: Any) -> BaseException:
+    """``exc`` carrying the sanitizer's ``report`` (attribute ``sanitizer``, and a traceback note)."""
+    exc.sanitizer = report   # type: ignore[attr-defined]
+    if hasattr(exc, "add_note"):
+        exc.add_note(str(report))
+    return exc
 
 
 def _check_gm_capacity(op: str, spec: DeviceSpec, buffers: Mapping[str, int], workspace: int) -> None:

@@ -110,6 +110,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         attrs["reduction"] = int(args.reduction) if args.reduction.strip().isdigit() else args.reduction
     overrides = _parse_pairs(args.set, "--set")
     tiling = _parse_pairs(args.tiling, "--tiling")
+    if args.kernel:
+        args.op = args.kernel          # a custom operator: path/to/file.py:name
+    if not args.op:
+        print("opsim: name an operator (see `opsim ops`) or --kernel FILE.py:name", file=sys.stderr)
+        return 2
     try:
         kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
                                 getattr(args, "operand", None) or ())
@@ -189,7 +194,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from opsim.demo import run_demo
-    return run_demo(out_dir=args.out, reports=not args.no_report, workers=args.workers)
+    return run_demo(out_dir=args.out, reports=not args.no_report, workers=args.workers, ops=args.kernel)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -198,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run one operator on a simulated device")
-    r.add_argument("op", help="operator name (see `opsim ops`)")
+    r.add_argument("op", nargs="?", help="operator name (see `opsim ops`)")
+    r.add_argument("--kernel", help="a custom operator: FILE.py:name registered with opsim.register_operator")
     r.add_argument("--device", default="atlas-a2", help="device name or TOML path (see `opsim devices`)")
     r.add_argument("--shape", type=_parse_shape, default=None, help="main operand shape, e.g. 64x4096")
     r.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: fp32, or the operator's first dtype)")
@@ -235,11 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--out", default="opsim-out", help="directory for traces and reports")
     m.add_argument("--no-report", action="store_true", help="skip the HTML reports")
     m.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    m.add_argument("--kernel", action="append", help="only this operator (repeatable); custom ones as FILE.py:name")
     m.set_defaults(func=cmd_demo)
 
-    from opsim import cli_study, cli_trace
+    from opsim import cli_check, cli_study, cli_trace
     cli_trace.register(sub)
     cli_study.register(sub)
+    cli_check.register(sub)
     return ap
 
 

@@ -39,10 +39,11 @@ def _check(outputs: dict[str, np.ndarray], golden: dict[str, np.ndarray]) -> str
     return "bitwise" if all(v == "bitwise" for v in verdicts) else "within tol"
 
 
-def demo_cases() -> list[tuple[str, str, str]]:
-    """(operator, device, dtype) for every operator × supporting product × supported dtype."""
+def demo_cases(ops: list[str] | None = None) -> list[tuple[str, str, str]]:
+    """(operator, device, dtype) for every operator (or those of ``ops``, e.g. custom ones named
+    ``file.py:name``) × supporting product × supported dtype."""
     cases = []
-    for op_name in registry.names():
+    for op_name in (ops or registry.names()):
         op = registry.get(op_name)
         for dev in devices.catalogue():
             spec = devices.load(dev)
@@ -63,7 +64,7 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tu
     op = registry.get(op_name)
     spec = devices.load(dev)
     kwargs = op.example(np.random.default_rng(0), spec, dt)
-    tag = f"{op_name}-{dev}-{dt}"
+    tag = f"{op_name.rpartition(':')[2] if '.py:' in op_name else op_name}-{dev}-{dt}"
     try:
         res = opsim.run(op_name, device=dev, **kwargs)
         arrays = {k: v for k, v in kwargs.items() if k in (*op.inputs, *op.optional)}
@@ -88,8 +89,9 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tu
 
 
 def run_demo(out_dir: str = "opsim-out", reports: bool = True,
-             workers: int | None = None) -> int:
-    """Run every demo case (in ``workers`` processes; rows print in a fixed order)."""
+             workers: int | None = None, ops: list[str] | None = None) -> int:
+    """Run every demo case (in ``workers`` processes; rows print in a fixed order); ``ops``
+    restricts the table to those operators (custom ones as ``file.py:name``)."""
     from concurrent.futures import ProcessPoolExecutor
     from opsim.cli_trace import write_index_page
     os.makedirs(out_dir, exist_ok=True)
@@ -97,7 +99,7 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
              f"{'GB/s':>7s} {'bound':7s} check"
     print(header)
     print("-" * len(header), flush=True)
-    cases = demo_cases()
+    cases = demo_cases(ops)
     workers = workers or min(len(cases), os.cpu_count() or 1)
     failures = 0
     index: list[dict[str, Any]] = []

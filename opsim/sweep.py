@@ -184,7 +184,8 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
 
     known_ops = registry.names()
     for op in dict(axes)["operator"]:
-        if not isinstance(op, str) or (strict and op not in known_ops):
+        # a custom operator may be named as path/to/file.py:name (opsim.register_operator)
+        if not isinstance(op, str) or (strict and not registry.known(op)):
             raise err("axes.operator", f"unknown operator {op!r}; known operators: {', '.join(known_ops)}")
     known_devices = _devices.catalogue()
     device_names = dict(axes).get("device", ("atlas-a2",))

@@ -59,6 +59,7 @@ class Pipe:
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "waiting_on",
+                 "waiting_instr",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
@@ -76,6 +77,7 @@ class Pipe:
         self.last_slice = -1
         self.flow_from = -1
         self.waiting_on: str | None = None
+        self.waiting_instr: "Instruction | None" = None   # the instruction waiting_on describes
         self.idle_mark: float | None = None     # core.blocked_clock() when it found its queue empty
         self.held = 0                           # idle cycles its next instruction was held back
         self._tile_slice = -1
@@ -127,10 +129,14 @@ class Pipe:
                             yield env.timeout(wait)
                     else:
                         self.waiting_on = instr.describe()
+                        self.waiting_instr = instr
                         yield wait
-                        self.waiting_on = None
+                        self.waiting_on = self.waiting_instr = None
                 instr.complete(self)
             except SimulatorError as exc:
+                if getattr(exc, "origin", None) is None:
+                    # the kernel source line of the faulting instruction (sanitizer, messages)
+                    exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
             end = env.now
             if instr.busy:

@@ -273,6 +273,18 @@ def _fit(t: LocalTensor, need: int, what: str) -> None:
                           f"at {t.addr:#x}", address=t.addr)
 
 
+def _gm_accesses(m: GmMatrix, r0: int, nr: int, c0: int, nc: int,
+                 write: bool) -> list[tuple[str, int, int, bool]]:
+    """``Instruction.accesses`` entries of a block of a GM matrix (its runs; NZ: whole
+    16-column blocks, padding included, as the transfer writes them)."""
+    return [("GM", a, n, write) for a, n in m.runs(r0, nr, c0, nc)]
+
+
+def _local_bytes(t: LocalTensor, nbytes: int, write: bool) -> tuple[str, int, int, bool]:
+    """An access of ``nbytes`` from the start of ``t`` (at most the tensor)."""
+    return (t.memory_name, t.addr, min(nbytes, t.count * t.dtype.itemsize), write)
+
+
 def _need_region(t: LocalTensor, names: tuple[str, ...], what: str) -> None:
     if t.region.name not in names:
         raise SimulatorError(f"{what} must be in {' or '.join(names)}, got a {t.region.name} tensor")
@@ -360,6 +372,11 @@ class CopyGmToL1(CubeInstruction):
         block = self.src.read(self.r0, self.nr, self.c0, self.nc)
         img = nd_to_nz(block).reshape(-1)
         self.dst.reinterpret(self.src.dtype).array(img.size)[...] = img
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        pr, pc = self.piece()
+        return (*_gm_accesses(self.src, self.r0, self.nr, self.c0, self.nc, False),
+                _local_bytes(self.dst, nz_bytes(pr, pc, self.src.itemsize), True))
 
     def describe(self) -> str:
         kind = "ND2NZ" if self.src.layout == "ND" else "NZ"
@@ -452,6 +469,13 @@ class LoadData(CubeInstruction):
         flat = out.reshape(-1)
         self.dst.reinterpret(dt).array(flat.size)[...] = flat
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        pr, pc = self.piece()
+        item = self.src.dtype.itemsize
+        # the L1 block is read as a whole NZ image (as issue checks it)
+        return (_local_bytes(self.src, nz_bytes(self.src_rows, self.src_cols, item), False),
+                _local_bytes(self.dst, nz_bytes(pr, pc, item), True))
+
     def describe(self) -> str:
         rows, cols = self.tile_shape()
         return (f"LoadData(L1->{self.dst.region.name}, {rows} x {cols} {self.src.dtype}"
@@ -540,6 +564,17 @@ class Mmad(CubeInstruction):
         else:
             c[:, :m, :] = part
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        kr = ceil_div(self.k, self.repeat)
+        item = self.a.dtype.itemsize
+        c_bytes = nz_bytes(self.m, self.n, 4)
+        out = [_local_bytes(self.a, nz_bytes(self.m, kr, item), False),
+               _local_bytes(self.b, nz_bytes(kr, self.n, item), False)]
+        if self.accumulate:
+            out.append(_local_bytes(self.c, c_bytes, False))
+        out.append(_local_bytes(self.c, c_bytes, True))
+        return tuple(out)
+
     def describe(self) -> str:
         return (f"Mmad({self.m}x{self.k}x{self.n} {self.a.dtype}, "
                 f"{'accumulate' if self.accumulate else 'overwrite'}, repeat {self.repeat})")
@@ -600,6 +635,10 @@ class Fixpipe(CubeInstruction):
         if self.dst.dtype != nx.FP32:
             vals = nx.cast(vals, self.dst.dtype, self.round_mode)
         self.dst.write(self.r0, self.c0, vals)
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return (_local_bytes(self.src, nz_bytes(self.m, self.n, 4), False),
+                *_gm_accesses(self.dst, self.r0, self.m, self.c0, self.n, True))
 
     def describe(self) -> str:
         return f"Fixpipe(L0C->GM, {self.m} x {self.n} fp32->{self.dst.dtype})"
@@ -667,6 +706,10 @@ class CopyUbToNz(Instruction):
             return
         vals = self.src.array(align16(self.n)).reshape(1, -1)
         self.dst.write(self.row, self.c0, vals)
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return (self.src.access(align16(self.n), False),
+                *_gm_accesses(self.dst, self.row, 1, self.c0, self.n, True))
 
     def describe(self) -> str:
         return f"DataCopy(UB->GM ND2NZ, row {self.row}, {self.n} x {self.src.dtype})"
@@ -739,6 +782,10 @@ class CrossCoreSetFlag(Instruction):
         for key in keys:
             table.set(key, pipe.last_slice)
 
+    def sync_keys(self, pipe: "Pipe") -> list[tuple]:
+        """The flag-table keys this set adds to (execution clients: the sanitizer)."""
+        return _cross_keys(pipe, self.flag_id, self.mode, setting=True)[0]
+
     def describe(self) -> str:
         return f"CrossCoreSetFlag<{self.mode}, {self._pipe}>({self.flag_id})"
 
@@ -770,6 +817,13 @@ class CrossCoreWaitFlag(Instruction):
         src = pipe.core.device.cross_flags.setter_slice(self._key) if self._key is not None else -1
         if src >= 0:
             pipe.flow_from = src
+
+    def sync_need(self, pipe: "Pipe") -> tuple[tuple, int] | None:
+        """(key, sets of the key this wait needed), once it has passed (the sanitizer)."""
+        if self._key is None:
+            return None
+        _, per = _cross_keys(pipe, self.flag_id, self.mode, setting=False)
+        return self._key, pipe.core.device.cross_flags._done.get((self._key, pipe.core.name), 1) * per
 
     def describe(self) -> str:
         return f"CrossCoreWaitFlag<{self.mode}, {self._pipe}>({self.flag_id})"

@@ -116,6 +116,15 @@ class SetFlag(Instruction):
         return f"SetFlag<{self.src}_{self.dst}>({self.event_id})"
 
 
+class QueueFreeFlag(SetFlag):
+    """The SetFlag of ``TQue.free`` (FreeTensor), the consumer telling the producer a buffer is
+    free again. The last ones of a kernel are never waited for: the framework releases them
+    when the pipe is destroyed, so one still set at the end of a block is no bug (the sanitizer
+    reports any other flag left set)."""
+
+    __slots__ = ()
+
+
 class WaitFlag(Instruction):
     """``WaitFlag<src_dst>(event_id)``: runs on the destination pipe and blocks it until set."""
 
@@ -226,6 +235,9 @@ class ScalarCompute(Instruction):
                 v = self._FNS[self.op](v, np.float32(nx.const(self.operand, nx.FP32))).astype(np.float32)
         self.dst.array(1)[...] = v if self.dst.dtype == nx.FP32 else nx.round_to(v, self.dst.dtype)
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return self.src.access(1, False), self.dst.access(1, True)
+
     def describe(self) -> str:
         return f"ScalarCompute({self.src.dtype}->{self.dst.dtype}{f' {self.op} {self.operand:g}' if self.op else ''})"
 
@@ -273,6 +285,18 @@ class DataCopy(Instruction):
     @property
     def local(self) -> LocalTensor:
         return self.src if self._to_gm else self.dst  # type: ignore[return-value]
+
+    @property
+    def atomic(self) -> bool:
+        """Whether this GM write adds atomically (SetAtomicAdd was in effect at issue)."""
+        return self._atomic
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        glob = self.glob
+        name = glob.memory_name()
+        out = [self.local.access(self.count, not self._to_gm)]
+        out.extend((name, a, n, self._to_gm) for a, n in glob.byte_runs(self.count))
+        return tuple(out)
 
     @property
     def glob(self) -> GlobalSlice:
@@ -404,6 +428,14 @@ class VectorOp(Instruction):
         else:
             out[...] = nx.round_to(type(self).fn(*args).astype(np.float32, copy=False), dt)
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        n = self.count
+        out = [s.access(n, False) for s in self.srcs]
+        if isinstance(self.scalar, LocalTensor):
+            out.append(self.scalar.access(1, False))
+        out.append(self.dst.access(n, True))
+        return tuple(out)
+
     def describe(self) -> str:
         return f"{self.name}({self.count} x {self.dst.dtype})"
 
@@ -472,6 +504,9 @@ class Duplicate(VectorOp):
         if pipe.core.device.functional:
             self.dst.array(self.count)[...] = nx.const(self.scalar, self.dst.dtype)
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return (self.dst.access(self.count, True),)
+
 
 def _cost_dtype(dt: nx.DType) -> str:
     # moves and fills cost the same per element for 16-bit types; price bf16 like fp16
@@ -496,6 +531,9 @@ class Copy(Duplicate):
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
             self.dst.array(self.count)[...] = self.src.array(self.count)
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return self.src.access(self.count, False), self.dst.access(self.count, True)
 
 
 class Cast(Instruction):
@@ -526,6 +564,9 @@ class Cast(Instruction):
         if pipe.core.device.functional:
             n = self.count
             self.dst.array(n)[...] = nx.cast(self.src.array(n), self.dst.dtype, self.mode)
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        return self.src.access(self.count, False), self.dst.access(self.count, True)
 
     def describe(self) -> str:
         return f"Cast({self.src.dtype}->{self.dst.dtype}, {self.mode}, {self.count})"
@@ -606,6 +647,12 @@ class Sort(Instruction):
         self.dst_keys.array(n)[...] = keys[order]
         self.dst_pos.array(n)[...] = (order + self.first).astype(self.dst_pos.dtype.np_dtype)
 
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        n = self.count
+        # tmp is scratch the instruction writes before it reads it: a write
+        return (self.src.access(n, False), self.tmp.access(None, True),
+                self.dst_keys.access(n, True), self.dst_pos.access(n, True))
+
     def describe(self) -> str:
         return f"Sort({self.count} x fp32)"
 
@@ -646,6 +693,13 @@ class MrgSort(Instruction):
         n = self.count
         self.dst_keys.array(n)[...] = keys[order]
         self.dst_pos.array(n)[...] = pos[order]
+
+    def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        out = []
+        for k, p, c in self.srcs:
+            out += [k.access(c, False), p.access(c, False)]
+        out += [self.dst_keys.access(self.count, True), self.dst_pos.access(self.count, True)]
+        return tuple(out)
 
     def describe(self) -> str:
         return f"MrgSort({len(self.srcs)} queues, {self.count} x fp32)"

@@ -141,6 +141,34 @@ class GlobalSlice:
             return t.addr, t.addr
         return t.addr + int(offs.min()) * item, t.addr + (int(offs.max()) + 1) * item
 
+    def byte_runs(self, count: int | None = None) -> list[tuple[int, int]]:
+        """The contiguous (address, bytes) runs the first ``count`` elements occupy, in address
+        order; a strided view gives one run per gap, a broadcast view each byte once."""
+        count = self.count if count is None else count
+        offs = self._offsets(count)
+        if offs is None or count <= 1:
+            lo, hi = self.byte_range(count)
+            return [(lo, hi - lo)] if hi > lo else []
+        t = self.tensor
+        item = t.dtype.itemsize
+        offs = np.unique(offs)
+        breaks = np.flatnonzero(np.diff(offs) != 1) + 1
+        firsts = np.concatenate(([0], breaks))
+        lasts = np.concatenate((breaks, [offs.size]))
+        return [(t.addr + int(offs[a]) * item, int(b - a) * item) for a, b in zip(firsts, lasts)]
+
+    def memory_name(self) -> str:
+        """The memory of this slice as ``Instruction.accesses`` names it: "GM" on Ascend, the
+        global region's name ("DDR", "SMC") on a DSP."""
+        t = self.tensor
+        if t.device.spec.family != "dsp":
+            return "GM"
+        lo, hi = self.byte_range(min(self.count, 1))
+        try:
+            return t.device.space.region_of(lo, max(1, hi - lo)).name
+        except MemoryFault:
+            return t.device.gm.name
+
     def span_bytes(self, count: int) -> int:
         """Bytes a DMA moves: the elements, or fewer when a broadcast view repeats them."""
         lo, hi = self.byte_range(count)
@@ -212,6 +240,16 @@ class LocalTensor:
         return LocalTensor(self.core, self.region, self.addr + start * self.dtype.itemsize, self.dtype,
                            max(0, stop - start))
 
+    @property
+    def memory_name(self) -> str:
+        """``"<core>/<region>"``, the memory name of ``Instruction.accesses``."""
+        return f"{self.core.name}/{self.region.name}"
+
+    def access(self, count: int | None, write: bool) -> tuple[str, int, int, bool]:
+        """The ``Instruction.accesses`` entry of the first ``count`` elements (all if None)."""
+        n = self.count if count is None else count
+        return (f"{self.core.name}/{self.region.name}", self.addr, n * self.dtype.itemsize, write)
+
     def reinterpret(self, dtype: Any) -> "LocalTensor":
         dt = nx.dtype(dtype)
         return LocalTensor(self.core, self.region, self.addr, dt,
@@ -261,6 +299,8 @@ class TQue:
         self._used_before = [False] * depth
         self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
         self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
+        self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
+        ctx.queues.append(self)
 
     def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
         """AllocTensor: the next free buffer (waits on the consumer's free flag if reused)."""
@@ -274,7 +314,14 @@ class TQue:
         dt = nx.dtype(dtype)
         t = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
+        if self.ctx.device.source_lines:
+            self._alloc_origin[t.addr] = _caller_line()
         return t
+
+    def unfreed(self) -> list[tuple[str, int, int, str | None]]:
+        """(what, address, bytes, source line of the alloc) of each tensor allocated and not freed."""
+        return [(f"{self.position} queue buffer {i}", addr, self.nbytes, self._alloc_origin.get(addr))
+                for addr, i in self._out.items()]
 
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.addr)
@@ -298,7 +345,8 @@ class TQue:
         i = self._out.pop(t.addr, None)
         if i is None:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
-        self.ctx.emit_set(self.consumer, self.producer, self.event_ids[i])
+        from opsim.simulator.isa import QueueFreeFlag
+        self.ctx.emit(QueueFreeFlag(self.consumer, self.producer, self.event_ids[i]))
         self._free.append(i)
 
 
@@ -330,6 +378,10 @@ class KernelContext:
         self.sub_block_num = 1
         self._work_area: tuple["Region", int, int] | None = None   # (region, base, end)
         self._work_next = 0
+        self.queues: list[Any] = []   # this block's TQues (anything with unfreed()), for the sanitizer
+        # the context of the block the core runs now: execution clients (the sanitizer) look at
+        # its queues when the block ends
+        core.context = self
 
     # Ascend C spellings
     def get_block_idx(self) -> int:
@@ -407,15 +459,22 @@ class KernelContext:
         return LocalTensor(self.core, region, addr, nx.dtype(dtype), count)
 
     def emit(self, instr: Any) -> None:
+        self._stamp(instr)
         self.pending.append(instr)
 
     def emit_set(self, src: str, dst: str, event_id: int) -> None:
         from opsim.simulator.isa import SetFlag
-        self.pending.append(SetFlag(src, dst, event_id))
+        self.emit(SetFlag(src, dst, event_id))
 
     def emit_wait(self, src: str, dst: str, event_id: int) -> None:
         from opsim.simulator.isa import WaitFlag
-        self.pending.append(WaitFlag(src, dst, event_id))
+        self.emit(WaitFlag(src, dst, event_id))
+
+    def _stamp(self, instr: Any) -> None:
+        # an emitted flag's source line is the kernel line that emitted it (TQue calls included),
+        # not the line of the instruction yielded next
+        if self.device.source_lines and getattr(instr, "origin", None) is None:
+            instr.origin = _caller_line()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,6 +539,15 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
         out = outq.deque()
         yield _copy_out(output[off:off + n], out, n)
         outq.free(out)
+
+
+def _caller_line() -> str | None:
+    """"file.py:line" of the first caller outside this module (the kernel that called alloc)."""
+    import sys
+    frame: Any = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:

@@ -650,6 +650,12 @@ class _ScalarFeed:
         self.owe = True
         self.loaded = b
 
+    def drain(self) -> None:
+        """Wait for the last release at the end of the kernel, so no flag is left set."""
+        if self.owe:
+            self.ctx.emit_wait("SCALAR", "MTE2", self.released)
+            self.owe = False
+
 
 def _zero_kernel(ctx: KernelContext, targets: Sequence[GlobalTensor]) -> Iterator[Any]:
     """ZerosLike: one UB buffer of zeros, copied over this block's share of every target."""
@@ -815,6 +821,7 @@ def _count_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTens
         yield DataCopyPad(counts[key:key + 1], c, 1)
         q.free(c)
     yield SetAtomicNone()
+    feed.drain()
 
 
 def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
@@ -894,6 +901,7 @@ def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor,
                 count = 0
                 flushes += 1
     yield SetAtomicNone()
+    feed.drain()
 
 
 def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,
@@ -944,6 +952,7 @@ def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTen
                 for k, r in enumerate(rows):
                     yield DataCopyPad(acc[r * emb + c0:r * emb + c0 + n], ob[k * ep:k * ep + n], n)
             outq.free(ob)
+    feed.drain()
 
 
 def _index_host(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor) -> np.ndarray:
@@ -1010,6 +1019,7 @@ def _v1_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, g
             ctx.emit_set("MTE3", "MTE2", stored)
             owe_store = True
     yield SetAtomicNone()
+    _drain(ctx, owe_scan, scanned, owe_store, stored)
 
 
 def _v1_scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor,
@@ -1052,6 +1062,15 @@ def _v1_scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTen
         yield DataCopyPad(acc[r * emb:(r + 1) * emb], row[0:emb], emb)
         ctx.emit_set("MTE3", "MTE2", stored)
         owe_store = True
+    _drain(ctx, owe_scan, scanned, owe_store, stored)
+
+
+def _drain(ctx: KernelContext, owe_scan: bool, scanned: int, owe_store: bool, stored: int) -> None:
+    """The waits for the last scan and store releases, so no flag is left set at the end."""
+    if owe_scan:
+        ctx.emit_wait("SCALAR", "MTE2", scanned)
+    if owe_store:
+        ctx.emit_wait("MTE3", "MTE2", stored)
 
 
 # ---------------------------------------------------------------------------------------------

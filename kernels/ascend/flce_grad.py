@@ -27,7 +27,7 @@ import functools
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Generator, Iterator, Mapping
 
 import numpy as np
 
@@ -489,6 +489,10 @@ class ScalarRef:
     def check(self) -> None:
         self.tensor.check(self.index + 1, write=False)
 
+    def access(self) -> tuple[str, int, int, bool]:
+        t = self.tensor
+        return (t.memory_name, t.addr + self.index * t.dtype.itemsize, t.dtype.itemsize, False)
+
     def value(self) -> float:
         v = self.tensor.array(self.index + 1)[self.index]
         return -float(v) if self.negate else (int(v) if not self.tensor.dtype.is_float else float(v))
@@ -505,6 +509,10 @@ class MaskBitRef:
     def check(self) -> None:
         self.tensor.check(self.index + 1, write=False)
 
+    def access(self) -> tuple[str, int, int, bool]:
+        t = self.tensor
+        return (t.memory_name, t.addr + self.index * t.dtype.itemsize, t.dtype.itemsize, False)
+
     def value(self) -> int:
         b = int(self.tensor.array(self.index + 1)[self.index])
         return b & 1 if self.bit < 0 else (b >> self.bit) & 1
@@ -516,6 +524,9 @@ class _RefScalar:
     def issue(self, pipe: Any) -> int:
         self.ref.check()                       # type: ignore[attr-defined]
         return super().issue(pipe)             # type: ignore[misc]
+
+    def accesses(self, pipe: Any) -> tuple:
+        return (self.ref.access(), *super().accesses(pipe))   # type: ignore[attr-defined,misc]
 
     def complete(self, pipe: Any) -> None:
         if pipe.core.device.functional:
@@ -589,6 +600,11 @@ class TargetUpdate(Instruction):
             a = self.buf.array(self.count)
             a[t - self.col0] = np.float32(a[t - self.col0]) - np.float32(update)
 
+    def accesses(self, pipe: Any) -> tuple:
+        # a read-modify-write of one element of the chunk (which one is data-dependent)
+        return (self.target.access(), self.mask.access(), self.buf.access(self.count, False),
+                self.buf.access(self.count, True))
+
     def describe(self) -> str:
         return f"TargetUpdate(row {self.row})"
 
@@ -625,12 +641,15 @@ def _aiv_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
     if ms:   # the logits must be complete: every cube core has finished the first matmul
         yield CrossCoreWaitFlag(FLAG_LOGITS_READY, mode=2, pipe="MTE2")
     r0, nrows = tiling.rows_of(ctx.block_idx)
+    frees: list[int] = []
     if nrows:
-        yield from _vector_rows(ctx, tiling, ops, r0, nrows, ms)
+        frees = yield from _vector_rows(ctx, tiling, ops, r0, nrows, ms)
     # every vector core done (mode 0), then tell this group's cube core (mode 2)
     yield CrossCoreSetFlag(FLAG_S_ALL, mode=0, pipe="MTE3")
     yield CrossCoreWaitFlag(FLAG_S_ALL, mode=0, pipe="MTE3")
     yield CrossCoreSetFlag(FLAG_S_READY, mode=2, pipe="MTE3")
+    for ev in frees:   # the last buffer releases: no flag is left set when the kernel ends
+        ctx.emit_wait("MTE3", "MTE2", ev)
 
 
 def _meta_layout(tiling: FlceTiling, packed: bool, int_bytes: int) -> tuple[dict[str, int], int]:
@@ -647,7 +666,8 @@ def _meta_layout(tiling: FlceTiling, packed: bool, int_bytes: int) -> tuple[dict
 
 
 def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: int, nrows: int,
-                 ms: bool) -> Iterator[Any]:
+                 ms: bool) -> Generator[Any, None, list[int]]:
+    """The rows [r0, r0+nrows); returns the MTE3 -> MTE2 release flags still set at the end."""
     v, chunk = tiling.v, tiling.vec_chunk
     dt = nx.dtype(tiling.dtype)
     int_dt = ops.masked_target.dtype
@@ -711,6 +731,7 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
                 ctx.emit_set("MTE3", "MTE2", ev_free[slot])
                 slot ^= 1
         meta_q.free(meta)
+    return [ev_free[s] for s in (0, 1) if used[s]]
 
 
 class _CubeQueues:

@@ -1,0 +1,368 @@
+"""The basic API: data movement (``data_copy``, ``data_copy_pad``) and the vector instructions.
+
+Each call emits the simulator instruction it stands for (simulator/isa.py, simulator/isa_ext.py)
+into the running block's stream; the instruction costs what the device's tables say and
+computes in the emulated dtype when it executes. Vector calls take the count form
+``op(dst, src..., count)`` and the repeat form ``op(dst, src..., mask, repeat_times,
+repeat_params)`` where it covers contiguous elements: one repeat with a continuous mask, or full
+repeats with the default (dense) strides. Other repeat/mask forms raise UnsupportedInstruction.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from opsim.asc import _core
+from opsim.asc.enums import CMPMODE, ROUND_MODE_NAME, ReduceOrder, RoundMode, SELMODE
+from opsim.asc.tensor import DeferredScalar, GlobalTensor, LocalTensor
+from opsim.asc.types import (BinaryRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
+                             DataCopyPadParams, DataCopyParams, Nd2NzParams, UnaryRepeatParams)
+from opsim.simulator import isa, isa_ext
+from opsim.simulator.tile import GlobalSlice, GlobalTensor as SimGlobalTensor
+
+# ---------------------------------------------------------------------------------------------
+# data movement
+# ---------------------------------------------------------------------------------------------
+
+
+def _strided_gm(g: GlobalTensor, blocks: int, run: int, gap: int) -> GlobalSlice:
+    """``blocks`` runs of ``run`` elements, ``gap`` elements apart, from a GM view."""
+    a = g._addr
+    t = SimGlobalTensor(a.device, g.address, a.dtype.sim, (blocks, run), (run + gap, 1), 0)
+    return GlobalSlice(t, 0, blocks * run)
+
+
+def data_copy(dst: Any, src: Any, *args: Any, **kwargs: Any) -> None:
+    """``data_copy(dst, src, count)`` GM<->UB (MTE2/MTE3, whole 32 B blocks), UB->UB (vector
+    Copy), GM->L1 with ``Nd2NzParams`` and L0C->GM with ``DataCopyCO12DstParams`` (cube); or
+    ``data_copy(dst, src, repeat_params=DataCopyParams(...))`` with a strided GM side."""
+    state = _core.current()
+    params = kwargs.pop("repeat_params", None) or kwargs.pop("intri_params", None)
+    count = kwargs.pop("count", None)
+    if args:
+        if isinstance(args[0], (DataCopyParams, Nd2NzParams, DataCopyCO12DstParams)):
+            params = args[0]
+        else:
+            count = args[0]
+    if len(args) > 1 or kwargs:
+        raise _core.unsupported("data_copy with DataCopyEnhancedParams or slice lists")
+    if isinstance(params, (Nd2NzParams, DataCopyCO12DstParams)):
+        from opsim.asc import cube
+        return cube.data_copy_cube(state, dst, src, params)
+    if isinstance(dst, LocalTensor) and isinstance(src, LocalTensor):
+        if params is not None:
+            count = params.block_count * params.block_len * 32 // dst.sim.dtype.itemsize
+            if params.block_count > 1 and (params.src_stride or params.dst_stride):
+                raise _core.unsupported("a strided local->local data_copy")
+        if dst.sim.region.name != src.sim.region.name or dst.sim.region.name not in ("UB",):
+            from opsim.asc import cube
+            return cube.local_copy(state, dst, src, int(count))
+        state.emit(isa.Copy(dst.sim, src.sim, int(count)))
+        return
+    if params is not None:
+        if not isinstance(params, DataCopyParams):
+            raise TypeError(f"data_copy repeat_params must be DataCopyParams, got {type(params).__name__}")
+        local = dst if isinstance(dst, LocalTensor) else src
+        glob = src if isinstance(dst, LocalTensor) else dst
+        if not isinstance(local, LocalTensor) or not isinstance(glob, GlobalTensor):
+            raise TypeError("data_copy needs a LocalTensor and a GlobalTensor")
+        item = local.sim.dtype.itemsize
+        run = params.block_len * 32 // item
+        gm_gap = (params.src_stride if isinstance(dst, LocalTensor) else params.dst_stride) * 32 // item
+        local_gap = params.dst_stride if isinstance(dst, LocalTensor) else params.src_stride
+        if local_gap and params.block_count > 1:
+            raise _core.unsupported("data_copy with a strided local side (UB stride)")
+        gs = (_strided_gm(glob, params.block_count, run, gm_gap) if gm_gap and params.block_count > 1
+              else glob.sim_slice(params.block_count * run))
+        n = params.block_count * run
+        if isinstance(dst, LocalTensor):
+            state.emit(isa.DataCopy(dst.sim, gs, n))
+        else:
+            state.emit(isa.DataCopy(gs, src.sim, n))
+        return
+    if count is None:
+        raise TypeError("data_copy needs a count or repeat_params")
+    n = int(count)
+    if isinstance(dst, LocalTensor) and isinstance(src, GlobalTensor):
+        state.emit(isa.DataCopy(dst.sim, src.sim_slice(n), n))
+    elif isinstance(dst, GlobalTensor) and isinstance(src, LocalTensor):
+        state.emit(isa.DataCopy(dst.sim_slice(n), src.sim, n))
+    else:
+        raise TypeError(f"data_copy between {type(dst).__name__} and {type(src).__name__}")
+
+
+def data_copy_pad(dst: Any, src: Any, data_copy_params: Any = None, pad_params: Any = None,
+                  **kwargs: Any) -> None:
+    """``DataCopyPad``: any byte length. GM->UB ``(dst, src, DataCopyExtParams,
+    DataCopyPadExtParams)`` (right padding with a value is modelled), UB->GM ``(dst, src,
+    DataCopyExtParams)``; one block (block_count 1) or several with GM gaps and no UB gap."""
+    state = _core.current()
+    p = data_copy_params if data_copy_params is not None else kwargs.pop("params", None)
+    if not isinstance(p, (DataCopyExtParams, DataCopyParams)):
+        raise TypeError(f"data_copy_pad takes DataCopyExtParams, got {type(p).__name__}")
+    if isinstance(p, DataCopyParams):      # the older form: block_len in 32 B units... in bytes for Pad
+        p = DataCopyExtParams(p.block_count, p.block_len, p.src_stride, p.dst_stride)
+    local = dst if isinstance(dst, LocalTensor) else src
+    glob = src if isinstance(dst, LocalTensor) else dst
+    if not isinstance(local, LocalTensor) or not isinstance(glob, GlobalTensor):
+        raise TypeError("data_copy_pad needs a LocalTensor and a GlobalTensor")
+    item = local.sim.dtype.itemsize
+    if p.block_len % item:
+        raise _core.unsupported(f"data_copy_pad with block_len {p.block_len} B, not a whole number of "
+                                f"{item} B elements")
+    run = p.block_len // item
+    blocks = int(p.block_count)
+    to_local = isinstance(dst, LocalTensor)
+    gm_gap_bytes = p.src_stride if to_local else p.dst_stride
+    local_gap = p.dst_stride if to_local else p.src_stride
+    if gm_gap_bytes % item:
+        raise _core.unsupported(f"data_copy_pad with a GM gap of {gm_gap_bytes} B, not whole elements")
+    n = blocks * run
+    gs = (_strided_gm(glob, blocks, run, gm_gap_bytes // item) if blocks > 1 and gm_gap_bytes
+          else glob.sim_slice(n))
+    pad = pad_params
+    padded = isinstance(pad, (DataCopyPadExtParams, DataCopyPadParams)) and pad.is_pad
+    if blocks > 1 and (local_gap or (run * item) % 32):
+        # UB rows start 32 B aligned: row length rounded up to 32 B plus the UB gap (32 B units)
+        if padded:
+            raise _core.unsupported("data_copy_pad with padding values over several blocks")
+        pitch = (-(-(run * item) // 32) + int(local_gap)) * 32 // item
+        if to_local:
+            state.emit(isa_ext.DataCopyPad2D(dst.sim, gs, blocks, run, pitch))
+        else:
+            state.emit(isa_ext.DataCopyPad2D(gs, src.sim, blocks, run, pitch))
+        return
+    if not to_local:
+        state.emit(isa.DataCopyPad(gs, src.sim, n))
+        return
+    if padded:
+        if pad.left_padding or blocks > 1:
+            raise _core.unsupported("data_copy_pad with left padding or padding of several blocks")
+        state.emit(isa_ext.DataCopyPadValue(dst.sim, gs, n, pad.right_padding, float(pad.padding_value)))
+        return
+    state.emit(isa.DataCopyPad(dst.sim, gs, n))
+
+
+# ---------------------------------------------------------------------------------------------
+# vector instructions
+# ---------------------------------------------------------------------------------------------
+
+def _mask_count(mask: Any, per: int) -> int:
+    if isinstance(mask, (list, tuple)):
+        value = 0
+        for word in mask:               # Ascend C order: {high, low}
+            value = (value << 64) | (int(word) & ((1 << 64) - 1))
+        if value & (value + 1):
+            raise _core.unsupported("a bitwise mask that is not a continuous run from element 0")
+        return min(bin(value).count("1"), per)
+    return int(mask)
+
+
+def _count_of(name: str, dst: LocalTensor, args: tuple, kwargs: dict) -> int:
+    """The element count of a vector call in the count or the (contiguous) repeat form."""
+    if "count" in kwargs:
+        return int(kwargs["count"])
+    args = tuple(a for a in args if not isinstance(a, bool))     # a trailing is_set_mask
+    if "mask" in kwargs:
+        args = (kwargs["mask"], kwargs.get("repeat_times", kwargs.get("repeat_time", 1)),
+                kwargs.get("repeat_params"))
+    if len(args) == 1:
+        return int(args[0])
+    if len(args) < 2:
+        raise TypeError(f"{name} needs a count, or mask, repeat_times and repeat_params")
+    per = 256 // dst.sim.dtype.itemsize
+    mask = _mask_count(args[0], per)
+    repeat = int(args[1])
+    params = args[2] if len(args) > 2 else None
+    if not 1 <= mask <= per:
+        raise _core.unsupported(f"{name} with mask {mask} (1..{per} elements per repeat for {dst.sim.dtype})")
+    if repeat == 1 and _dense_blocks(params):
+        return mask
+    if mask == per and _dense(params):
+        return per * repeat
+    raise _core.unsupported(f"{name} in the repeat form with mask {mask}, {repeat} repeats and {params}",
+                            "only contiguous forms (one repeat, or full masks with default strides) are modelled")
+
+
+def _dense_blocks(p: Any) -> bool:
+    if p is None:
+        return True
+    return all(getattr(p, f) == 1 for f in p.__dataclass_fields__ if f.endswith("blk_stride"))
+
+
+def _dense(p: Any) -> bool:
+    if p is None:
+        return True
+    return _dense_blocks(p) and all(getattr(p, f) == 8 for f in p.__dataclass_fields__ if f.endswith("rep_stride"))
+
+
+def _precheck(state: _core.BlockState, op: str, dt: Any, arithmetic: bool = True) -> None:
+    """Refuse at the call (naming the kernel line) what the device would refuse when the
+    instruction executes: arithmetic in a dtype its vector unit lacks, an op with no cost entry."""
+    spec = state.core.device.spec
+    if arithmetic and dt.name not in spec.vector.compute_dtypes:
+        raise _core.unsupported(f"{op} in {dt.name} on {spec.name}",
+                                f"its vector unit computes in {', '.join(spec.vector.compute_dtypes)}; cast first")
+    cost = spec.vector.cost.get(op)
+    key = dt.name if arithmetic or op.startswith("Cast") else isa._cost_dtype(dt)
+    if cost is None or key not in cost:
+        raise _core.unsupported(f"{op} in {dt.name} on {spec.name} (no entry in its vector cost table)")
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, DeferredScalar):
+        return v.tensor
+    if isinstance(v, LocalTensor):
+        raise TypeError("a scalar operand must be a number or t.get_value(i), got a LocalTensor")
+    return float(v)
+
+
+def _binary(cls: type, name: str):
+    def op(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, *args: Any, **kwargs: Any) -> None:
+        state = _core.current()
+        n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
+        state.emit(cls(dst.sim, src0.sim, src1.sim, count=n))
+    op.__name__ = name
+    op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
+    return op
+
+
+def _unary(cls: type, name: str):
+    def op(dst: LocalTensor, src: LocalTensor, *args: Any, **kwargs: Any) -> None:
+        state = _core.current()
+        n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
+        state.emit(cls(dst.sim, src.sim, count=n))
+    op.__name__ = name
+    op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
+    return op
+
+
+def _with_scalar(cls: type, name: str):
+    def op(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
+        state = _core.current()
+        n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
+        state.emit(cls(dst.sim, src.sim, scalar=_scalar(scalar), count=n))
+    op.__name__ = name
+    op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
+    return op
+
+
+add = _binary(isa.Add, "add")
+sub = _binary(isa.Sub, "sub")
+mul = _binary(isa.Mul, "mul")
+div = _binary(isa.Div, "div")
+max = _binary(isa.Max, "max")      # noqa: A001 - pyasc's name
+min = _binary(isa.Min, "min")      # noqa: A001
+adds = _with_scalar(isa.Adds, "adds")
+muls = _with_scalar(isa.Muls, "muls")
+maxs = _with_scalar(isa.Maxs, "maxs")
+mins = _with_scalar(isa.Mins, "mins")
+leaky_relu = _with_scalar(isa_ext.LeakyRelu, "leaky_relu")
+exp = _unary(isa.Exp, "exp")
+ln = _unary(isa.Ln, "ln")
+abs = _unary(isa.Abs, "abs")       # noqa: A001
+sqrt = _unary(isa.Sqrt, "sqrt")
+rsqrt = _unary(isa_ext.Rsqrt, "rsqrt")
+reciprocal = _unary(isa.Reciprocal, "reciprocal")
+relu = _unary(isa_ext.Relu, "relu")
+
+
+def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
+    """``Duplicate``: dst[:count] = scalar (a number)."""
+    state = _core.current()
+    n = _count_of("duplicate", dst, args, kwargs)
+    if isinstance(scalar, DeferredScalar):
+        raise _core.unsupported("duplicate of a get_value() scalar", "use adds/muls with the scalar operand")
+    state.emit(isa.Duplicate(dst.sim, float(scalar), n))
+
+
+def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode = RoundMode.CAST_NONE, *args: Any,
+         **kwargs: Any) -> None:
+    """``Cast(dst, src, round_mode, count)``: dtype conversion with an Ascend round mode."""
+    state = _core.current()
+    n = _count_of("cast", dst, args, kwargs)
+    if src.sim.dtype != dst.sim.dtype:
+        _precheck(state, f"Cast_{src.sim.dtype.name}_{dst.sim.dtype.name}", src.sim.dtype, arithmetic=False)
+    state.emit(isa.Cast(dst.sim, src.sim, ROUND_MODE_NAME[RoundMode(round_mode)], n))
+
+
+def compare(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, cmp_mode: CMPMODE, *args: Any,
+            **kwargs: Any) -> None:
+    """``Compare(dst, src0, src1, cmpMode, count)``: a bit mask (uint8, LSB first) of src0 <op> src1."""
+    state = _core.current()
+    n = _count_of("compare", src0, args, kwargs)
+    _precheck(state, "Compare", src0.sim.dtype)
+    state.emit(isa_ext.Compare(dst.sim, src0.sim, src1.sim, CMPMODE(cmp_mode).name, n))
+
+
+def compare_scalar(dst: LocalTensor, src0: LocalTensor, scalar: Any, cmp_mode: CMPMODE, *args: Any,
+                   **kwargs: Any) -> None:
+    """``CompareScalar(dst, src0, scalar, cmpMode, count)``."""
+    state = _core.current()
+    n = _count_of("compare_scalar", src0, args, kwargs)
+    _precheck(state, "CompareScalar", src0.sim.dtype)
+    state.emit(isa_ext.Compare(dst.sim, src0.sim, None, CMPMODE(cmp_mode).name, n, scalar=_scalar(scalar)))
+
+
+def select(dst: LocalTensor, sel_mask: LocalTensor, src0: LocalTensor, src1: Any,
+           sel_mode: SELMODE = SELMODE.VSEL_TENSOR_TENSOR_MODE, *args: Any, **kwargs: Any) -> None:
+    """``Select(dst, selMask, src0, src1|scalar, selMode, count)``: dst = mask ? src0 : src1."""
+    state = _core.current()
+    n = _count_of("select", dst, args, kwargs)
+    _precheck(state, "Select", dst.sim.dtype)
+    mode = SELMODE(sel_mode)
+    if mode == SELMODE.VSEL_TENSOR_SCALAR_MODE:
+        state.emit(isa_ext.Select(dst.sim, sel_mask.sim, src0.sim, None, n, scalar=_scalar(src1)))
+    elif mode == SELMODE.VSEL_TENSOR_TENSOR_MODE:
+        state.emit(isa_ext.Select(dst.sim, sel_mask.sim, src0.sim, src1.sim, n))
+    else:
+        raise _core.unsupported(f"select in {mode.name}")
+
+
+def _reduce(cls: type, name: str):
+    def op(dst: LocalTensor, src: LocalTensor, shared_tmp_buffer: LocalTensor, *args: Any, **kwargs: Any) -> None:
+        state = _core.current()
+        if kwargs.pop("cal_index", False) or (len(args) in (2, 4) and args[-1] is True):
+            raise _core.unsupported(f"{name} with cal_index=True")
+        args = tuple(a for a in args if a is not False)
+        n = _count_of(name, src, args, kwargs)
+        _precheck(state, cls.name, src.sim.dtype)
+        state.emit(cls(dst.sim, src.sim, shared_tmp_buffer.sim if shared_tmp_buffer is not None else None, n))
+    op.__name__ = name
+    op.__doc__ = f"``{cls.__name__}(dst, src, sharedTmpBuffer, count)``: dst[0] = reduction of src[:count]."
+    return op
+
+
+reduce_sum = _reduce(isa_ext.ReduceSum, "reduce_sum")
+reduce_max = _reduce(isa_ext.ReduceMax, "reduce_max")
+reduce_min = _reduce(isa_ext.ReduceMin, "reduce_min")
+
+
+def _whole(cls: type, name: str, indexed: bool):
+    def op(dst: LocalTensor, src: LocalTensor, mask: Any, repeat_time: int, dst_rep_stride: int,
+           src_blk_stride: int, src_rep_stride: int, order: ReduceOrder = ReduceOrder.ORDER_VALUE_INDEX,
+           is_set_mask: bool = True) -> None:
+        state = _core.current()
+        if int(src_blk_stride) != 1:
+            raise _core.unsupported(f"{name} with src_blk_stride {src_blk_stride}")
+        per = 256 // src.sim.dtype.itemsize
+        _precheck(state, cls.name, src.sim.dtype)
+        with_index = False
+        if indexed:
+            order = ReduceOrder(order)
+            if order == ReduceOrder.ORDER_VALUE_INDEX:
+                with_index = True
+            elif order != ReduceOrder.ORDER_ONLY_VALUE:
+                raise _core.unsupported(f"{name} with {order.name}")
+        state.emit(cls(dst.sim, src.sim, _mask_count(mask, per), int(repeat_time), int(dst_rep_stride),
+                       int(src_rep_stride), with_index))
+    op.__name__ = name
+    op.__doc__ = f"``{cls.__name__}``: {cls.__doc__}"
+    return op
+
+
+whole_reduce_sum = _whole(isa_ext.WholeReduceSum, "whole_reduce_sum", False)
+whole_reduce_max = _whole(isa_ext.WholeReduceMax, "whole_reduce_max", True)
+whole_reduce_min = _whole(isa_ext.WholeReduceMin, "whole_reduce_min", True)

@@ -1,0 +1,218 @@
+"""``asc.TPipe``, ``asc.TQue`` and ``asc.TBuf``: buffers in local memory and the flag hand-offs
+between the pipes that produce and consume them (Ascend C's queue framework).
+
+A TQue buffer passes producer -> consumer on ``enque``/``deque`` (SetFlag on the producer pipe,
+WaitFlag on the consumer pipe) and back on ``free_tensor``/``alloc_tensor`` (SetFlag on the
+consumer, WaitFlag on the producer before the buffer is written again). With ``num=2`` the load
+of tile i+1 can run under the compute of tile i; with 1 it cannot.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from opsim.asc import _core
+from opsim.asc.dtype import sim_dtype
+from opsim.asc.enums import TPosition
+from opsim.asc.tensor import LocalTensor, memory_of
+from opsim.simulator.errors import SimulatorError
+from opsim.simulator.isa import SetFlag, WaitFlag
+from opsim.simulator.memory import align_up
+from opsim.simulator.tile import LocalTensor as SimLocal
+
+# position -> (producer pipe, consumer pipe); "LOAD"/"STORE" resolve per core
+_QUEUE_PIPES = {
+    TPosition.VECIN: ("LOAD", "VECTOR"),
+    TPosition.VECOUT: ("VECTOR", "STORE"),
+    TPosition.A1: ("MTE2", "MTE1"),
+    TPosition.B1: ("MTE2", "MTE1"),
+    TPosition.C1: ("MTE2", "MTE1"),
+    TPosition.A2: ("MTE1", "CUBE"),
+    TPosition.B2: ("MTE1", "CUBE"),
+    TPosition.CO1: ("CUBE", "FIXP"),
+}
+
+
+def _absent(state: _core.BlockState, pos: TPosition) -> bool:
+    """A mixed kernel runs on the cube core too, where the vector buffers it declares do not
+    exist (the compiler drops them there): such a buffer is left uninitialised, and using it
+    on the cube core is an error."""
+    if state.role != "aic" or state.launch.kind != "mix":
+        return False
+    return memory_of(pos, state.core) not in state.core.memories
+
+
+class TPipe:
+    """``asc.TPipe()``: owns the local-memory buffers of the queues and TBufs it initialises."""
+
+    def __init__(self) -> None:
+        self._state = _core.current()
+
+    def init_buffer(self, que: Any = None, num: int = 1, len: int = 0, **kwargs: Any) -> None:  # noqa: A002
+        """``init_buffer(que, num, len)`` for a TQue, ``init_buffer(buf, len)`` for a TBuf."""
+        if que is None:
+            que = kwargs.pop("buf", None)
+        if isinstance(que, TBuf):
+            nbytes = len if len else num       # init_buffer(buf, len): the length is positional #2
+            que._init(self._state, int(nbytes))
+        elif isinstance(que, TQue):
+            que._init(self._state, int(num), int(len))
+        else:
+            raise TypeError(f"TPipe.init_buffer takes a TQue or a TBuf, got {type(que).__name__}")
+
+    def destroy(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
+class TQue:
+    """``asc.TQue(position, depth)``: a queue of buffers between two pipes."""
+
+    def __init__(self, pos: TPosition, depth: int = 1, *args: Any) -> None:
+        self.position = TPosition(pos)
+        if self.position not in _QUEUE_PIPES:
+            raise _core.unsupported(f"TQue at TPosition.{self.position.name}")
+        self.depth = int(depth)
+        self._state: _core.BlockState | None = None
+        self._site: str | None = None
+
+    def _init(self, state: _core.BlockState, num: int, nbytes: int) -> None:
+        core = state.core
+        if num < 1:
+            raise SimulatorError(f"TQue init_buffer num must be >= 1, got {num} (at {_core.call_site()})")
+        producer, consumer = _QUEUE_PIPES[self.position]
+        self.producer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(producer, producer)
+        self.consumer = {"LOAD": core.load_pipe, "STORE": core.store_pipe}.get(consumer, consumer)
+        self._site = _core.call_site()         # the init_buffer line: named by the teardown waits
+        if _absent(state, self.position):
+            return
+        self._state = state
+        self.region = core.memory(memory_of(self.position, core))
+        self.nbytes = align_up(nbytes, self.region.alignment)
+        self.buffers = [state.ctx.allocate(self.region, self.nbytes, f"{self.position.name}[{i}]")
+                        for i in range(num)]
+        self.event_ids = [state.reserved_event(self.producer, self.consumer) for _ in range(num)]
+        self._free = deque(range(num))
+        self._used = [False] * num
+        self._pending_free = [False] * num    # free flag set, not yet waited by an alloc
+        self._fifo: deque[tuple[int, LocalTensor]] = deque()
+        self._out: dict[int, int] = {}
+        self._alloc_site: dict[int, str] = {}
+        state.on_finish.append(self._drain)
+        state.ctx.queues.append(self)          # the sanitizer reports buffers never freed
+
+    def _ready(self) -> _core.BlockState:
+        if self._state is None:
+            if getattr(self, "_site", None) is not None:
+                raise SimulatorError(f"TQue({self.position.name}) used on {_core.current().core.name}, which has "
+                                     f"no {self.position.name} memory (at {_core.call_site()}); guard vector "
+                                     f"code with asc.ascend_is_aiv()")
+            raise SimulatorError(f"TQue used before TPipe.init_buffer (at {_core.call_site()})")
+        return self._state
+
+    def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
+        state = self._ready()
+        if not self._free:
+            raise SimulatorError(f"TQue({self.position.name}).alloc_tensor with all {len(self.buffers)} "
+                                 f"buffers in use; free_tensor one first (at {_core.call_site()})")
+        i = self._free.popleft()
+        if self._used[i]:
+            state.emit(WaitFlag(self.consumer, self.producer, self.event_ids[i]))
+            self._pending_free[i] = False
+        self._used[i] = True
+        dt = sim_dtype(dtype if dtype is not None else "fp32")
+        t = LocalTensor.wrap(SimLocal(state.core, self.region, self.buffers[i], dt,
+                                      self.nbytes // dt.itemsize), self.position)
+        self._out[t.sim.addr] = i
+        self._alloc_site[t.sim.addr] = _core.call_site()
+        return t
+
+    def unfreed(self) -> list[tuple[str, int, int, str | None]]:
+        """(what, address, bytes, alloc_tensor line) of each buffer allocated and not freed."""
+        return [(f"TQue({self.position.name}) buffer {i}", addr, self.nbytes, self._alloc_site.get(addr))
+                for addr, i in self._out.items()]
+
+    def _index(self, t: LocalTensor) -> int:
+        i = self._out.get(t.sim.addr)
+        if i is None:
+            raise SimulatorError(f"TQue({self.position.name}): {t!r} is not a buffer of this queue "
+                                 f"(at {_core.call_site()})")
+        return i
+
+    def enque(self, tensor: LocalTensor) -> bool:
+        state = self._ready()
+        i = self._index(tensor)
+        state.emit(SetFlag(self.producer, self.consumer, self.event_ids[i]))
+        self._fifo.append((i, tensor))
+        return True
+
+    def deque(self, dtype: Any = None) -> LocalTensor:
+        state = self._ready()
+        if not self._fifo:
+            raise SimulatorError(f"TQue({self.position.name}).deque on an empty queue (at {_core.call_site()})")
+        i, t = self._fifo.popleft()
+        state.emit(WaitFlag(self.producer, self.consumer, self.event_ids[i]))
+        if dtype is not None and sim_dtype(dtype) != t.sim.dtype:
+            t = t.reinterpret_cast(dtype)
+        return t
+
+    def free_tensor(self, tensor: LocalTensor) -> None:
+        state = self._ready()
+        i = self._out.pop(tensor.sim.addr, None)
+        if i is None:
+            raise SimulatorError(f"TQue({self.position.name}).free_tensor of a tensor not allocated from "
+                                 f"this queue (at {_core.call_site()})")
+        state.emit(SetFlag(self.consumer, self.producer, self.event_ids[i]))
+        self._pending_free[i] = True
+        self._free.append(i)
+
+    def _drain(self) -> None:
+        # TPipe teardown: the producer takes back the free flags no alloc has consumed, so no
+        # flag is left set when the block ends
+        for i, pending in enumerate(self._pending_free):
+            if pending:
+                self._state.emit(WaitFlag(self.consumer, self.producer, self.event_ids[i]), origin=self._site)
+                self._pending_free[i] = False
+
+    def vacant_in_que(self) -> bool:
+        return bool(self._free)
+
+    def has_tensor_in_que(self) -> bool:
+        return bool(self._fifo)
+
+
+class TQueBind(TQue):
+    def __init__(self, src: TPosition, dst: TPosition, depth: int = 1, *args: Any) -> None:
+        raise _core.unsupported("TQueBind", "use two TQues")
+
+
+class TBuf:
+    """``asc.TBuf(position)``: a calculation buffer without queue semantics."""
+
+    def __init__(self, pos: TPosition = TPosition.VECCALC, *args: Any) -> None:
+        self.position = TPosition(pos)
+        self._state: _core.BlockState | None = None
+
+    def _init(self, state: _core.BlockState, nbytes: int) -> None:
+        core = state.core
+        if _absent(state, self.position):
+            return
+        self._state = state
+        self.region = core.memory(memory_of(self.position, core))
+        self.nbytes = align_up(nbytes, self.region.alignment)
+        self.addr = state.ctx.allocate(self.region, self.nbytes, f"TBuf({self.position.name})")
+
+    def get(self, dtype: Any = None, length: int | None = None) -> LocalTensor:
+        if self._state is None:
+            raise SimulatorError(f"TBuf.get before TPipe.init_buffer (at {_core.call_site()})")
+        dt = sim_dtype(dtype if dtype is not None else "fp32")
+        n = self.nbytes // dt.itemsize if length is None else int(length)
+        return LocalTensor.wrap(SimLocal(self._state.core, self.region, self.addr, dt, n), self.position)
+
+    def get_with_offset(self, size: int, buf_offset: int, dtype: Any = None) -> LocalTensor:
+        dt = sim_dtype(dtype if dtype is not None else "fp32")
+        t = self.get(dt)
+        return LocalTensor.wrap(SimLocal(t.sim.core, t.sim.region, t.sim.addr + int(buf_offset), dt, int(size)),
+                                self.position)

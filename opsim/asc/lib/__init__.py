@@ -1,0 +1,1 @@
+"""``asc.lib``: the host-side libraries (``runtime``: streams; ``host``: tiling helpers)."""

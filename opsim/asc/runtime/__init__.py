@@ -1,0 +1,1 @@
+"""``asc.runtime``: launch configuration (``config``)."""

@@ -1,0 +1,117 @@
+"""``opsim check FILE.py:kernel``: run a kernel under the sanitizer and print its findings.
+
+``kernel`` is an operator the file registers (``opsim.register_operator``): it runs through
+``opsim.run(..., sanitize=True)`` with random inputs of ``--shape``/``--dtype``. Or it is a plain
+``@asc.jit`` kernel: its ``asc.GlobalAddress`` parameters get random arrays of ``--shape`` and
+``--dtype``, the other parameters come from ``--arg NAME=VALUE``, and it is launched on
+``--block-dim`` blocks. Exit status 0 when the run is clean, 1 with findings (the machine fault
+that ended a run is one), 2 for a call that could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def register(sub: Any) -> None:
+    from opsim.cli import _parse_shape
+    c = sub.add_parser("check", help="run a kernel under the sanitizer (racecheck, memcheck, synccheck)")
+    c.add_argument("target", help="FILE.py:kernel (an operator the file registers, or an @asc.jit kernel)")
+    c.add_argument("--shape", type=_parse_shape, default=None, help="input shape, e.g. 8x2048")
+    c.add_argument("--dtype", default="fp32", help="fp32, fp16 or bf16")
+    c.add_argument("--device", default="atlas-a2", help="device name (see `opsim devices`)")
+    c.add_argument("--attr", action="append", help="operator attribute KEY=VALUE (repeatable)")
+    c.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8")
+    c.add_argument("--arg", action="append", help="@asc.jit kernel: a scalar parameter NAME=VALUE")
+    c.add_argument("--block-dim", type=int, default=1, help="@asc.jit kernel: blocks to launch (default 1)")
+    c.add_argument("--seed", type=int, default=0)
+    c.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from opsim.cli import _parse_pairs
+    from opsim.kernels import registry
+    from opsim.kernels.common import OpError
+    from opsim.simulator.errors import SimulatorError
+    path, sep, name = args.target.rpartition(":")
+    if not sep or not path.endswith(".py") or not name:
+        print(f"opsim check: target {args.target!r} must be FILE.py:kernel", file=sys.stderr)
+        return 2
+    try:
+        module = registry.load_file(path)
+    except KeyError as exc:
+        print(f"opsim check: {exc.args[0]}", file=sys.stderr)
+        return 2
+    obj = getattr(module, name, None)
+    if obj is None:
+        print(f"opsim check: {path} has no {name!r}", file=sys.stderr)
+        return 2
+    try:
+        if getattr(obj, "__opsim_operator__", None) is not None or registry.known(args.target):
+            report, fault = _check_operator(args, _parse_pairs(args.attr, "--attr"), _parse_pairs(args.tiling, "--tiling"))
+        elif type(obj).__name__ == "JitFunction":
+            report, fault = _check_jit(args, obj, _parse_pairs(args.arg, "--arg"))
+        else:
+            print(f"opsim check: {name} is neither a registered operator nor an @asc.jit kernel", file=sys.stderr)
+            return 2
+    except OpError as exc:
+        print(f"opsim check: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
+        return 2
+    except (SimulatorError, TypeError, ValueError, KeyError) as exc:
+        print(f"opsim check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(report)
+    if fault is not None:
+        print(f"\nthe run failed: {fault}")
+    counts = {c: len(report.by_check(c)) for c in ("racecheck", "memcheck", "synccheck")}
+    print(f"\nopsim check {args.target}: " + ("clean" if report.ok else
+          f"{len(report.findings)} finding(s): " + ", ".join(f"{c} {n}" for c, n in counts.items())))
+    return 0 if report.ok else 1
+
+
+def _check_operator(args: argparse.Namespace, attrs: dict, tiling: dict) -> tuple[Any, Any]:
+    import opsim
+    from opsim.cli import build_operands
+    from opsim.simulator.errors import SimulatorError
+    kwargs = build_operands(args.target, args.device, args.dtype, args.shape, args.seed, "full", attrs)
+    try:
+        res = opsim.run(args.target, device=args.device, tiling=tiling or None, seed=args.seed,
+                        sanitize=True, trace="off", **kwargs)
+    except SimulatorError as exc:
+        report = getattr(exc, "sanitizer", None)
+        if report is None:
+            raise
+        return report, exc
+    return res.sanitizer, None
+
+
+def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, Any]:
+    from opsim.simulator import numerics as nx
+    from opsim.simulator.errors import SimulatorError
+    rng = np.random.default_rng(args.seed)
+    shape = args.shape or (2048,)
+    dt = nx.dtype(args.dtype).np_dtype
+    call = []
+    for p in inspect.signature(jf.fn).parameters.values():
+        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
+        if "GlobalAddress" in str(ann):
+            call.append(rng.standard_normal(shape).astype(np.float32).astype(dt))
+        elif p.name in values:
+            call.append(values[p.name])
+        elif p.default is not inspect.Parameter.empty:
+            call.append(p.default)
+        else:
+            raise ValueError(f"{jf.fn.__name__}: give parameter {p.name!r} with --arg {p.name}=VALUE "
+                             f"(asc.GlobalAddress parameters get arrays of --shape/--dtype)")
+    try:
+        res = jf[args.block_dim, None](*call, device=args.device, sanitize=True, trace="off")
+    except SimulatorError as exc:
+        report = getattr(exc, "sanitizer", None)
+        if report is None:
+            raise
+        return report, exc
+    return res.sanitizer, None

@@ -1,0 +1,256 @@
+"""Custom operators: a user's kernel as an operator of ``opsim.run``, ``opsim run``, studies and
+the demo report (docs/custom-operators.md).
+
+``opsim.register_operator`` turns a kernel -- an ``opsim.asc`` ``@asc.jit`` kernel or a
+generator kernel of the simulator's own kernel language (``def kernel(ctx, ...)``) -- into an
+:class:`~opsim.kernels.common.OpDef` in the operator registry, next to the built-in operators::
+
+    def tiling(spec, inputs, attrs):            # host side: a pure function
+        n = inputs["x"].numel
+        return {"block_dim": 8, "block_length": n // 8}
+
+    @opsim.register_operator(inputs=("x", "y"), outputs=("z",), tiling=tiling,
+                             golden=lambda x, y: {"z": x + y})
+    @asc.jit
+    def my_add(x, y, z, block_length: int): ...
+
+    opsim.run("my_add", x=a, y=b)               # in this process
+    opsim.run("path/to/file.py:my_add", x=a, y=b)   # anywhere: the file is imported on first use
+
+The kernel's parameters are filled by name: the GM tensors (inputs, then outputs), the values
+of the tiling function's result (every key but ``block_dim`` and ``core_mask``) and the
+operator's attributes. ``tiling(spec, inputs, attrs)`` gets the device spec, the inputs as
+:class:`~opsim.kernels.common.TensorDesc` (shape, dtype, numel, nbytes) and the attributes, and
+returns a mapping (or a dataclass) with at least ``block_dim``; ``opsim.run(tiling={...})``
+overrides any of its keys.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from opsim.devices.spec import DeviceSpec
+from opsim.kernels import registry
+from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_INNER_TILING_ERROR,
+                                  OpDef, OpError, TensorDesc, acl_dtype_name, check_product)
+from opsim.simulator import numerics as nx
+
+__all__ = ["register_operator", "KernelTiling"]
+
+_ASCEND_SERIES = ("training", "inference", "a2", "a3", "200i-500-a2")
+
+
+@dataclass(frozen=True)
+class KernelTiling:
+    """The tiling of a custom operator: its ``block_dim`` (and core mask) and the values the
+    host tiling function computed for the kernel's parameters."""
+
+    block_dim: int
+    args: Mapping[str, Any] = field(default_factory=dict)
+    core_mask: int | None = None
+
+    @property
+    def tile_length(self) -> Any:
+        return self.args.get("tile_length")
+
+    @property
+    def buffer_num(self) -> Any:
+        return self.args.get("buffer_num")
+
+
+def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Sequence[str],
+                      outputs: Sequence[str], tiling: Callable[..., Any], attrs: Mapping[str, Any] | None = None,
+                      golden: Callable[..., Any] | None = None, dtypes: Sequence[str] = ("fp32",),
+                      products: Sequence[str] | None = None, example_shape: Sequence[int] = (8, 2048),
+                      infer: Callable[..., Mapping[str, tuple[Sequence[int], Any]]] | None = None,
+                      unit: str = "vector", summary: str = "") -> Any:
+    """Register ``kernel`` as operator ``name`` (default: the kernel's name); returns the kernel.
+
+    Use it as a decorator (``@opsim.register_operator(inputs=..., ...)`` above ``@asc.jit``)
+    or call it (``opsim.register_operator(kernel, inputs=..., ...)``).
+
+    Args:
+        inputs, outputs: names of the GM tensors, matching the kernel's parameter names.
+        tiling: ``(spec, inputs, attrs) -> {"block_dim": ..., <kernel parameter>: ...}``.
+        attrs: attribute names and defaults (passed to the kernel, the tiling and the golden).
+        golden: ``(**inputs, **attrs) -> {output: array}`` (or one array for one output), an
+            independent numpy reference; the demo report checks the result against it.
+        dtypes: the dtypes the operator accepts (every input must have one of them).
+        products: device series that run it (default: every Ascend series).
+        example_shape: the input shape of the demo report and ``opsim run`` without ``--shape``.
+        infer: ``(spec, inputs, attrs) -> {output: (shape, dtype)}``; default: every output has
+            the shape and dtype of the first input.
+        unit: the cores a generator kernel runs on ("vector" or "cube"); an ``@asc.jit`` kernel's
+            kind comes from what it calls, as in opsim.asc.
+    """
+    if kernel is None:
+        return lambda k: register_operator(k, name=name, inputs=inputs, outputs=outputs, tiling=tiling,
+                                           attrs=attrs, golden=golden, dtypes=dtypes, products=products,
+                                           example_shape=example_shape, infer=infer, unit=unit, summary=summary)
+    op_name = name or getattr(kernel, "__name__", None)
+    if not op_name:
+        raise ValueError("register_operator: give the operator a name= (the kernel has no __name__)")
+    inputs, outputs = tuple(inputs), tuple(outputs)
+    if not inputs or not outputs:
+        raise ValueError(f"register_operator({op_name!r}): inputs and outputs must name at least one tensor each")
+    if set(inputs) & set(outputs):
+        raise ValueError(f"register_operator({op_name!r}): {sorted(set(inputs) & set(outputs))} are both inputs "
+                         f"and outputs")
+    attrs = dict(attrs or {})
+    dtypes = tuple(nx.dtype(d).name for d in dtypes)
+    products = tuple(products) if products is not None else _ASCEND_SERIES
+    params = _kernel_params(kernel)
+    missing = [n for n in (*inputs, *outputs) if n not in params]
+    if missing:
+        raise ValueError(f"register_operator({op_name!r}): the kernel has no parameter {missing[0]!r} "
+                         f"(its parameters: {', '.join(params)})")
+
+    def validate(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
+        check_product(spec, op_name, products)
+        for n in inputs:
+            if descs.get(n) is None:
+                raise OpError(ACLNN_ERR_PARAM_NULLPTR, f"{n} is a null pointer; it is required")
+        for n in inputs:
+            d = descs[n]
+            if d.dtype.name not in dtypes:
+                raise OpError(ACLNN_ERR_PARAM_INVALID,
+                              f"{n} has dtype {acl_dtype_name(d.dtype)}; {op_name} supports "
+                              f"{', '.join(acl_dtype_name(nx.dtype(t)) for t in dtypes)}")
+        return out_descs(spec, descs, at)
+
+    def out_descs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
+        if infer is not None:
+            got = infer(spec, {n: descs[n] for n in inputs}, dict(at))
+            return {n: TensorDesc(tuple(int(s) for s in got[n][0]), nx.dtype(got[n][1])) for n in outputs}
+        first = descs[inputs[0]]
+        return {n: TensorDesc(first.shape, first.dtype) for n in outputs}
+
+    def infer_outputs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
+        if any(descs.get(n) is None for n in inputs):
+            return {n: None for n in outputs}
+        return out_descs(spec, descs, at)
+
+    def plan(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any],
+             overrides: Mapping[str, Any] | None = None) -> KernelTiling:
+        got = tiling(spec, {n: descs[n] for n in inputs}, dict(at))
+        values = dict(asdict(got) if is_dataclass(got) else got)
+        for k, v in (overrides or {}).items():
+            if k not in values and k not in ("block_dim", "core_mask") and k not in params:
+                raise OpError(ACLNN_ERR_PARAM_INVALID,
+                              f"unknown tiling override {k!r} for {op_name}; allowed: block_dim, core_mask, "
+                              f"{', '.join(sorted(set(values) - {'block_dim', 'core_mask'}))}")
+            values[k] = v
+        block_dim = values.pop("block_dim", None)
+        if isinstance(block_dim, bool) or not isinstance(block_dim, (int, np.integer)) or block_dim < 1:
+            raise OpError(ACLNN_ERR_INNER_TILING_ERROR,
+                          f"{op_name}: the tiling function gave block_dim={block_dim!r}; it must be an integer >= 1")
+        return KernelTiling(int(block_dim), values, values.pop("core_mask", None))
+
+    def launch(device: Any, stream: Any, tensors: Mapping[str, Any], kt: KernelTiling,
+               at: Mapping[str, Any]) -> list:
+        named = {**{k: v for k, v in at.items()}, **kt.args,
+                 **{n: tensors[n] for n in (*inputs, *outputs)}}
+        return [_launch(device, stream, kernel, op_name, kt, named, unit)]
+
+    def golden_fn(arrays: Mapping[str, np.ndarray], at: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if golden is None:
+            raise OpError(ACLNN_ERR_PARAM_INVALID, f"{op_name} has no golden (register_operator(golden=...))")
+        got = golden(**{n: np.asarray(arrays[n]) for n in inputs}, **dict(at))
+        if not isinstance(got, Mapping):
+            got = {outputs[0]: got}
+        return {n: np.asarray(got[n]) for n in outputs}
+
+    def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = dtypes[0],
+                shape: Sequence[int] = tuple(example_shape)) -> dict[str, Any]:
+        dt = nx.dtype(dtype).np_dtype
+        ops: dict[str, Any] = {n: rng.standard_normal(tuple(shape)).astype(np.float32).astype(dt) for n in inputs}
+        ops.update({k: v for k, v in attrs.items() if v is not None})
+        return ops
+
+    op = OpDef(name=op_name, inputs=inputs, outputs=outputs, attrs=attrs, products=products,
+               validate=validate, plan=plan, launch=launch, golden=golden_fn, example=example,
+               infer=infer_outputs, dtypes=lambda spec: dtypes, summary=summary or f"custom kernel {op_name}")
+    registry.register(op)
+    try:
+        kernel.__opsim_operator__ = op_name
+    except (AttributeError, TypeError):  # pragma: no cover - objects without a __dict__
+        pass
+    return kernel
+
+
+def _is_jit(kernel: Any) -> bool:
+    return type(kernel).__name__ == "JitFunction" and type(kernel).__module__ == "opsim.asc.jit"
+
+
+def _kernel_params(kernel: Any) -> list[str]:
+    fn = kernel.fn if _is_jit(kernel) else kernel
+    names = list(inspect.signature(fn).parameters)
+    return names if _is_jit(kernel) else names[1:]          # a generator kernel's first is ctx
+
+
+def _launch(device: Any, stream: Any, kernel: Any, name: str, kt: KernelTiling, named: Mapping[str, Any],
+            unit: str = "vector") -> Any:
+    """Queue ``kt.block_dim`` blocks of ``kernel`` on ``stream`` of ``device``, its parameters
+    filled by name from ``named``; returns the Launch."""
+    if _is_jit(kernel):
+        return _launch_jit(device, stream, kernel, name, kt, named)
+    params = list(inspect.signature(kernel).parameters.values())[1:]
+    args = [_arg(name, p, named) for p in params]
+    return device.launch(stream, kernel, kt.block_dim, *args, unit=unit, core_mask=kt.core_mask, name=name)
+
+
+def _arg(op: str, p: inspect.Parameter, named: Mapping[str, Any]) -> Any:
+    if p.name in named:
+        return named[p.name]
+    if p.default is not inspect.Parameter.empty:
+        return p.default
+    raise OpError(ACLNN_ERR_INNER_TILING_ERROR,
+                  f"{op}: kernel parameter {p.name!r} is neither a tensor, nor a value of the tiling function, "
+                  f"nor an attribute (given: {', '.join(sorted(named))})")
+
+
+def _launch_jit(device: Any, stream: Any, jf: Any, name: str, kt: KernelTiling, named: Mapping[str, Any]) -> Any:
+    """An ``@asc.jit`` kernel launched on an existing device and stream (opsim.run's), its GM
+    tensors passed as ``asc.GlobalAddress`` parameters -- the blocks run exactly as in
+    ``kernel[block_dim, stream](...)`` (opsim.asc.jit.launch)."""
+    from opsim.asc import _core
+    from opsim.asc.jit import LaunchPlan
+    from opsim.asc.tensor import GlobalAddress
+    from opsim.simulator.device import MixKernel
+    from opsim.simulator.tile import GlobalTensor
+
+    params = list(inspect.signature(jf.fn).parameters.values())
+    args = []
+    for p in params:
+        v = _arg(name, p, named)
+        if isinstance(v, GlobalTensor):
+            v = GlobalAddress(device, v.addr, v.dtype, v.numel)
+        args.append(v)
+    kind = jf.kind()
+    arch = device.spec.cores.architecture
+    plan = LaunchPlan(name, kt.block_dim, kind, device, options=dict(jf.options))
+    fn = jf.run_fn
+    cargs = tuple(args)
+
+    def program(role: str) -> Callable[..., Any]:
+        def run(ctx: Any) -> Any:
+            group = None
+            if kind == "mix":
+                from opsim.asc.adv import group_of
+                group = group_of(plan, ctx, role)
+            return _core.run_block(_core.BlockState(ctx, plan, role, group), fn, cargs, {})
+        run.__name__ = name
+        return run
+
+    if kind == "mix" and arch == "split":
+        kernel, unit = MixKernel(aic=program("aic"), aiv=program("aiv"), name=name), "mix"
+    elif kind == "vector":
+        kernel, unit = program("aiv" if arch == "split" else "aicore"), "vector"
+    else:
+        kernel, unit = program("aic" if arch == "split" else "aicore"), "cube"
+        if arch != "split":
+            plan.kind = "cube"
+    return device.launch(stream, kernel, kt.block_dim, unit=unit, core_mask=kt.core_mask, name=name)

@@ -1,0 +1,132 @@
+"""The sanitizer on pyasc-style kernels (examples/kernels/sanitizer_bugs.py): a missing wait_flag,
+a wrong event id and an out-of-bounds data_copy, with and without ``sanitize=True``."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from opsim import cli
+from opsim.kernels import registry
+from opsim.simulator.errors import DeadlockError, MemoryFault
+
+BUGS = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels" / "sanitizer_bugs.py"
+N, BLOCKS = 16384, 8
+
+
+@pytest.fixture(scope="module")
+def bugs():
+    return registry.load_file(str(BUGS))
+
+
+def _line(text: str) -> str:
+    """"sanitizer_bugs.py:<line>" of the first line containing ``text``."""
+    for i, line in enumerate(BUGS.read_text().splitlines(), 1):
+        if text in line:
+            return f"sanitizer_bugs.py:{i}"
+    raise AssertionError(text)
+
+
+def _operands():
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    return x, y, np.zeros(N, np.float32)
+
+
+def _in_kernel(fn_name: str, text: str) -> str:
+    """"sanitizer_bugs.py:<line>" of ``text`` inside the kernel ``fn_name``."""
+    lines = BUGS.read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"def {fn_name}("))
+    for i in range(start, len(lines)):
+        if text in lines[i]:
+            return f"sanitizer_bugs.py:{i + 1}"
+    raise AssertionError(text)
+
+
+def test_the_correct_add_is_clean_and_bitwise(bugs) -> None:
+    x, y, z = _operands()
+    res = bugs.add[BLOCKS, None](x, y, z, N // BLOCKS, sanitize=True)
+    assert res.sanitizer.ok, str(res.sanitizer)
+    assert np.array_equal(z, x + y)
+
+
+def test_a_removed_wait_flag_is_a_race_naming_both_source_lines(bugs) -> None:
+    x, y, z = _operands()
+    res = bugs.add_missing_wait[BLOCKS, None](x, y, z, N // BLOCKS, sanitize=True)
+    races = res.sanitizer.by_check("racecheck")
+    load = _in_kernel("add_missing_wait", "asc.data_copy(x_ub, xg[i * TILE:], TILE)")
+    add = _in_kernel("add_missing_wait", "asc.add(z_ub, x_ub, y_ub, TILE)")
+    race = next(f for f in races if any(ln.endswith(load) for ln in f.lines))
+    assert {ln.rsplit("/", 1)[-1] for ln in race.lines} == {load, add}
+    assert set(race.pipes) == {"MTE2", "VECTOR"}
+    assert race.ranges and all("/UB [0x" in r for r in race.ranges)
+    assert load in str(res.sanitizer) and add in str(res.sanitizer)
+
+
+def test_without_sanitize_the_race_is_visible_in_the_trace(bugs) -> None:
+    x, y, z = _operands()
+    res = bugs.add_missing_wait[BLOCKS, None](x, y, z, N // BLOCKS)
+    assert res.sanitizer is None
+    loads = [(s.start, s.end) for s in res.trace.slices("core0.veccore0", "MTE2")]
+    adds = [(s.start, s.end) for s in res.trace.slices("core0.veccore0", "VECTOR")]
+    assert any(a0 < l1 and l0 < a1 for a0, a1 in adds for l0, l1 in loads)      # overlapping slices
+    assert not np.array_equal(z, x + y)                                          # and wrong bits
+
+
+def test_a_wrong_event_id_is_a_deadlock_report_naming_the_blocked_pipes(bugs) -> None:
+    x, y, z = _operands()
+    with pytest.raises(DeadlockError) as e:
+        bugs.add_wrong_event[BLOCKS, None](x, y, z, N // BLOCKS, sanitize=True)
+    report = e.value.sanitizer
+    (dead,) = report.findings
+    assert dead.kind == "deadlock"
+    assert dead.pipes[0].startswith("core0.veccore0.VECTOR") and dead.instructions[0] == "WaitFlag<MTE2_VECTOR>(1)"
+    assert dead.lines[0].endswith(_in_kernel("add_wrong_event", "asc.wait_flag(asc.HardEvent.MTE2_V, 1)"))
+    assert {p.split(" ")[0].rsplit(".", 1)[1] for p in dead.pipes} == {"VECTOR", "MTE2", "MTE3"}
+    assert "wrong event id" in dead.message and f"{BLOCKS} cores" in dead.message
+    # the engine stops as soon as nothing can move: a few instructions per core
+    assert report.instructions <= 8 * BLOCKS
+
+
+def test_without_sanitize_a_wrong_event_id_still_fails_loudly(bugs) -> None:
+    x, y, z = _operands()
+    with pytest.raises(DeadlockError, match=r"WaitFlag<MTE2_VECTOR>\(1\)"):
+        bugs.add_wrong_event[BLOCKS, None](x, y, z, N // BLOCKS)
+
+
+def test_an_out_of_bounds_data_copy_names_the_line_and_the_address(bugs) -> None:
+    x, y, z = _operands()
+    with pytest.raises(MemoryFault) as e:
+        bugs.add_out_of_bounds[BLOCKS, None](x, y, z, N // BLOCKS, sanitize=True)
+    (oob,) = e.value.sanitizer.findings
+    assert oob.check == "memcheck" and oob.kind == "out-of-bounds"
+    assert oob.lines[0].endswith(_in_kernel("add_out_of_bounds", "asc.data_copy(zg[(i + 1) * TILE:], z_ub, TILE)"))
+    assert oob.address == e.value.address and oob.address is not None
+    assert f"{oob.address:#x}" in str(e.value.sanitizer)
+
+
+def test_without_sanitize_the_out_of_bounds_copy_faults(bugs) -> None:
+    x, y, z = _operands()
+    with pytest.raises(MemoryFault, match="out of bounds|unallocated"):
+        bugs.add_out_of_bounds[BLOCKS, None](x, y, z, N // BLOCKS)
+
+
+@pytest.mark.parametrize("kernel,status,expect", [
+    ("add", 0, "clean"),
+    ("add_missing_wait", 1, "racecheck: race"),
+    ("add_wrong_event", 1, "synccheck: deadlock"),
+    ("add_out_of_bounds", 1, "memcheck: out-of-bounds"),
+])
+def test_opsim_check_prints_the_findings_and_sets_the_exit_status(kernel, status, expect, capsys) -> None:
+    assert cli.main(["check", f"{BUGS}:{kernel}", "--shape", str(N), "--dtype", "fp32"]) == status
+    assert expect in capsys.readouterr().out
+
+
+def test_opsim_check_runs_a_plain_jit_kernel_with_its_scalar_arguments(capsys) -> None:
+    target = f"{BUGS.parent / 'add_manual_flags.py'}:add_kernel"
+    args = ["check", target, "--shape", str(N), "--block-dim", "8", "--arg", f"block_length={N // 8}"]
+    assert cli.main(args + ["--arg", "buffer_num=2"]) == 0
+    assert "clean" in capsys.readouterr().out
+    assert cli.main(args) == 2                       # buffer_num missing: named in the message
+    assert "--arg buffer_num=VALUE" in capsys.readouterr().err

@@ -1,0 +1,166 @@
+"""Custom operators: a user's kernel registered with opsim.register_operator runs wherever a
+built-in operator does (opsim.run, opsim run --kernel, studies, the demo report)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import opsim
+from opsim import cli
+from opsim.demo import run_case
+from opsim.kernels import registry
+from opsim.simulator import numerics as nx
+from opsim.simulator.isa import Muls
+from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+BUGS = ROOT / "examples" / "kernels" / "sanitizer_bugs.py"
+ADD = f"{BUGS}:add"
+
+
+# -- a generator-kernel operator, registered here ----------------------------------------------
+
+def _scale_tiling(spec, inputs, attrs):
+    n = inputs["x"].numel
+    return {"block_dim": 2 if n >= 2048 else 1, "length": n, "tile_length": 512}
+
+
+@opsim.register_operator(inputs=("x",), outputs=("out",), tiling=_scale_tiling, attrs={"alpha": 2.0},
+                         golden=lambda x, alpha: {"out": (x.astype(np.float32) * np.float32(alpha)).astype(x.dtype)},
+                         dtypes=("fp32", "fp16"), example_shape=(4096,))
+def scale_by(ctx: KernelContext, x: GlobalTensor, out: GlobalTensor, length: int, tile_length: int,
+             alpha: float) -> Iterator[Any]:
+    per = -(-length // ctx.block_dim)
+    start = ctx.block_idx * per
+
+    def compute(ctx: KernelContext, ins: list[LocalTensor], o: LocalTensor, n: int) -> Iterator[Any]:
+        yield Muls(o, ins[0], scalar=alpha, count=n)
+
+    yield from elementwise_pipeline(ctx, inputs=[x], output=out, start=start, length=min(per, length - start),
+                                    tile_length=tile_length, buffer_num=2, compute=compute)
+
+
+def test_a_registered_generator_kernel_runs_through_opsim_run_against_its_golden() -> None:
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    res = opsim.run("scale_by", x=x, alpha=3.0)
+    assert np.array_equal(res.outputs["out"], x * np.float32(3.0))
+    assert res.cycles > 0 and res.stats["block_dim"] == 2
+    one = opsim.run("scale_by", x=x, alpha=3.0, tiling={"block_dim": 1})
+    assert one.stats["block_dim"] == 1 and np.array_equal(one.outputs["out"], res.outputs["out"])
+    assert one.cycles > res.cycles
+
+
+def test_a_custom_operator_validates_its_call_like_a_builtin_one() -> None:
+    x = np.zeros(64, np.int32)
+    with pytest.raises(opsim.OpError, match=r"x has dtype INT32; scale_by supports FLOAT, FLOAT16") as e:
+        opsim.run("scale_by", x=x)
+    assert e.value.code == 161002
+    with pytest.raises(opsim.OpError, match="unknown tiling override 'tile_lenght'"):
+        opsim.run("scale_by", x=np.zeros(64, np.float32), tiling={"tile_lenght": 64})
+    with pytest.raises(TypeError, match="unexpected argument 'beta'"):
+        opsim.run("scale_by", x=np.zeros(64, np.float32), beta=1.0)
+
+
+def test_register_operator_names_a_missing_kernel_parameter() -> None:
+    def k(ctx, a):            # pragma: no cover - never launched
+        yield None
+    with pytest.raises(ValueError, match="the kernel has no parameter 'b'"):
+        opsim.register_operator(k, inputs=("a",), outputs=("b",), tiling=lambda *a: {"block_dim": 1})
+
+
+def test_a_builtin_operator_cannot_be_replaced() -> None:
+    def k(ctx, x, out):       # pragma: no cover - never launched
+        yield None
+    with pytest.raises(ValueError, match="built in"):
+        opsim.register_operator(k, name="mse_loss_backward", inputs=("x",), outputs=("out",),
+                                tiling=lambda *a: {"block_dim": 1})
+
+
+# -- the registry bug ---------------------------------------------------------------------------
+
+def test_registering_before_the_first_lookup_keeps_every_builtin_operator() -> None:
+    code = """
+import numpy as np
+import opsim
+def k(ctx, x, out):
+    yield None
+opsim.register_operator(k, name="early_op", inputs=("x",), outputs=("out",), tiling=lambda *a: {"block_dim": 1})
+from opsim.kernels import registry
+print(",".join(registry.names()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    names = out.stdout.strip().split(",")
+    assert "early_op" in names
+    for builtin in ("mse_loss_backward", "binary_cross_entropy_backward", "embedding_dense_backward",
+                    "fused_linear_cross_entropy_loss_grad", "binarycrossentropygrad"):
+        assert builtin in names
+
+
+def test_registering_leaves_builtin_bits_and_cycles_alone() -> None:
+    rng = np.random.default_rng(0)
+    g, x, y = (rng.standard_normal((16, 512)).astype(np.float32) for _ in range(3))
+    before = opsim.run("mse_loss_backward", grad_output=g, self=x, target=y)
+    registry.get(ADD)                     # imports the file: registers four more operators
+    after = opsim.run("mse_loss_backward", grad_output=g, self=x, target=y)
+    assert after.cycles == before.cycles
+    assert after.outputs["out"].tobytes() == before.outputs["out"].tobytes()
+
+
+# -- an asc kernel as an operator, by file spec ----------------------------------------------------
+
+def test_an_asc_kernel_registered_in_a_file_runs_by_file_spec() -> None:
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal(16384).astype(np.float32) for _ in range(2))
+    res = opsim.run(ADD, x=x, y=y)
+    assert np.array_equal(res.outputs["z"], x + y)
+    assert res.stats["block_dim"] == 16 and res.cycles > 0
+    # the same operator by its registered name, once the file is loaded
+    again = opsim.run("add", x=x, y=y)
+    assert again.cycles == res.cycles and np.array_equal(again.outputs["z"], res.outputs["z"])
+
+
+def test_a_file_spec_that_registers_nothing_says_so() -> None:
+    with pytest.raises(KeyError, match="registers no operator 'nothing_here'"):
+        registry.get(f"{BUGS}:nothing_here")
+    with pytest.raises(KeyError, match="no such file"):
+        registry.get("no/such/file.py:op")
+
+
+def test_opsim_run_kernel_on_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["run", "--kernel", ADD, "--shape", "16384"]) == 0
+    out = capsys.readouterr().out
+    assert f"operator      {ADD} on atlas-a2 (full mode)" in out and "cycles" in out
+    assert cli.main(["run"]) == 2
+
+
+def test_a_study_names_a_custom_operator(tmp_path: Path) -> None:
+    study = {"study": {"name": "custom", "mode": "timing"},
+             "axes": {"operator": [ADD], "device": ["atlas-a2"], "shape": [[8192], [16384]], "dtype": ["fp32"]}}
+    result = opsim.sweep(study, tmp_path / "custom.db", workers=1, quiet=True)
+    rows = result.rows()
+    assert len(rows) == 2 and all(r["error"] in (None, "") for r in rows), rows
+    for r in rows:
+        n = 8192 if "8192" in r["params"] else 16384
+        x = opsim.TensorSpec((n,), "fp32")
+        ref = opsim.run(ADD, mode="timing", x=x, y=x)
+        assert r["cycles"] == ref.cycles
+
+
+def test_the_demo_report_covers_a_custom_operator(tmp_path: Path) -> None:
+    row, entry, failed = run_case(ADD, "atlas-a2", "fp32", str(tmp_path), False)
+    assert not failed and entry is not None and entry["check"] == "bitwise"
+    assert (tmp_path / entry["trace"]).exists()
+    assert row.startswith(ADD)
+
+
+def test_opsim_demo_kernel_restricts_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli.main(["demo", "--kernel", "scale_by", "--out", str(tmp_path), "--no-report", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("scale_by ")]
+    assert rows and all("bitwise" in r or "within tol" in r for r in rows)
+    assert "mse_loss_backward" not in out
