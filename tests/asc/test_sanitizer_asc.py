@@ -130,3 +130,30 @@ def test_opsim_check_runs_a_plain_jit_kernel_with_its_scalar_arguments(capsys) -
     assert "clean" in capsys.readouterr().out
     assert cli.main(args) == 2                       # buffer_num missing: named in the message
     assert "--arg buffer_num=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["add_manual_flags", "add_tque", "matmul_leaky_relu"])
+def test_sanitize_changes_neither_bits_nor_cycles_of_the_examples(name, example, monkeypatch) -> None:
+    import importlib
+    jit = importlib.import_module("opsim.asc.jit")
+    results = {}
+    for sanitize in (False, True):
+        seen = []
+        original = jit.launch
+
+        def launch(*args, _orig=original, _seen=seen, _s=sanitize, **kw):
+            kw.setdefault("sanitize", _s)
+            res = _orig(*args, **kw)
+            _seen.append(res)
+            return res
+        monkeypatch.setattr(jit, "launch", launch)
+        example(name).main()
+        monkeypatch.setattr(jit, "launch", original)
+        results[sanitize] = seen
+    assert len(results[True]) == len(results[False]) > 0
+    for plain, checked in zip(results[False], results[True]):
+        assert checked.sanitizer is not None and checked.sanitizer.ok, str(checked.sanitizer)
+        assert plain.sanitizer is None and plain.cycles == checked.cycles
+        assert set(plain.outputs) == set(checked.outputs)
+        for k in plain.outputs:
+            assert plain.outputs[k].tobytes() == checked.outputs[k].tobytes()

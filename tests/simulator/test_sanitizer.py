@@ -199,6 +199,24 @@ def test_a_deadlock_is_reported_after_a_bounded_amount_of_simulation() -> None:
     assert san.finish().instructions < 10 and dev.now < 10_000
 
 
+def test_a_cross_core_wait_nobody_satisfies_is_a_deadlock_naming_the_cube_pipe() -> None:
+    def aic(ctx: KernelContext) -> Iterator[Any]:
+        yield CrossCoreWaitFlag(5, mode=2, pipe="MTE2")      # the vector cores set flag 4
+
+    def aiv(ctx: KernelContext) -> Iterator[Any]:
+        yield Duplicate(ctx.tbuf(32), 0.0, 8)
+        yield CrossCoreSetFlag(4, mode=2, pipe="VECTOR")
+
+    dev, san = _device(functional=False)
+    assert isinstance(_launch(dev, MixKernel(aic, aiv), 2, unit="mix"), DeadlockError)
+    (dead,) = san.finish().findings
+    assert dead.kind == "deadlock"
+    assert dead.pipes == ("core0.cubecore0.MTE2 (+1 cores)",)
+    assert dead.instructions == ("CrossCoreWaitFlag<2, MTE2>(5)",)
+    assert dead.lines[0].endswith(f"test_sanitizer.py:{_here('yield CrossCoreWaitFlag(5, mode=2')}")
+    assert "set 0 time(s)" in dead.message and "2 cores: core0.cubecore0, core1.cubecore0" in dead.message
+
+
 def test_a_flag_left_set_at_the_end_of_the_block_is_reported() -> None:
     def kernel(ctx: KernelContext) -> Iterator[Any]:
         buf = ctx.tbuf(256, nx.FP32)
