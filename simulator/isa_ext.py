@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from opsim.simulator import numerics as nx
-from opsim.simulator.errors import MemoryFault, SimulatorError
-from opsim.simulator.isa import (DataCopyPad, VectorOp, _cost_dtype, _require_compute, _vector_cycles)
+from opsim.simulator.cube import (CrossCoreSetFlag, CrossCoreWaitFlag, CubeInstruction, GmMatrix, _fit,
+                                  _need_region, align16, cube_load_model, nz_bytes)
+from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
+from opsim.simulator.isa import DataCopyPad, VectorOp, _require_compute, _vector_cycles
 from opsim.simulator.tile import LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -430,18 +432,12 @@ class DataCopyPadValue(DataCopyPad):
         return (("GM", lo, hi - lo, False), local_access(self.dst, (self.count + self.right) * item, True))
 
 
-__all__ = ["Relu", "Rsqrt", "LeakyRelu", "Compare", "Select", "ReduceSum", "ReduceMax", "ReduceMin",
-           "WholeReduceSum", "WholeReduceMax", "WholeReduceMin", "DataCopyPadValue", "tree_sum",
-           "repeat_tree_sum", "CMP_FNS", "_cost_dtype"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Cube: fractal-level LoadData (L1 -> L0A/L0B), the bias of a matmul tile
 # ---------------------------------------------------------------------------------------------
 
-from opsim.simulator.cube import (CrossCoreSetFlag, CrossCoreWaitFlag, CubeInstruction, GmMatrix,  # noqa: E402
-                                  _fit, _need_region, align16, cube_load_model, nz_bytes)
-from opsim.simulator.errors import UnsupportedInstruction  # noqa: E402
 
 FRACTAL_BYTES = 512     # one 16 x 32 B fractal (16 x 16 fp16/bf16)
 
@@ -638,3 +634,58 @@ class KfcPoll(CrossCoreWaitFlag):
 
     def describe(self) -> str:
         return "KfcPoll(matmul messages)"
+
+
+class DataCopyPad2D(DataCopyPad):
+    """``DataCopyPad`` of ``blocks`` rows of ``run`` elements (DataCopyExtParams.blockCount > 1):
+    the GM side is the strided view of the GlobalSlice; in UB each row starts 32 B aligned,
+    ``pitch`` elements after the previous one (the row rounded up to 32 B plus the UB gap), as
+    the hardware lays the rows out. One instruction, one transfer of blocks x run elements."""
+
+    __slots__ = ("blocks", "run", "pitch")
+
+    def __init__(self, dst: Any, src: Any, blocks: int, run: int, pitch: int) -> None:
+        super().__init__(dst, src, int(blocks) * int(run))
+        self.blocks, self.run, self.pitch = int(blocks), int(run), int(pitch)
+
+    def _span(self) -> int:
+        return (self.blocks - 1) * self.pitch + self.run
+
+    def issue(self, pipe: "Pipe") -> Any:
+        local = self.local
+        span = self._span()
+        if span > local.count:
+            raise MemoryFault(f"DataCopyPad of {self.blocks} rows of {self.run} (UB pitch {self.pitch}) needs "
+                              f"{span} elements of {local!r}", address=local.addr)
+        local.check(span, write=not self._to_gm)
+        return super().issue(pipe)
+
+    def _rows(self) -> np.ndarray:
+        arr = self.local.array(self.blocks * self.pitch if self.pitch >= self.run else self._span())
+        return np.lib.stride_tricks.as_strided(arr, shape=(self.blocks, self.run),
+                                               strides=(self.pitch * arr.itemsize, arr.itemsize))
+
+    def complete(self, pipe: "Pipe") -> None:
+        core = pipe.core
+        if not core.device.functional:
+            return
+        if self._to_gm:
+            values = np.ascontiguousarray(self._rows()).reshape(-1)
+            if self._atomic:
+                core.device.atomics.commit(self.dst, values)
+            else:
+                self.dst.write(values)
+        else:
+            self._rows()[...] = self.src.read(self.count).reshape(self.blocks, self.run)
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        glob, local = self.glob, self.local
+        item = local.dtype.itemsize
+        out = [(f"{local.core.name}/{local.region.name}", local.addr + r * self.pitch * item, self.run * item,
+                not self._to_gm) for r in range(self.blocks)]
+        out.extend((glob.memory_name(), a, n, self._to_gm) for a, n in glob.byte_runs(self.count))
+        return tuple(out)
+
+    def describe(self) -> str:
+        d = "local->GM" if self._to_gm else "GM->local"
+        return f"DataCopyPad({d}, {self.blocks} x {self.run} x {self.local.dtype}, UB pitch {self.pitch})"

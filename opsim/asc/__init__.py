@@ -16,6 +16,8 @@ docs/writing-kernels.md.
 """
 from __future__ import annotations
 
+import builtins as _builtins
+
 from opsim.asc import adv, lib, runtime
 from opsim.asc.basic import (abs, add, adds, cast, compare, compare_scalar, data_copy, data_copy_pad, div,
                              duplicate, exp, leaky_relu, ln, max, maxs, min, mins, mul, muls, reciprocal,
@@ -30,7 +32,8 @@ from opsim.asc.fwk import TBuf, TPipe, TQue, TQueBind
 from opsim.asc.jit import ConstExpr, JitFunction, KernelResult, get_device, jit, set_device
 from opsim.asc.sync import (ascend_is_aic, ascend_is_aiv, cross_core_set_flag, cross_core_wait_flag,
                             data_sync_barrier, get_block_idx, get_block_num, get_sub_block_idx,
-                            get_sub_block_num, pipe_barrier, set_flag, sync_all, wait_flag)
+                            get_sub_block_num, pipe_barrier, set_atomic_add, set_atomic_none, set_flag,
+                            sync_all, wait_flag)
 from opsim.asc.tensor import GlobalAddress, GlobalTensor, LocalTensor
 from opsim.asc.types import (BinaryRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
                              DataCopyPadParams, DataCopyParams, FixpipeParamsV220, LoadData2DParams, MmadParams,
@@ -64,8 +67,32 @@ def ceildiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-def static_range(*args: int) -> range:
-    return range(*args)
+def static_range(*args: int) -> "_builtins.range":
+    return _builtins.range(*args)
+
+
+# pyasc's asc.range compiles to a device loop; here the kernel is Python, so it is Python's range
+range = static_range  # noqa: A001
+
+
+def printf(fmt: str, *args: object) -> None:
+    """``printf`` from a kernel: printed when the block's program reaches it (host values only;
+    a device scalar from get_value has no value before it executes)."""
+    from opsim.asc import _core
+    prefix = ""
+    if _core.in_kernel():
+        st = _core.current()
+        prefix = f"[{st.core.name} block {st.ctx.block_idx}] "
+    try:
+        text = fmt % args if args else fmt
+    except TypeError:
+        text = " ".join([fmt, *map(str, args)])
+    print(prefix + text, end="" if text.endswith("\n") else "\n")
+
+
+def dump_tensor(*args: object, **kwargs: object) -> None:
+    from opsim.asc import _core
+    raise _core.unsupported("dump_tensor", "read the result arrays after the launch, or the trace")
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

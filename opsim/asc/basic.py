@@ -114,19 +114,27 @@ def data_copy_pad(dst: Any, src: Any, data_copy_params: Any = None, pad_params: 
     to_local = isinstance(dst, LocalTensor)
     gm_gap_bytes = p.src_stride if to_local else p.dst_stride
     local_gap = p.dst_stride if to_local else p.src_stride
-    if blocks > 1 and (local_gap or (run * item) % 32):
-        raise _core.unsupported("data_copy_pad of several blocks with a UB gap or blocks not 32 B long "
-                                "(UB rows padded to 32 B)")
     if gm_gap_bytes % item:
         raise _core.unsupported(f"data_copy_pad with a GM gap of {gm_gap_bytes} B, not whole elements")
     n = blocks * run
     gs = (_strided_gm(glob, blocks, run, gm_gap_bytes // item) if blocks > 1 and gm_gap_bytes
           else glob.sim_slice(n))
+    pad = pad_params
+    padded = isinstance(pad, (DataCopyPadExtParams, DataCopyPadParams)) and pad.is_pad
+    if blocks > 1 and (local_gap or (run * item) % 32):
+        # UB rows start 32 B aligned: row length rounded up to 32 B plus the UB gap (32 B units)
+        if padded:
+            raise _core.unsupported("data_copy_pad with padding values over several blocks")
+        pitch = (-(-(run * item) // 32) + int(local_gap)) * 32 // item
+        if to_local:
+            state.emit(isa_ext.DataCopyPad2D(dst.sim, gs, blocks, run, pitch))
+        else:
+            state.emit(isa_ext.DataCopyPad2D(gs, src.sim, blocks, run, pitch))
+        return
     if not to_local:
         state.emit(isa.DataCopyPad(gs, src.sim, n))
         return
-    pad = pad_params
-    if isinstance(pad, (DataCopyPadExtParams, DataCopyPadParams)) and pad.is_pad:
+    if padded:
         if pad.left_padding or blocks > 1:
             raise _core.unsupported("data_copy_pad with left padding or padding of several blocks")
         state.emit(isa_ext.DataCopyPadValue(dst.sim, gs, n, pad.right_padding, float(pad.padding_value)))
@@ -187,6 +195,19 @@ def _dense(p: Any) -> bool:
     return _dense_blocks(p) and all(getattr(p, f) == 8 for f in p.__dataclass_fields__ if f.endswith("rep_stride"))
 
 
+def _precheck(state: _core.BlockState, op: str, dt: Any, arithmetic: bool = True) -> None:
+    """Refuse at the call (naming the kernel line) what the device would refuse when the
+    instruction executes: arithmetic in a dtype its vector unit lacks, an op with no cost entry."""
+    spec = state.core.device.spec
+    if arithmetic and dt.name not in spec.vector.compute_dtypes:
+        raise _core.unsupported(f"{op} in {dt.name} on {spec.name}",
+                                f"its vector unit computes in {', '.join(spec.vector.compute_dtypes)}; cast first")
+    cost = spec.vector.cost.get(op)
+    key = dt.name if arithmetic or op.startswith("Cast") else isa._cost_dtype(dt)
+    if cost is None or key not in cost:
+        raise _core.unsupported(f"{op} in {dt.name} on {spec.name} (no entry in its vector cost table)")
+
+
 def _scalar(v: Any) -> Any:
     if isinstance(v, DeferredScalar):
         return v.tensor
@@ -199,6 +220,7 @@ def _binary(cls: type, name: str):
     def op(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
         state.emit(cls(dst.sim, src0.sim, src1.sim, count=n))
     op.__name__ = name
     op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
@@ -209,6 +231,7 @@ def _unary(cls: type, name: str):
     def op(dst: LocalTensor, src: LocalTensor, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
         state.emit(cls(dst.sim, src.sim, count=n))
     op.__name__ = name
     op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
@@ -219,6 +242,7 @@ def _with_scalar(cls: type, name: str):
     def op(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
+        _precheck(state, cls.name, dst.sim.dtype)
         state.emit(cls(dst.sim, src.sim, scalar=_scalar(scalar), count=n))
     op.__name__ = name
     op.__doc__ = f"``{cls.__name__}``: {cls.__doc__} (VECTOR pipe, cost table entry {cls.__name__})."
@@ -259,6 +283,8 @@ def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode = RoundMode.C
     """``Cast(dst, src, round_mode, count)``: dtype conversion with an Ascend round mode."""
     state = _core.current()
     n = _count_of("cast", dst, args, kwargs)
+    if src.sim.dtype != dst.sim.dtype:
+        _precheck(state, f"Cast_{src.sim.dtype.name}_{dst.sim.dtype.name}", src.sim.dtype, arithmetic=False)
     state.emit(isa.Cast(dst.sim, src.sim, ROUND_MODE_NAME[RoundMode(round_mode)], n))
 
 
@@ -267,6 +293,7 @@ def compare(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, cmp_mode: CM
     """``Compare(dst, src0, src1, cmpMode, count)``: a bit mask (uint8, LSB first) of src0 <op> src1."""
     state = _core.current()
     n = _count_of("compare", src0, args, kwargs)
+    _precheck(state, "Compare", src0.sim.dtype)
     state.emit(isa_ext.Compare(dst.sim, src0.sim, src1.sim, CMPMODE(cmp_mode).name, n))
 
 
@@ -275,6 +302,7 @@ def compare_scalar(dst: LocalTensor, src0: LocalTensor, scalar: Any, cmp_mode: C
     """``CompareScalar(dst, src0, scalar, cmpMode, count)``."""
     state = _core.current()
     n = _count_of("compare_scalar", src0, args, kwargs)
+    _precheck(state, "CompareScalar", src0.sim.dtype)
     state.emit(isa_ext.Compare(dst.sim, src0.sim, None, CMPMODE(cmp_mode).name, n, scalar=_scalar(scalar)))
 
 
@@ -283,6 +311,7 @@ def select(dst: LocalTensor, sel_mask: LocalTensor, src0: LocalTensor, src1: Any
     """``Select(dst, selMask, src0, src1|scalar, selMode, count)``: dst = mask ? src0 : src1."""
     state = _core.current()
     n = _count_of("select", dst, args, kwargs)
+    _precheck(state, "Select", dst.sim.dtype)
     mode = SELMODE(sel_mode)
     if mode == SELMODE.VSEL_TENSOR_SCALAR_MODE:
         state.emit(isa_ext.Select(dst.sim, sel_mask.sim, src0.sim, None, n, scalar=_scalar(src1)))
@@ -299,6 +328,7 @@ def _reduce(cls: type, name: str):
             raise _core.unsupported(f"{name} with cal_index=True")
         args = tuple(a for a in args if a is not False)
         n = _count_of(name, src, args, kwargs)
+        _precheck(state, cls.name, src.sim.dtype)
         state.emit(cls(dst.sim, src.sim, shared_tmp_buffer.sim if shared_tmp_buffer is not None else None, n))
     op.__name__ = name
     op.__doc__ = f"``{cls.__name__}(dst, src, sharedTmpBuffer, count)``: dst[0] = reduction of src[:count]."
@@ -318,6 +348,7 @@ def _whole(cls: type, name: str, indexed: bool):
         if int(src_blk_stride) != 1:
             raise _core.unsupported(f"{name} with src_blk_stride {src_blk_stride}")
         per = 256 // src.sim.dtype.itemsize
+        _precheck(state, cls.name, src.sim.dtype)
         with_index = False
         if indexed:
             order = ReduceOrder(order)

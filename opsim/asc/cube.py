@@ -16,18 +16,15 @@ from opsim.simulator import numerics as nx
 from opsim.simulator.cube import CopyGmToL1, Fixpipe, GmMatrix, Mmad, align16
 from opsim.simulator.isa_ext import LoadData2D
 
-_WORKSPACE: dict[int, Any] = {}
-
-
 def set_sys_workspace(workspace: Any) -> None:
     """``SetSysWorkspace``: the Matmul API's message/workspace area. opsim keeps its matmul
     workspace in its own device allocations, so the call only records it."""
     if _core.in_kernel():
-        _WORKSPACE[id(_core.current().launch)] = workspace
+        _core.current().launch.workspace = workspace
 
 
 def get_sys_workspace() -> Any:
-    return _WORKSPACE.get(id(_core.current().launch))
+    return _core.current().launch.workspace
 
 
 def gm_matrix(g: GlobalTensor | GlobalAddress, rows: int, cols: int, row_stride: int | None = None) -> GmMatrix:

@@ -76,6 +76,7 @@ class TQue:
             raise _core.unsupported(f"TQue at TPosition.{self.position.name}")
         self.depth = int(depth)
         self._state: _core.BlockState | None = None
+        self._site: str | None = None
 
     def _init(self, state: _core.BlockState, num: int, nbytes: int) -> None:
         core = state.core
@@ -104,6 +105,10 @@ class TQue:
 
     def _ready(self) -> _core.BlockState:
         if self._state is None:
+            if getattr(self, "_site", None) is not None:
+                raise SimulatorError(f"TQue({self.position.name}) used on {_core.current().core.name}, which has "
+                                     f"no {self.position.name} memory (at {_core.call_site()}); guard vector "
+                                     f"code with asc.ascend_is_aiv()")
             raise SimulatorError(f"TQue used before TPipe.init_buffer (at {_core.call_site()})")
         return self._state
 

@@ -89,6 +89,7 @@ class LaunchPlan:
     device: Device
     groups: dict[int, Any] = field(default_factory=dict)    # mixed launches: block -> message group
     options: dict[str, Any] = field(default_factory=dict)
+    workspace: Any = None        # set_sys_workspace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,10 +238,10 @@ def _as_host_array(value: Any) -> np.ndarray | None:
     if type(value).__module__.startswith("torch") and hasattr(value, "numpy"):
         if getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
             raise ValueError("opsim.asc runs on host memory: pass CPU tensors")
-        import torch  # noqa: F401  (present: value is a torch tensor)
-        if value.dtype == torch.bfloat16:
-            return value.view(torch.int16).numpy().view(nx.BF16.np_dtype)
-        return value.detach().numpy()
+        if str(value.dtype) == "torch.bfloat16":      # numpy has no bf16: view the bits
+            import torch
+            return value.detach().view(torch.int16).numpy().view(nx.BF16.np_dtype)
+        return value.detach().numpy()              # shares the tensor's memory: copy-back is in place
     return None
 
 
@@ -283,22 +284,27 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     arch = spec.cores.architecture
     trace = _trace(opts.get("trace", "instruction"), spec, name)
     dev = Device(spec, trace=trace, functional=True, seed=int(opts.get("seed", 0)))
-    dev.source_lines = True
+    # the front-end stamps every instruction's origin itself: no need for the dispatcher's
+    # generator-frame walk (device.source_lines)
     sim_stream = dev.create_stream()
 
     bound = inspect.signature(jf.fn).bind(*args, **kwargs)
     host: list[tuple[str, np.ndarray, int, int]] = []
     call_args: list[Any] = []
     call_kwargs: dict[str, Any] = {}
+    placed: dict[tuple[int, int], int] = {}       # host memory -> device address (aliases share it)
     for pname, value in bound.arguments.items():
         arr = _as_host_array(value)
         if arr is not None:
             if not arr.flags.c_contiguous:
                 raise ValueError(f"{name}: argument {pname} is not a contiguous array")
             dt = nx.dtype(arr.dtype)
-            addr = dev.malloc(arr.nbytes, name=pname)
-            dev.write(addr, arr)
-            host.append((pname, arr, addr, arr.nbytes))
+            key = (arr.__array_interface__["data"][0], arr.nbytes)
+            addr = placed.get(key)
+            if addr is None:
+                addr = placed[key] = dev.malloc(arr.nbytes, name=pname)
+                dev.write(addr, arr)
+                host.append((pname, arr, addr, arr.nbytes))
             value = GlobalAddress(dev, addr, dt, arr.size)
         if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
             call_kwargs[pname] = value
@@ -340,6 +346,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     try:
         dev.synchronize(sim_stream)
     except SimulatorError as exc:
+        origin = getattr(exc, "origin", None)
+        if origin and origin not in exc.reason:
+            exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
         if san is not None:
             from opsim.api import attach_report
             attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer

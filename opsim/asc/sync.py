@@ -7,7 +7,7 @@ from typing import Any
 from opsim.asc import _core
 from opsim.asc.enums import PIPE_OF_ID, HardEvent, PipeID, event_pipes
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
-from opsim.simulator.isa import SetFlag, WaitFlag
+from opsim.simulator.isa import SetAtomicAdd, SetAtomicNone, SetFlag, WaitFlag
 
 
 def _check_pipes(state: _core.BlockState, pipes: tuple[str, ...], what: str) -> None:
@@ -85,8 +85,10 @@ def ascend_is_aiv() -> bool:
     return _core.current().role in ("aiv", "aicore")
 
 
-def cross_core_set_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_MTE3) -> None:
-    """``CrossCoreSetFlag<mode, pipe>(flag_id)`` of a mixed kernel (simulator/cube.py)."""
+def cross_core_set_flag(flag_id: int, mode_id: int = 2, pipe: PipeID = PipeID.PIPE_MTE3) -> None:
+    """``CrossCoreSetFlag<mode, pipe>(flag_id)`` of a mixed kernel (simulator/cube.py): mode 0
+    all cores of this kind, 1 the vector cores of a group, 2 a cube core and its vector cores."""
+    mode = mode_id
     state = _core.current()
     p = PIPE_OF_ID.get(PipeID(pipe))
     if p is None or p not in state.core.pipes:
@@ -94,8 +96,9 @@ def cross_core_set_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_
     state.emit(CrossCoreSetFlag(int(flag_id), int(mode), p))
 
 
-def cross_core_wait_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE_MTE2) -> None:
-    """``CrossCoreWaitFlag(flag_id)``; ``mode`` must match the setter's (simulator/cube.py)."""
+def cross_core_wait_flag(flag_id: int, mode_id: int = 2, pipe: PipeID = PipeID.PIPE_MTE2) -> None:
+    """``CrossCoreWaitFlag(flag_id)`` on ``pipe``; ``mode_id`` must match the setter's."""
+    mode = mode_id
     state = _core.current()
     p = PIPE_OF_ID.get(PipeID(pipe))
     if p is None or p not in state.core.pipes:
@@ -103,10 +106,26 @@ def cross_core_wait_flag(flag_id: int, mode: int = 2, pipe: PipeID = PipeID.PIPE
     state.emit(CrossCoreWaitFlag(int(flag_id), int(mode), p))
 
 
-def sync_all() -> None:
-    """``SyncAll``: every core of this kind in the launch waits for all the others."""
+def sync_all(gm_workspace: Any = None, ub_workspace: Any = None, used_cores: int = 0,
+             is_aiv_only: bool = True) -> None:
+    """``SyncAll``: every core of this kind in the launch waits for all the others (the soft
+    form with workspaces behaves the same here; it uses cross-core flag id 15)."""
     state = _core.current()
     site = _core.call_site()
     p = state.core.store_pipe
     state.emit(CrossCoreSetFlag(15, 0, p), site)
     state.emit(CrossCoreWaitFlag(15, 0, p), site)
+
+
+def set_atomic_add(dtype: Any = None) -> None:
+    """``SetAtomicAdd<T>``: later UB -> GM copies of this core add into GM (as ``dtype``, which
+    must be the stored tensor's dtype) instead of overwriting, at the moment each completes."""
+    from opsim.asc.dtype import sim_dtype
+    state = _core.current()
+    state.emit(SetAtomicAdd(sim_dtype(dtype if dtype is not None else "fp32"), state.core.store_pipe))
+
+
+def set_atomic_none() -> None:
+    """``SetAtomicNone``: GM stores overwrite again."""
+    state = _core.current()
+    state.emit(SetAtomicNone(state.core.store_pipe))

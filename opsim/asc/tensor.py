@@ -143,7 +143,13 @@ class LocalTensor:
         state = _core.current()
         core = state.core
         region = core.memory(memory_of(self.position, core))
-        self.sim = SimLocal(core, region, int(addr), sim_dtype(dtype), int(tile_size))
+        dt = sim_dtype(dtype)
+        addr, n = int(addr), int(tile_size)
+        if addr < 0 or n < 0 or addr + n * dt.itemsize > region.size or addr % region.alignment:
+            raise MemoryFault(f"LocalTensor of {n} x {dt} at {region.name} offset {addr:#x}: {region.name} holds "
+                              f"{region.size} B and tensors start {region.alignment} B aligned "
+                              f"(at {_core.call_site()})", address=addr)
+        self.sim = SimLocal(core, region, addr, dt, n)
 
     @classmethod
     def wrap(cls, sim: SimLocal, pos: TPosition) -> "LocalTensor":

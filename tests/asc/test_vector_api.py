@@ -222,5 +222,35 @@ def test_bf16_arithmetic_is_not_an_a2_instruction():
     import ml_dtypes
     x = _data(np.float32).astype(ml_dtypes.bfloat16)
     z = np.zeros_like(x)
-    with pytest.raises(UnsupportedInstruction, match="bf16"):
+    with pytest.raises(UnsupportedInstruction, match="bf16") as err:
         unary_kernel[1, None](x, z, N, "exp", 0.0)
+    assert "test_vector_api.py:" in str(err.value), "refused at the call, naming the kernel line"
+
+
+@asc.jit
+def pad_rows_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, rows: int, cols: int, pad: float):
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    pitch = (cols * 4 + 31) // 32 * 8                       # fp32 elements per 32 B-aligned UB row
+    t = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, rows * pitch)
+    # rows of `cols` fp32 (not a multiple of 32 B) land 32 B aligned in UB ...
+    asc.data_copy_pad(t, xg, asc.DataCopyExtParams(rows, cols * 4, 0, 0, 0),
+                      asc.DataCopyPadExtParams(asc.float32, False, 0, 0, 0))
+    asc.set_flag(asc.HardEvent.MTE2_V, 0)
+    asc.wait_flag(asc.HardEvent.MTE2_V, 0)
+    asc.muls(t, t, 2.0, rows * pitch)
+    asc.set_flag(asc.HardEvent.V_MTE3, 0)
+    asc.wait_flag(asc.HardEvent.V_MTE3, 0)
+    # ... and go back packed; a single short row with a padding value round-trips too
+    asc.data_copy_pad(zg, t, asc.DataCopyExtParams(rows, cols * 4, 0, 0, 0))
+
+
+def test_data_copy_pad_of_rows_not_a_multiple_of_32_bytes():
+    rows, cols = 6, 13
+    x = np.arange(rows * cols, dtype=np.float32)
+    z = np.zeros_like(x)
+    res = pad_rows_kernel[1, None](x, z, rows, cols, 0.0)
+    assert np.array_equal(z, x * np.float32(2))
+    loads = [s for s in res.trace.slices(thread="MTE2")]
+    assert len(loads) == 1, "one DataCopyPad instruction moves all rows"

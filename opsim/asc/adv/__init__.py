@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from opsim.asc import _core
-from opsim.asc.dtype import sim_dtype
 from opsim.asc.enums import CubeFormat, TPosition
 from opsim.asc.fwk import TQue
 from opsim.asc.tensor import GlobalTensor, LocalTensor
@@ -325,15 +324,18 @@ class Matmul:
         st.emit(KfcSetFlag("req", sub, st.core.store_pipe), site)
         st.emit(KfcWaitFlag("done", sub, st.core.load_pipe), site)
 
-    def iterate(self, *args: Any, **kwargs: Any) -> Iterator[int]:
+    def iterate(self, *args: Any, **kwargs: Any) -> "_TileLoop":
         """The base tiles one by one: use as ``with mm.iterate() as count:`` (opsim.asc runs the
         body once per tile) or ``for count in mm.iterate():``; ``get_tensor_c`` fetches the tile."""
-        if self._local():
+        return _TileLoop(self._iterate())
+
+    def _iterate(self) -> Iterator[int]:
+        st = self.state
+        if self._local() and "VECTOR" not in st.core.pipes:
             raise _core.unsupported("Matmul.iterate/get_tensor_c on a core without a vector unit",
                                     "use iterate_all, or a mixed kernel")
         site = _core.call_site()
         ops = self._operands()
-        st = self.state
         t = self.tiling
         sub = st.ctx.sub_block_idx
         n_tiles = _cdiv(ops.rows, int(t.base_m)) * _cdiv(ops.cols, int(t.base_n))
@@ -341,11 +343,36 @@ class Matmul:
             nbytes = int(t.base_m) * int(t.base_n) * 4
             self._slots = [st.launch.device.malloc(nbytes, name=f"matmul workspace aiv{st.ctx.block_idx}.{i}")
                            for i in range(2)]
+        if self._local():
+            # an AI core with every pipe: compute each tile here, hand it FIXP -> MTE2 in place
+            # of the cross-core messages
+            yield from self._iterate_here(ops, n_tiles, site)
+            return
         st.group.mailbox.post(("iter", sub, (self.tiling, ops, self._slots)))
         st.emit(KfcSetFlag("req", sub, st.core.store_pipe), site)
         for count in range(n_tiles):
             self._count = count
             yield count
+
+    def _iterate_here(self, ops: _Operands, n_tiles: int, site: str) -> Iterator[int]:
+        st = self.state
+        engine = self._engine_for(ops.a.dtype)
+        bm, bn = int(self.tiling.base_m), int(self.tiling.base_n)
+        self._ev_ready = st.reserved_event("FIXP", st.core.load_pipe)
+        self._ev_free = st.reserved_event(st.core.load_pipe, "FIXP")
+        for count, (tm, tn) in enumerate(engine.tiles(ops)):
+            ws = GmMatrix(st.launch.device, self._slots[count % 2], nx.FP32, bm, bn, "ND", bn, 1, 0)
+
+            def out(acc: LocalTensor, m0: int, n0: int, ml: int, nl: int, ws: GmMatrix = ws, i: int = count) -> None:
+                if i >= 2:
+                    st.emit(WaitFlag(st.core.load_pipe, "FIXP", self._ev_free), site)
+                st.emit(Fixpipe(ws, 0, 0, acc.sim, ml, nl), site)
+                st.emit(SetFlag("FIXP", st.core.load_pipe, self._ev_ready), site)
+            engine.tile(ops, tm, tn, out, site)
+            self._count = count
+            yield count
+        for _ in range(min(2, n_tiles)):        # take back the last slots' free hand-offs
+            st.emit(WaitFlag(st.core.load_pipe, "FIXP", self._ev_free), site)
 
     def get_tensor_c(self, dst: LocalTensor, en_atomic: int = 0, en_sequential_write: bool = False,
                      *args: Any, **kwargs: Any) -> None:
@@ -362,11 +389,18 @@ class Matmul:
         ev = st.reserved_event("VECTOR", st.core.load_pipe)
         st.emit(SetFlag("VECTOR", st.core.load_pipe, ev), site)      # earlier vector work on dst is done
         st.emit(WaitFlag("VECTOR", st.core.load_pipe, ev), site)
-        st.emit(KfcWaitFlag("ready", sub, st.core.load_pipe), site)
+        local = self._local()
+        if local:
+            st.emit(WaitFlag("FIXP", st.core.load_pipe, self._ev_ready), site)
+        else:
+            st.emit(KfcWaitFlag("ready", sub, st.core.load_pipe), site)
         slot = self._slots[self._count % 2]
         g = SimGlobalTensor(st.launch.device, slot, nx.FP32, (n,), (1,), 0)
         st.emit(DataCopy(dst.sim, GlobalSlice(g, 0, n), n), site)
-        st.emit(KfcSetFlag("free", sub, st.core.load_pipe), site)
+        if local:
+            st.emit(SetFlag(st.core.load_pipe, "FIXP", self._ev_free), site)
+        else:
+            st.emit(KfcSetFlag("free", sub, st.core.load_pipe), site)
         ev2 = st.reserved_event(st.core.load_pipe, "VECTOR")
         st.emit(SetFlag(st.core.load_pipe, "VECTOR", ev2), site)
         st.emit(WaitFlag(st.core.load_pipe, "VECTOR", ev2), site)
@@ -374,6 +408,26 @@ class Matmul:
     def end(self) -> None:
         if not self._local():
             self.state.group.mailbox.post(("end", self.state.ctx.sub_block_idx, None))
+
+
+class _TileLoop:
+    """What ``iterate()`` returns: iterable over the tile counts. As a context manager it would
+    run its body once; @asc.jit rewrites ``with mm.iterate() as count:`` into a loop, and where it
+    cannot (no source, a closure) the ``with`` form is refused rather than run once."""
+
+    def __init__(self, it: Iterator[int]) -> None:
+        self._it = it
+
+    def __iter__(self) -> Iterator[int]:
+        return self._it
+
+    def __enter__(self) -> int:
+        raise _core.unsupported("'with matmul.iterate() as count:' in a kernel whose source opsim cannot "
+                                "rewrite (no source file, or a closure)",
+                                "write 'for count in matmul.iterate():'")
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
 
 
 def serve_all(state: _core.BlockState, engine: _CubeEngine, ops: _Operands, c: GmMatrix, site: str) -> None:
