@@ -39,7 +39,7 @@ import os
 import traceback
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag

@@ -14,7 +14,6 @@ import opsim
 from opsim import cli
 from opsim.demo import run_case
 from opsim.kernels import registry
-from opsim.simulator import numerics as nx
 from opsim.simulator.isa import Muls
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
