@@ -306,6 +306,19 @@ def test_ub_over_subscription_names_the_allocating_line() -> None:
     assert f.lines[0].endswith(f"test_sanitizer.py:{_here('ctx.tbuf(SPEC.ub.size, nx.FP32)')}")
 
 
+def test_a_misaligned_ub_tensor_is_a_memcheck_finding_and_still_faults() -> None:
+    def kernel(ctx: KernelContext) -> Iterator[Any]:
+        odd = ctx.local_at(ctx.tbuf(256).addr + 16, nx.FP32, 8)
+        yield Duplicate(odd, 1.0, 8)                     # UB operands start 32 B aligned
+
+    dev, san = _device()
+    err = _launch(dev, kernel)
+    assert isinstance(err, MemoryFault)
+    (f,) = san.finish().findings
+    assert f.kind == "misaligned" and f.check == "memcheck" and f.address == err.address
+    assert f.lines[0].endswith(f"test_sanitizer.py:{_here('yield Duplicate(odd, 1.0, 8)')}")
+
+
 def test_a_gm_address_not_aligned_to_the_element_is_reported() -> None:
     def kernel(ctx: KernelContext, raw: GlobalTensor) -> Iterator[Any]:
         buf = ctx.tbuf(64, nx.FP32)
