@@ -118,9 +118,9 @@ class SetFlag(Instruction):
 
 class QueueFreeFlag(SetFlag):
     """The SetFlag of ``TQue.free`` (FreeTensor), the consumer telling the producer a buffer is
-    free again. The last ones of a kernel are never waited for: the framework releases them
-    when the pipe is destroyed, so one still set at the end of a block is no bug (the sanitizer
-    reports any other flag left set)."""
+    free again. The last ones of a kernel are never waited for; the model assumes the queue
+    framework takes them back when its queues are torn down, so one still set at the end of a
+    block is no bug (the sanitizer reports any other flag left set)."""
 
     __slots__ = ()
 

@@ -39,7 +39,7 @@ import os
 import traceback
 from bisect import bisect_right
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
@@ -55,6 +55,7 @@ __all__ = ["Finding", "SanitizerReport", "Sanitizer"]
 
 _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 MAX_FINDINGS = 200          # distinct findings kept (repeats of one are counted, not stored)
+PAGE_SHIFT = 16             # access histories are kept per 64 KiB page of each memory
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ class Sanitizer:
         self._waited: dict[tuple[str, tuple], int] = {}
         self._cross: dict[tuple, list[dict[int, int]]] = {}  # key -> cumulative clocks of its sets
         self._cross_origin: dict[tuple, Any] = {}
-        self._shadow: dict[str, _Shadow] = {}
+        self._shadow: dict[str, dict[int, _Shadow]] = {}   # memory -> page -> history
         self._resettable: dict[str, bool] = {}
         self._found: dict[tuple, list] = {}            # dedup key -> [Finding kwargs, count]
         self._contexts: dict[str, Any] = {}
@@ -340,41 +341,56 @@ class Sanitizer:
 
     # -- memory --------------------------------------------------------------------------------
     def _access(self, acc: _Access, vc: dict[int, int]) -> None:
-        sh = self._shadow.get(acc.memory)
-        if sh is None:
-            sh = self._shadow[acc.memory] = _Shadow()
-        i, j = sh.span(acc.lo, acc.hi)
+        # the history of a memory is kept per 64 KiB page, so that a memory touched in many
+        # small runs (strided copies, NZ blocks) stays cheap to update
+        pages = self._shadow.get(acc.memory)
+        if pages is None:
+            pages = self._shadow[acc.memory] = {}
+        conflicts: dict[int, _Access] = {}
+        uninit: list[tuple[int, int]] = []
+        lo, end = acc.lo, acc.hi
+        while lo < end:
+            page = lo >> PAGE_SHIFT
+            hi = min(end, (page + 1) << PAGE_SHIFT)
+            sh = pages.get(page)
+            if sh is None:
+                sh = pages[page] = _Shadow()
+            self._access_range(sh, lo, hi, acc, vc, conflicts, uninit)
+            lo = hi
+        for prior in conflicts.values():
+            self._race(prior, acc)
+        if uninit:
+            self._uninit(acc, uninit[0][0], uninit[-1][1])
+
+    def _access_range(self, sh: _Shadow, lo: int, hi: int, acc: _Access, vc: dict[int, int],
+                      conflicts: dict[int, _Access], uninit: list[tuple[int, int]]) -> None:
+        i, j = sh.span(lo, hi)
         cells = sh.cells
         pid = acc.pid
         race = self.racecheck
         uninit_check = self.memcheck and not acc.write and self._resettable.get(acc.memory, False)
-        uninit_lo = uninit_hi = None
         for k in range(i, j):
             cell = cells[k]
             if cell is None:
                 if uninit_check:
-                    lo, hi = sh.starts[k], sh.starts[k + 1]
-                    uninit_lo = lo if uninit_lo is None else uninit_lo
-                    uninit_hi = hi
+                    uninit.append((sh.starts[k], sh.starts[k + 1]))
                 if not acc.write:
                     cells[k] = [None, None, {pid: acc}]
                 continue
             w, atomics, reads = cell
             if race:
                 if w is not None and w.pid != pid and vc.get(w.pid, 0) < w.clock:
-                    self._race(w, acc)
+                    conflicts[id(w)] = w
                 if atomics and not acc.atomic:
                     for a in atomics.values():
                         if a.pid != pid and vc.get(a.pid, 0) < a.clock:
-                            self._race(a, acc)
+                            conflicts[id(a)] = a
                 if acc.write and reads:
                     for r in reads.values():
                         if r.pid != pid and vc.get(r.pid, 0) < r.clock:
-                            self._race(r, acc)
+                            conflicts[id(r)] = r
             if uninit_check and w is None and not atomics:
-                lo, hi = sh.starts[k], sh.starts[k + 1]
-                uninit_lo = lo if uninit_lo is None else uninit_lo
-                uninit_hi = hi
+                uninit.append((sh.starts[k], sh.starts[k + 1]))
             if not acc.write:
                 if reads is None:
                     cell[2] = {pid: acc}
@@ -393,8 +409,6 @@ class Sanitizer:
             for k in range(i, j):
                 if cells[k] is None:
                     cells[k] = [None, {pid: acc}, None]
-        if uninit_lo is not None:
-            self._uninit(acc, uninit_lo, uninit_hi)
 
     def _race(self, first: _Access, second: _Access) -> None:
         lo, hi = max(first.lo, second.lo), min(first.hi, second.hi)

@@ -20,6 +20,10 @@ def test_every_python_block_of_the_document_runs(doc: str, monkeypatch: pytest.M
     blocks = python_blocks((ROOT / "docs" / doc).read_text())
     assert len(blocks) >= 3
     monkeypatch.chdir(ROOT)
+    from opsim.kernels import registry
+    registry.names()                     # operators the documents register vanish after the test
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_FILES", dict(registry._FILES))
     namespace: dict = {"__name__": f"docs_{doc.replace('-', '_').replace('.', '_')}"}
     for i, block in enumerate(blocks):
         code = compile(block, f"docs/{doc} python block {i + 1}", "exec")

@@ -14,7 +14,6 @@ import opsim
 from opsim import cli
 from opsim.demo import run_case
 from opsim.kernels import registry
-from opsim.simulator import numerics as nx
 from opsim.simulator.isa import Muls
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
@@ -23,16 +22,24 @@ BUGS = ROOT / "examples" / "kernels" / "sanitizer_bugs.py"
 ADD = f"{BUGS}:add"
 
 
-# -- a generator-kernel operator, registered here ----------------------------------------------
+@pytest.fixture(autouse=True)
+def _own_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Operators registered by a test (and files loaded for them) vanish after it, so other test
+    modules (e.g. the demo over every operator) see only the built-in ones."""
+    registry.names()                                       # the built-ins are in before the copy
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_FILES", dict(registry._FILES))
+    _register_scale_by()
+    yield
+
+
+# -- a generator-kernel operator ----------------------------------------------------------------
 
 def _scale_tiling(spec, inputs, attrs):
     n = inputs["x"].numel
     return {"block_dim": 2 if n >= 2048 else 1, "length": n, "tile_length": 512}
 
 
-@opsim.register_operator(inputs=("x",), outputs=("out",), tiling=_scale_tiling, attrs={"alpha": 2.0},
-                         golden=lambda x, alpha: {"out": (x.astype(np.float32) * np.float32(alpha)).astype(x.dtype)},
-                         dtypes=("fp32", "fp16"), example_shape=(4096,))
 def scale_by(ctx: KernelContext, x: GlobalTensor, out: GlobalTensor, length: int, tile_length: int,
              alpha: float) -> Iterator[Any]:
     per = -(-length // ctx.block_dim)
@@ -43,6 +50,12 @@ def scale_by(ctx: KernelContext, x: GlobalTensor, out: GlobalTensor, length: int
 
     yield from elementwise_pipeline(ctx, inputs=[x], output=out, start=start, length=min(per, length - start),
                                     tile_length=tile_length, buffer_num=2, compute=compute)
+
+
+def _register_scale_by() -> None:
+    opsim.register_operator(scale_by, inputs=("x",), outputs=("out",), tiling=_scale_tiling, attrs={"alpha": 2.0},
+                            golden=lambda x, alpha: {"out": (x.astype(np.float32) * np.float32(alpha)).astype(x.dtype)},
+                            dtypes=("fp32", "fp16"), example_shape=(4096,))
 
 
 def test_a_registered_generator_kernel_runs_through_opsim_run_against_its_golden() -> None:

@@ -199,6 +199,24 @@ def test_a_deadlock_is_reported_after_a_bounded_amount_of_simulation() -> None:
     assert san.finish().instructions < 10 and dev.now < 10_000
 
 
+def test_a_cross_core_wait_nobody_satisfies_is_a_deadlock_naming_the_cube_pipe() -> None:
+    def aic(ctx: KernelContext) -> Iterator[Any]:
+        yield CrossCoreWaitFlag(5, mode=2, pipe="MTE2")      # the vector cores set flag 4
+
+    def aiv(ctx: KernelContext) -> Iterator[Any]:
+        yield Duplicate(ctx.tbuf(32), 0.0, 8)
+        yield CrossCoreSetFlag(4, mode=2, pipe="VECTOR")
+
+    dev, san = _device(functional=False)
+    assert isinstance(_launch(dev, MixKernel(aic, aiv), 2, unit="mix"), DeadlockError)
+    (dead,) = san.finish().findings
+    assert dead.kind == "deadlock"
+    assert dead.pipes == ("core0.cubecore0.MTE2 (+1 cores)",)
+    assert dead.instructions == ("CrossCoreWaitFlag<2, MTE2>(5)",)
+    assert dead.lines[0].endswith(f"test_sanitizer.py:{_here('yield CrossCoreWaitFlag(5, mode=2')}")
+    assert "set 0 time(s)" in dead.message and "2 cores: core0.cubecore0, core1.cubecore0" in dead.message
+
+
 def test_a_flag_left_set_at_the_end_of_the_block_is_reported() -> None:
     def kernel(ctx: KernelContext) -> Iterator[Any]:
         buf = ctx.tbuf(256, nx.FP32)
@@ -286,6 +304,19 @@ def test_ub_over_subscription_names_the_allocating_line() -> None:
     (f,) = san.finish().findings
     assert f.kind == "over-capacity" and f.check == "memcheck"
     assert f.lines[0].endswith(f"test_sanitizer.py:{_here('ctx.tbuf(SPEC.ub.size, nx.FP32)')}")
+
+
+def test_a_misaligned_ub_tensor_is_a_memcheck_finding_and_still_faults() -> None:
+    def kernel(ctx: KernelContext) -> Iterator[Any]:
+        odd = ctx.local_at(ctx.tbuf(256).addr + 16, nx.FP32, 8)
+        yield Duplicate(odd, 1.0, 8)                     # UB operands start 32 B aligned
+
+    dev, san = _device()
+    err = _launch(dev, kernel)
+    assert isinstance(err, MemoryFault)
+    (f,) = san.finish().findings
+    assert f.kind == "misaligned" and f.check == "memcheck" and f.address == err.address
+    assert f.lines[0].endswith(f"test_sanitizer.py:{_here('yield Duplicate(odd, 1.0, 8)')}")
 
 
 def test_a_gm_address_not_aligned_to_the_element_is_reported() -> None:
