@@ -1,6 +1,6 @@
 """Calibration: simulated GM→UB load time against Huawei's published MTE2 load formula.
 
-The formula (reference/hardware.md §4b, GE-PERF ``Load``): when ``block_dim`` cores each load
+The formula (docs/sources.md#mte-load-store, GE-PERF ``Load``): when ``block_dim`` cores each load
 ``bytes`` at once, one copy takes ``bytes / (9.9074 + 15.896 / block_dim) + 27.01`` cycles.
 
 The simulator does not evaluate this formula: each copy is a transfer in the fluid link network
@@ -79,7 +79,7 @@ def render(rows) -> str:
         "",
         "Reference: Huawei's calibrated GE cost model for the 2201 platform (910B / 910_93),",
         "`cycles = bytes / (9.9074 + 15.896 / blockDim) + 27.01` for one GM→UB copy issued by each of",
-        "`blockDim` cores at once (reference/hardware.md §4b, hicann/ge perf_param_v1.cpp).",
+        "`blockDim` cores at once (docs/sources.md#mte-load-store, hicann/ge perf_param_v1.cpp).",
         "",
         "Simulated: `blockDim` blocks each issue two back-to-back `DataCopy` GM→UB of the same size;",
         "the table gives the cycles of the second copy (the first also pays the MTE2 pipe head).",
