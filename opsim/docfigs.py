@@ -387,40 +387,38 @@ def known_limits_flce() -> str:
     off = (big.cycles - exact.cycles) / exact.cycles
     conditions = ("bf16, high-performance mode (softmax given), timing mode, atlas-a2, "
                   f"BT {bt} / H {h}")
-    return "\n".join([
-        f"- **Fused linear cross-entropy: cube-bound while its panels fit the L2.** {bm}×{bn}×{bk} base "
-        "tiles",
-        f"  stream their K panels, which needs ~{need:.0f} B/cycle per cube core against "
-        f"{spec.rates.l2_read:g} B/cycle for L2 hits and",
-        f"  {spec.rates.gm_read:g} B/cycle for misses. Runs: {conditions}. At V 8192 (S and W, "
-        f"{sw_mib:.0f} MiB each, fit the {l2_mib:.0f} MiB L2)",
-        f"  the cube is the bound (CUBE {_mega(b_s['CUBE'])} vs MTE2 {_mega(b_s['MTE2'])} busy cycles). "
-        "The 910B-class partition (V 32000) is not: its",
-        f"  input_grad panels ({panel_a:.0f}–{panel_b:.0f} MB each, K = 32000) miss the L2 for "
-        f"{100 * (1 - hit):.1f}% of the bytes (hit rate {hit:.4f}),",
-        f"  and MTE2 {'edges out' if b_b['MTE2'] > b_b['CUBE'] else 'stays below'} CUBE "
+    bullets = [
+        f"**Fused linear cross-entropy: cube-bound while its panels fit the L2.** {bm}×{bn}×{bk} base "
+        f"tiles stream their K panels, which needs ~{need:.0f} B/cycle per cube core against "
+        f"{spec.rates.l2_read:g} B/cycle for L2 hits and {spec.rates.gm_read:g} B/cycle for misses. "
+        f"Runs: {conditions}. At V 8192 (S and W, {sw_mib:.0f} MiB each, fit the {l2_mib:.0f} MiB L2) "
+        f"the cube is the bound (CUBE {_mega(b_s['CUBE'])} vs MTE2 {_mega(b_s['MTE2'])} busy cycles). "
+        f"The 910B-class partition (V 32000) is not: its input_grad panels ({panel_a:.0f}–{panel_b:.0f} "
+        f"MB each, K = 32000) miss the L2 for {100 * (1 - hit):.1f}% of the bytes (hit rate {hit:.4f}), "
+        f"and MTE2 {'edges out' if b_b['MTE2'] > b_b['CUBE'] else 'stays below'} CUBE "
         f"({_mega(b_b['MTE2'])} vs {_mega(b_b['CUBE'])} busy cycles, {_mega(big.cycles)} cycles, "
-        f"{tflops(big, 32000):.0f} TFLOP/s = {100 * tflops(big, 32000) * 1e12 / peak:.0f}% of",
-        "  peak). The L2 line size and policy are assumptions.",
-        f"- **Instruction queue depth is an assumption** (`scalar.queue_depth` = {depth} entries per pipe, "
-        "flags",
-        "  included). In-order issue then holds back each L1 chunk's MTE2 copy behind the previous "
-        "chunk's",
-        "  MTE1/CUBE instructions, the effect the vendor's MTE2-preload note describes: in the FLCE runs",
-        f"  above MTE2 sits idle for {100 * min(starved):.0f}–{100 * max(starved):.0f}% of the run with "
-        "its copy held back (`stats[\"issue_starved\"]`,",
-        f"  named in `bound_reason`); at depth 32 the 910B-class partition runs in {_mega(deep.cycles)} "
-        "cycles",
-        f"  ({tflops(deep, 32000):.0f} TFLOP/s). Try it with "
-        "`device_overrides={\"scalar.queue_depth\": 32}`.",
-        f"- **Coarse timing.** Above {F.FINE_CHUNK_BUDGET} L1 chunks, timing mode issues one set of cube "
-        "instructions per",
-        "  several chunks, with the same L0 steps and flags as one exact chunk, and samples the L2 by",
-        f"  address (one line in {F.COARSE_L2_PERIOD}×coarsen, hashed). On the 910B-class case this is "
-        f"{100 * abs(off):.1f}% off the exact",
-        f"  schedule ({big.cycles:,} vs {exact.cycles:,} cycles; {_vol(f'{t_big:.1f}')} s vs "
-        f"{_vol(f'{t_exact:.0f}')} s wall).",
-    ])
+        f"{tflops(big, 32000):.0f} TFLOP/s = {100 * tflops(big, 32000) * 1e12 / peak:.0f}% of peak). "
+        "The L2 line size and policy are assumptions.",
+        f"**Instruction queue depth is an assumption** (`scalar.queue_depth` = {depth} entries per pipe, "
+        "flags included). In-order issue then holds back each L1 chunk's MTE2 copy behind the previous "
+        "chunk's MTE1/CUBE instructions, the effect the vendor's MTE2-preload note describes: in the "
+        f"FLCE runs above MTE2 sits idle for {100 * min(starved):.0f}–{100 * max(starved):.0f}% of the "
+        "run with its copy held back (`stats[\"issue_starved\"]`, named in `bound_reason`); at depth 32 "
+        f"the 910B-class partition runs in {_mega(deep.cycles)} cycles ({tflops(deep, 32000):.0f} "
+        "TFLOP/s). Try it with `device_overrides={\"scalar.queue_depth\": 32}`.",
+        f"**Coarse timing.** Above {F.FINE_CHUNK_BUDGET} L1 chunks, timing mode issues one set of cube "
+        "instructions per several chunks, with the same L0 steps and flags as one exact chunk, and "
+        f"samples the L2 by address (one line in {F.COARSE_L2_PERIOD}×coarsen, hashed). On the "
+        f"910B-class case this is {100 * abs(off):.1f}% off the exact schedule",
+    ]
+    out = []
+    for b in bullets:
+        out.extend(textwrap.wrap(b, width=100, initial_indent="- ", subsequent_indent="  ",
+                                 break_long_words=False, break_on_hyphens=False))
+    # the wall times on a line of their own, so their width never moves a line break
+    out.append(f"  ({big.cycles:,} vs {exact.cycles:,} cycles; {_vol(f'{t_big:.1f}')} s vs "
+               f"{_vol(f'{t_exact:.0f}')} s wall).")
+    return "\n".join(out)
 
 
 # labels of the SoC column (names, not numbers)
