@@ -17,7 +17,8 @@ SLOW = sorted(n for n, f in docfigs.FIGURES.items() if f.slow)
 
 def _explain(name: str, have: str, new: str) -> str:
     diff = "".join(difflib.unified_diff(have.splitlines(True), new.splitlines(True), "README", "fresh run"))
-    return f"figure {name!r} differs from a fresh run; run `make docs` (or python -m opsim.docfigs {name}):\n{diff}"
+    how = "`make docs`" + (f" (or python -m opsim.docfigs {name})" if name in docfigs.FIGURES else "")
+    return f"{name!r} differs from a fresh run; run {how}:\n{diff}"
 
 
 def _load(script: str):
