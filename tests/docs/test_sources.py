@@ -137,3 +137,12 @@ def test_the_device_catalogue_prints_the_resolved_sources():
     assert "sources (docs/sources.md#<id>):" in text
     assert "mte-load-store: The same GE model" in text
     assert "hicann/ge" in text          # the document behind it, with its version
+
+
+def test_the_html_report_lists_the_sources_behind_the_device_numbers():
+    from opsim import devices
+    from opsim.traces.report import render_report, spec_provenance_rows
+    html = render_report(title="t", facts=[], trace=None,
+                         spec_rows=spec_provenance_rows(devices.load("atlas-a2")))
+    assert "Sources (docs/sources.md)" in html
+    assert "mte-load-store" in html and "hicann/ge" in html
