@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+# Every figure of README.md and docs/ from a fresh run: the README blocks between
+# <!-- figure: NAME --> markers (opsim/docfigs.py), docs/calibration.md and docs/estimate.md.
+docs: $(STAMP)
+	$(BIN)/python benchmarks/calibrate.py > /dev/null
+	$(BIN)/python benchmarks/estimate_error.py
+	$(BIN)/python -m opsim.docfigs
 
 clean:
 	rm -rf $(VENV) opsim-out build *.egg-info

@@ -127,7 +127,7 @@ def run(workers: int) -> str:
 
 TEMPLATE = """# The estimate mode and its error against the simulator
 
-`mode="estimate"` (DESIGN §7) computes cycles in closed form from the same tiling and the same
+`mode="estimate"` (docs/sources.md#design-modes-s7) computes cycles in closed form from the same tiling and the same
 cost tables the simulator spends, without the event loop, so a study can rank thousands of points
 in seconds and confirm the best with the simulator (`opsim sweep study.toml --confirm-top K`).
 

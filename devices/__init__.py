@@ -1,7 +1,7 @@
 """The device catalogue: typed hardware descriptions loaded from the TOML files in this folder.
 
 Installed as ``opsim.devices``. The package is also callable: ``opsim.devices()`` returns the
-catalogue names (the public API of DESIGN §9), so one name serves as both the function users
+catalogue names (the public API of docs/sources.md#design-public-api-s9), so one name serves as both the function users
 call and the subpackage the layers import.
 """
 import sys

@@ -3,13 +3,14 @@
 ``catalogue_table()`` prints one block per device (clock, cores, on-chip memories, GM, L2 ...).
 With ``provenance=True`` every value carries a short tag -- ``[S1]`` for a source, ``[A2]`` for
 an assumption, ``[O1]`` for a what-if override -- and the tagged texts are listed under the
-block. ``provenance_rows()`` gives the same information for one spec as sortable tuples.
+block, followed by the docs/sources.md entries they cite and the documents behind them. ``provenance_rows()`` gives the same information for one spec as sortable tuples.
 """
 from __future__ import annotations
 
 import textwrap
 from typing import Any, Iterable, Mapping
 
+from .sources import describe, resolve
 from .spec import DeviceSpec, Provenance, load
 
 __all__ = ["catalogue_table", "provenance_rows"]
@@ -134,6 +135,17 @@ class _Notes:
                                      break_on_hyphens=False))
         return out
 
+    def source_lines(self) -> list[str]:
+        """The docs/sources.md entries the tagged texts cite, once each, with their documents."""
+        seen: list = []
+        for kind, text in self.tags:
+            for entry in resolve(text, documents=True):
+                if entry not in seen:
+                    seen.append(entry)
+        return [textwrap.fill(describe(e), width=WIDTH, initial_indent="  ",
+                              subsequent_indent=" " * 6, break_long_words=True,
+                              break_on_hyphens=False) for e in seen]
+
 
 # ---------------------------------------------------------------------------------------------
 # Rows of one block
@@ -216,6 +228,10 @@ def _block(spec: DeviceSpec, provenance: bool) -> list[str]:
     if provenance and notes.tags:
         lines.append("  provenance:")
         lines.extend(notes.lines())
+        cited = notes.source_lines()
+        if cited:
+            lines.append("  sources (docs/sources.md#<id>):")
+            lines.extend(cited)
     return lines
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from opsim.kernels.dsp import DspLibrary
 from opsim.simulator.hthread import HThread
 
-DEFAULT_MASK = {"ft78ne": 0xFF, "mt7004": 0xF}   # "set core mask to all cores" (hardware.md 5a)
+DEFAULT_MASK = {"ft78ne": 0xFF, "mt7004": 0xF}   # "set core mask to all cores" (docs/sources.md#dsp-msl-backend)
 
 
 def check(ret: int, what: str, rt: HThread) -> None:

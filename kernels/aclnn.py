@@ -1,4 +1,4 @@
-"""The aclnn two-phase entry points (kernels.md §0, §7b), generic over OpDefs.
+"""The aclnn two-phase entry points (docs/sources.md#aclnn-host-pattern), generic over OpDefs.
 
 ``aclnnXxxGetWorkspaceSize(inputs..., outputs...)`` checks its out-parameters, runs the
 operator's documented checks in order, plans the tiling and returns

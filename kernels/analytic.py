@@ -1,11 +1,11 @@
-"""Closed-form cost model: the simulator's cost tables without the event loop (DESIGN §7, estimate).
+"""Closed-form cost model: the simulator's cost tables without the event loop (docs/sources.md#design-modes-s7, estimate).
 
 The same numbers the simulator spends are used here, combined by formulas instead of by SimPy:
 
 - a vector instruction of ``n`` elements costs ``ceil(k·n + b)`` cycles from the spec's
-  ``vector.cost`` table (hardware.md 4a), plus the vector pipe head once per block;
+  ``vector.cost`` table (docs/sources.md#vector-cost-table), plus the vector pipe head once per block;
 - a DMA copy costs its start-up latency plus ``bytes / rate``; the rate of each of ``c``
-  concurrent copies is the calibrated ``base + shared/c`` (hardware.md 4b, ``t = a + b/blockDim``),
+  concurrent copies is the calibrated ``base + shared/c`` (docs/sources.md#mte-load-store, ``t = a + b/blockDim``),
   reconciled with the shared GM link by max-min fair filling, as ``simulator/links.py`` does;
   the first copy of a block pays the pipe head (MTE2 ``head + head_per_block·blockDim``, MTE3 head);
 - the launch overhead is paid once per launch;

@@ -17,7 +17,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator import numerics as nx
 
-# aclnn status codes (kernels.md 7a)
+# aclnn status codes (docs/sources.md#aclnn-status-codes)
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
 ACLNN_ERR_PARAM_INVALID = 161002

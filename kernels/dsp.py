@@ -1,19 +1,19 @@
 """DSP binarycrossentropygrad on FT78NE (fp32) and MT7004 (fp16, fp32): the ``fp_``/``hp_``
 ``binarycrossentropygrad_s``/``_p`` library functions and the ``binarycrossentropygrad`` OpDef.
 
-Seed: seeds/dsp_binarycrossentropygrad.txt. Semantics (reference/kernels.md §5):
+Seed: seeds/dsp_binarycrossentropygrad.txt. Semantics (docs/sources.md#dsp-bce-semantics):
 
     dx = dL' · w · (x − y) / (x(1 − x) + ε),   ε = 1e-12 (the seed's "+ ε", not a max)
 
 computed in fp32 in the nnacl order ``value = w·(x − y) / den``, ``dx = value · dL'``, with
 ``den = x·(1 − x) + ε`` and ``1 − x`` formed as ``(−1)·x + 1``. Reduction 0: ``dL' = dloss[i]``;
 1: ``dL' = dloss[0] / N`` (an fp32 divide, N converted to fp32 as C does); 2: ``dL' = dloss[0]``
-(§5c). ``weight_defined = 0``: w = 1 and the weight pointer is never read (§5d, A-D9).
+(reduction codes). ``weight_defined = 0``: w = 1 and the weight pointer is never read (A-D9).
 ``hp_`` (half): inputs are converted to fp32 (exact), the chain runs in fp32 and the result is
 rounded once (RNE) to half — an assumption: the vendor library is closed, and this is what the
-other half-precision kernels of the project do (DESIGN §4).
+other half-precision kernels of the project do (docs/sources.md#design-numerics-s4).
 
-Storage (hardware.md §5d): ``_s`` takes DDR/SMC pointers and a ``core_mask``; ``input_size`` is
+Storage (docs/sources.md#dsp-storage): ``_s`` takes DDR/SMC pointers and a ``core_mask``; ``input_size`` is
 split over the cores of the mask in 32-element-aligned chunks (thread i takes the i-th chunk on
 the i-th set bit), each core DMAs its chunk tile by tile into its private memory, computes and
 DMAs dx back. ``_p`` runs on one core whose private memory already holds every operand: no DDR
@@ -406,7 +406,7 @@ def _launch_args(device: Any, tiling: DspTiling, addrs: Mapping[str, int | None]
 
 
 def kernel_name(tiling: DspTiling) -> str:
-    """MindSpore Lite's ``<prefix>_<op>_<suffix>`` naming (hardware.md 5b)."""
+    """MindSpore Lite's ``<prefix>_<op>_<suffix>`` naming (docs/sources.md#dsp-host-runtime)."""
     return f"{'hp' if tiling.dtype == 'fp16' else 'fp'}_binarycrossentropygrad_" \
            f"{'p' if tiling.storage == 'private' else 's'}"
 

@@ -1,4 +1,4 @@
-"""The public Python API (DESIGN §9): ``opsim.run``, ``opsim.devices``, ``opsim.device_spec``.
+"""The public Python API (docs/sources.md#design-public-api-s9): ``opsim.run``, ``opsim.devices``, ``opsim.device_spec``.
 
 ``run`` validates the call, plans a tiling, builds a fresh simulated device, copies the operands
 in, launches the operator's kernels on a stream, runs simulated time to completion and returns

@@ -32,7 +32,7 @@ __all__ = ["CapacityRow", "capacity", "format_table", "embedding_scale_limit"]
 
 INT32_MAX = 2147483647
 INT32_INF = 2139095040          # the seed's "INT32_INF" (0x7F800000, the fp32 +inf bit pattern)
-EMBEDDING_RESERVE = 16384 + 32  # RESERVE_SIZE 16 KiB + one 32 B block (kernels.md 3e: 196608 - 16416 = 180192)
+EMBEDDING_RESERVE = 16384 + 32  # RESERVE_SIZE 16 KiB + one 32 B block (docs/sources.md#embedding-ub-limit: 196608 - 16416 = 180192)
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class CapacityRow:
 
 
 # ---------------------------------------------------------------------------------------------
-# the embedding limit (seed aclnnEmbeddingDenseBackward, kernels.md 3e)
+# the embedding limit (seed aclnnEmbeddingDenseBackward, docs/sources.md#embedding-ub-limit)
 # ---------------------------------------------------------------------------------------------
 
 def embedding_budget(spec: DeviceSpec) -> tuple[int, str]:
@@ -65,7 +65,7 @@ def embedding_scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: str) 
 
     Seed: ``embeddingDim < (180192 − countsSize·4)/36`` (int32 indices) and
     ``(180192 − countsSize·8)/20`` (int64); 180192 = budget − 16416 with the 192 KiB budget
-    (kernels.md 3e). Uses ``kernels.ascend.embedding_backward.scale_limit`` when the operator
+    (docs/sources.md#embedding-ub-limit). Uses ``kernels.ascend.embedding_backward.scale_limit`` when the operator
     module provides it, else evaluates the seed formula here from the spec.
     """
     budget, budget_key = embedding_budget(spec)
@@ -139,7 +139,7 @@ def _elementwise_limits(spec: DeviceSpec, dtype: str | None) -> list[CapacityRow
 
 def _flce_limits(spec: DeviceSpec, dtype: str | None) -> list[CapacityRow]:
     return [CapacityRow("documented limit", "vocabulary V with softmax given", ">= 128",
-                        "V < 128 is rejected with 161002 (kernels.md 4b)"),
+                        "V < 128 is rejected with 161002 (docs/sources.md#flce-checks)"),
             CapacityRow("documented limit", "products", "Atlas A2, A3", "361001 elsewhere (seed)")]
 
 

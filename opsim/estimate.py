@@ -1,4 +1,4 @@
-"""``mode="estimate"``: closed-form cycles from the same tiling and cost tables (DESIGN §7).
+"""``mode="estimate"``: closed-form cycles from the same tiling and cost tables (docs/sources.md#design-modes-s7).
 
 An operator may carry its own model (``OpDef.estimate``, built from ``kernels.analytic``); the
 element-wise operators describe one tile's copies and vector instructions and the shared

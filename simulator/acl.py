@@ -31,7 +31,7 @@ from opsim.traces.trace import Trace
 
 log = logging.getLogger("opsim.acl")
 
-# Status codes (kernels.md 7a; CANN acl_base.h and rt_error_codes.h)
+# Status codes (docs/sources.md#aclnn-status-codes; CANN acl_base.h and rt_error_codes.h)
 ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000
 ACL_ERROR_UNINITIALIZE = 100001
@@ -42,7 +42,7 @@ ACL_ERROR_RT_PARAM_INVALID = 107000
 ACL_ERROR_RT_INVALID_DEVICEID = 107001
 ACL_ERROR_RT_AICORE_EXCEPTION = 507015
 
-# aclrtMemcpyKind (kernels.md 7d)
+# aclrtMemcpyKind (docs/sources.md#acl-enums)
 ACL_MEMCPY_HOST_TO_HOST = 0
 ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_HOST = 2
@@ -51,7 +51,7 @@ ACL_MEM_MALLOC_HUGE_FIRST = 0
 ACL_OPT_DETERMINISTIC = 0
 ACL_FORMAT_ND = 2
 
-# aclDataType values (kernels.md 7d), re-exported so callers write ACL_FLOAT as in C
+# aclDataType values (docs/sources.md#acl-enums), re-exported so callers write ACL_FLOAT as in C
 ACL_FLOAT = nx.AclDataType.ACL_FLOAT
 ACL_FLOAT16 = nx.AclDataType.ACL_FLOAT16
 ACL_BF16 = nx.AclDataType.ACL_BF16

@@ -1,10 +1,10 @@
 """Atomic-add commits to GM, and the order of simultaneous ones.
 
 An atomic-add DMA (``SetAtomicAdd`` + ``DataCopy``/``DataCopyPad`` to GM) adds its payload into
-GM at the simulated moment the transfer completes (DESIGN §3). When several cores' atomic adds
+GM at the simulated moment the transfer completes (docs/sources.md#design-memories-s3). When several cores' atomic adds
 complete in the *same* cycle, the hardware's order among them is not specified — that is where
 the non-determinism of scatter-add operators such as aclnnEmbeddingDenseBackward comes from
-(numerics.md §5: fp32 addition is not associative, so the order changes the bits).
+(docs/sources.md#scatter-add-order: fp32 addition is not associative, so the order changes the bits).
 
 :class:`AtomicCommitter` models exactly that: every atomic add that completes in a cycle is
 collected, and a zero-delay event scheduled after them applies the whole batch in an order

@@ -9,7 +9,7 @@ pushes each instruction into its pipe's queue, blocking only when that queue is 
 (``scalar.queue_depth`` entries, flags included), so run-ahead (and host memory) stays bounded
 and, as on the hardware, an instruction waits to be issued until every earlier one has found a
 place: a long run of MTE1/CUBE work can hold back the next MTE2 copy (the vendor's MTE2-preload
-note, hardware.md).
+note, docs/sources.md#mte2-preload-note).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ output dtype). The vector side of a mixed kernel writes the matrices the cube re
 (``CopyUbToNz`` on MTE3). ``CrossCoreSetFlag`` / ``CrossCoreWaitFlag`` order a cube core and
 its vector cores (the device-level table is :class:`simulator.device.CrossCoreFlags`).
 
-Layouts (16 is the fractal edge for fp16/bf16: INI DtypeMKN 16x16x16, hardware.md 1a):
+Layouts (16 is the fractal edge for fp16/bf16: INI DtypeMKN 16x16x16, docs/sources.md#soc-a2-a3):
 
 - ND: row-major rows x cols (row and column strides in elements).
 - NZ (FRACTAL_NZ; GM workspaces, L1, L0C): 16-column blocks outermost; inside a block the rows

@@ -2,7 +2,7 @@
 
 Every simulator fault names *where* it happened -- the core, the pipe, the instruction and the
 address -- because a fault without that context is useless when a kernel runs on dozens of
-simulated cores at once (DESIGN.md §10).
+simulated cores at once (docs/sources.md#design-errors-s10).
 
 The code that detects a fault is usually the code that knows the least about where it is: the
 memory model sees an address and a length, not the core or the instruction that issued the

@@ -1,7 +1,7 @@
 """The DSP host runtime (NUDT hthread, as MindSpore Lite's DSP backend uses it), on a simulated
 FT78NE or MT7004.
 
-What it mirrors (reference/hardware.md §5b–5c):
+What it mirrors (docs/sources.md#dsp-host-runtime, #hthread):
 
 - ``hthread_dev_open(cluster)`` / ``hthread_dev_close(cluster)``; one cluster, id 0;
 - ``hthread_dat_load(cluster, library)``: the operator library (``dsp_lib.dat``); here a mapping
@@ -16,7 +16,7 @@ What it mirrors (reference/hardware.md §5b–5c):
   allocation (the seed's examples do exactly that); the memory model enforces each region's
   capacity. Private memory is per core at the same addresses, so private accesses name the core;
 - ``hthread_group_masked_create(cluster, pmask, func, n_scalar, n_ptr, args)``: one thread per
-  set bit of ``pmask`` (thread count = popcount, hardware.md 5c), then ``hthread_group_exec``,
+  set bit of ``pmask`` (thread count = popcount, docs/sources.md#hthread), then ``hthread_group_exec``,
   ``hthread_group_wait``, ``hthread_group_destroy``; ``hthread_group_create(cluster, nthreads,
   ...)`` takes the lowest ``nthreads`` cores; ``launch_group`` / ``wait_group`` /
   ``destroy_group`` are MindSpore Lite's ``LaunchGroup`` / ``WaitGroup`` / ``DestroyGroup``.
@@ -59,7 +59,7 @@ HT_ERROR_CORE_MASK = -5         # a mask of 0, or with bits beyond the cluster's
 HT_ERROR_GROUP = -6             # unknown group id, or a call in the wrong group state
 HT_ERROR_KERNEL_FAULT = -7      # the kernel faulted on the device while running
 
-# hthread_malloc access flags (hardware.md 5c): read-only, write-only, read-write.
+# hthread_malloc access flags (docs/sources.md#hthread): read-only, write-only, read-write.
 HT_MEM_RO = 0
 HT_MEM_WO = 1
 HT_MEM_RW = 2
@@ -70,7 +70,7 @@ ALLOC_ALIGN = 64
 
 
 class MemType(IntEnum):
-    """MindSpore Lite ``enum class MemType : char { SMC, DDR, DDR36BIT, L2 }`` (hardware.md 5b)."""
+    """MindSpore Lite ``enum class MemType : char { SMC, DDR, DDR36BIT, L2 }`` (docs/sources.md#dsp-host-runtime)."""
 
     SMC = 0
     DDR = 1

@@ -7,7 +7,7 @@ spend (or an event to wait for); ``complete`` applies the numeric effect when it
 becomes visible at the simulated moment the instruction finishes. In timing mode (no data) the
 numeric effect is skipped but every address is still checked.
 
-Arithmetic follows DESIGN §4: operands are widened to fp32, the operation is done once in fp32,
+Arithmetic follows docs/sources.md#design-numerics-s4: operands are widened to fp32, the operation is done once in fp32,
 and the result is rounded once (RNE) to the destination dtype. An arithmetic instruction in a
 dtype the product's vector unit does not compute in (bf16 on Atlas A2/A3) raises
 :class:`UnsupportedInstruction` — kernels must cast first, as the real ones do.
@@ -576,7 +576,7 @@ class Cast(Instruction):
 
 
 # ---------------------------------------------------------------------------------------------
-# Sorting (the AI-Core Sort step of aclnnEmbeddingDenseBackward, kernels.md 3b)
+# Sorting (the AI-Core Sort step of aclnnEmbeddingDenseBackward, docs/sources.md#embedding-paths)
 # ---------------------------------------------------------------------------------------------
 
 def sort_passes(n: int) -> int:
@@ -606,9 +606,9 @@ class Sort(Instruction):
     vector cost table. Positions are ``first_position, first_position + 1, ...`` (the index
     vector Ascend C builds with CreateVecIndex, fused in). Equal keys keep position order, so
     non-negative int32 keys below 0x7F800000 reinterpreted as fp32 sort like the integers
-    (kernels.md 3b). ``tmp`` is the scratch of the 8 B (score, index) structures, double
+    (docs/sources.md#embedding-paths). ``tmp`` is the scratch of the 8 B (score, index) structures, double
     buffered: 16 B per element. Ascend C sorts descending; the ascending order here is the
-    operator's (kernels.md 3b), the cost is the same.
+    operator's (docs/sources.md#embedding-paths), the cost is the same.
     """
 
     __slots__ = ("dst_keys", "dst_pos", "src", "tmp", "count", "first")

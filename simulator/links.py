@@ -15,7 +15,7 @@ Each transfer has a *demand*, the most it could use on its own::
 
     demand = base_rate + pool.capacity / (active transfers in that pool)
 
-The pool term reproduces Huawei's calibrated MTE2 load model (``hardware.md`` §4b): each of *n*
+The pool term reproduces Huawei's calibrated MTE2 load model (docs/sources.md#mte-load-store): each of *n*
 cores loading concurrently gets ``a + b/n`` bytes/cycle (a = 9.9074, b = 15.896 on 910B).  We
 read that as a guaranteed per-transfer rate ``a`` plus a bonus pool ``b`` split equally among
 the transfers using it.

@@ -1,7 +1,7 @@
 """Simulated memories: regions of address space, their allocators and their lazily backed bytes.
 
 A device's memories are :class:`Region` objects grouped in :class:`AddressSpace` objects
-(DESIGN.md §3 "Memories"): Ascend GM/HBM, UB, L1, L0A/B/C; DSP DDR, SMC/GSM, private L2/AM.
+(docs/sources.md#design-memories-s3): Ascend GM/HBM, UB, L1, L0A/B/C; DSP DDR, SMC/GSM, private L2/AM.
 Each region has a backing policy:
 
 ``"allocation"``

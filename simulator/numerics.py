@@ -1,6 +1,6 @@
 """Numeric formats, rounding casts and precision checks for the opsim functional model.
 
-The contract (see ``reference/numerics.md`` §2 and §4) is the one an Ascend vector
+The contract (see docs/sources.md#half-emulation, #precision-standards) is the one an Ascend vector
 unit implements: an instruction computes in fp32 and rounds *once* to its
 destination dtype with round-to-nearest-even (RNE).  numpy's fp32→fp16 and
 ml_dtypes' fp32→bf16 conversions are RNE, so the hot path (:func:`round_to`) is
@@ -72,7 +72,7 @@ __all__ = [
 
 
 class AclDataType(IntEnum):
-    """``aclDataType`` codes from CANN ``acl_base.h`` (kernels.md §7d)."""
+    """``aclDataType`` codes from CANN ``acl_base.h`` (docs/sources.md#acl-enums)."""
 
     ACL_DT_UNDEFINED = -1
     ACL_FLOAT = 0
@@ -583,9 +583,9 @@ def ulp_distance(a: np.ndarray, b: np.ndarray, dt: DType | str) -> np.ndarray:
     return dist.astype(np.int64, copy=False)
 
 
-# Ecosystem-standard thresholds T per dtype (numerics.md §4A).
+# Ecosystem-standard thresholds T per dtype (docs/sources.md#precision-standards, ecosystem standard).
 THRESHOLDS: dict[str, float] = {"fp16": 2.0**-10, "bf16": 2.0**-7, "fp32": 2.0**-13}
-# Mixed-tolerance max-abs-error limits (numerics.md §4B).
+# Mixed-tolerance max-abs-error limits (docs/sources.md#precision-standards, mixed tolerance).
 _MAX_ABS_LIMIT: dict[str, float] = {"fp16": 1e-1, "bf16": 1e-1, "fp32": 1e-2}
 
 
@@ -622,7 +622,7 @@ def relative_errors(actual: np.ndarray, golden: np.ndarray) -> np.ndarray:
 
 
 def ecosystem_check(actual: np.ndarray, truth_fp64: np.ndarray, dt: DType | str) -> tuple[bool, dict]:
-    """Ecosystem standard (§4A): pass iff MERE < T and MARE < 10·T.
+    """Ecosystem standard (docs/sources.md#precision-standards): pass iff MERE < T and MARE < 10·T.
 
     Returns ``(passed, {"mere", "mare", "threshold", "dtype", "count"})``.
     An empty comparison passes trivially.
@@ -636,7 +636,7 @@ def ecosystem_check(actual: np.ndarray, truth_fp64: np.ndarray, dt: DType | str)
 
 
 def mixed_tolerance_check(actual: np.ndarray, golden: np.ndarray, dt: DType | str) -> tuple[bool, dict]:
-    """Mixed-tolerance standard (§4B).
+    """Mixed-tolerance standard (docs/sources.md#precision-standards).
 
     Element matches iff ``|a − g| ≤ atol + rtol·|g|`` with rtol = atol = T(dt);
     NaN in both matches, NaN in one only fails that element (and is left out

@@ -1,6 +1,6 @@
 """Chrome Trace Event JSON export in the layout of the vendor's op-simulator traces.
 
-Layout (reference/simulators.md §3-§4a): one process per core (``core0.veccore0``,
+Layout (docs/sources.md#chrome-trace-format, #vendor-op-trace-layout): one process per core (``core0.veccore0``,
 ``core0.cubecore0``, ``dsp.core3``) with ``process_name`` and ``process_sort_index`` metadata,
 one thread per pipe (``MTE2``, ``VECTOR``, ``MTE3``, ``CUBE``, ``MTE1``, ``FIXP``, ``SCALAR``,
 ``DMA``) plus a ``BLOCK`` row, a ``host`` process with one thread per stream for the launches,

@@ -1,6 +1,6 @@
 """Row layout shared by the exporters: which process and thread each slice lands on, and when.
 
-The vendor's op-simulator traces (reference/simulators.md §4a) have one process per core
+The vendor's op-simulator traces (docs/sources.md#vendor-op-trace-layout) have one process per core
 (``core0.veccore0``, ``core0.cubecore0``, ``dsp.core3``) and one thread per pipe. We add a ``host``
 process (one thread per stream, the launches) first and a ``memory`` process (link bandwidth and L2
 counters) last. Threads inside a core: the ``BLOCK`` row, then the pipes in the vendor's order.

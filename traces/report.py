@@ -17,6 +17,7 @@ import base64
 import html
 import json
 import os
+import re
 from dataclasses import fields, is_dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -200,6 +201,21 @@ def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace 
                      'assumption, or the what-if override that changed it.</p>' +
                      _table(["field", "value", "kind", "source / assumption"], spec_rows, left=4,
                             classes=["", "", "kind-{value}", ""]))
+        # the docs/sources.md entries those texts cite, with the documents behind them
+        from opsim.devices.sources import resolve
+        cited: list = []
+        for row in spec_rows:
+            for entry in resolve(str(row[3]), documents=True):
+                if entry not in cited:
+                    cited.append(entry)
+        if cited:
+            # addresses as text without their scheme: the report links to nothing outside itself
+            def bare(s: str) -> str:
+                return re.sub(r"https?://", "", s)
+            parts.append("<h3>Sources (docs/sources.md)</h3>" +
+                         _table(["id", "fact", "source"],
+                                [[e.id, bare(e.summary), bare(" ".join(e.sources))] for e in cited],
+                                left=3))
     if trace is not None and trace.metadata:
         meta = {k: v for k, v in trace.metadata.items() if k != "tiling"}
         parts.append("<h2>Trace metadata</h2>" +

@@ -1,10 +1,10 @@
 """aclnnBinaryCrossEntropyBackward: out = grad · weight · (x − target) / max((1 − x)·x, 1e-12), × 1/N for mean.
 
-Seed: seeds/aclnnBinaryCrossEntropyBackward.txt. Checks and host flow: reference/kernels.md §1a
-(ops-nn ``op_api/aclnn_binary_cross_entropy_backward.cpp``); compute order: kernels.md §1b (the
+Seed: seeds/aclnnBinaryCrossEntropyBackward.txt. Checks and host flow: docs/sources.md#bce-checks
+(ops-nn ``op_api/aclnn_binary_cross_entropy_backward.cpp``); compute order: docs/sources.md#bce-kernel (the
 TBE kernel: fp16/bf16 cast to fp32, ``x − y``, ``(−1)·x + 1``, ``· x``, ``Maxs(1e-12)``, ``Div``,
 ``· weight``, ``· grad``, ``· cof`` with ``cof = 1/numel`` computed on the host, Cast RINT back).
-Numerics: reference/numerics.md §1a.
+Numerics: docs/sources.md#ref-bce.
 
 Host flow as the vendor's: a missing weight becomes ``OnesLike(self)`` (a fill kernel into the
 workspace); every input whose dtype differs from the promoted dtype goes through an ``l0op::Cast``
@@ -30,9 +30,9 @@ from opsim.simulator.memory import align_up
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
 
 NAME = "binary_cross_entropy_backward"
-# Atlas 200I/500 A2 is the one product the seed marks unsupported (kernels.md 1a).
+# Atlas 200I/500 A2 is the one product the seed marks unsupported (docs/sources.md#bce-checks).
 PRODUCTS = ("training", "inference", "a2", "a3")
-EPSILON = 1e-12                 # clamp of the product (1 − x)·x (kernels.md 1b)
+EPSILON = 1e-12                 # clamp of the product (1 − x)·x (docs/sources.md#bce-kernel)
 INPUTS = ("grad_output", "self", "target")
 WORKSPACE_ALIGN = 512           # assumption: workspace tensors start on 512 B, like GE's memory blocks
 
@@ -60,7 +60,7 @@ def promote(*dtypes: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
-    """The documented checks in the documented order (kernels.md 1a), then product support."""
+    """The documented checks in the documented order (docs/sources.md#bce-checks), then product support."""
     g, x, y, w, out = (t.get(k) for k in ("grad_output", "self", "target", "weight", "out"))
     # 1. null pointers (weight is optional)
     check_not_null(gradOutput=g, self=x, target=y, out=out)
@@ -184,7 +184,7 @@ def workspace(tiling: BceTiling) -> int:
 
 def cof_of(reduction: int, n: int) -> float:
     """1/N for mean (N = numel(self)), computed in double and embedded as an fp32 constant; the
-    kernel multiplies by it (reciprocal-multiply, kernels.md 1b); None/sum do not scale."""
+    kernel multiplies by it (reciprocal-multiply, docs/sources.md#bce-kernel); None/sum do not scale."""
     return float(np.float32(1.0 / n)) if reduction == 1 else 1.0
 
 
@@ -194,7 +194,7 @@ def cof_of(reduction: int, n: int) -> float:
 
 def kernel(ctx: KernelContext, tiling: ElementwiseTiling, x: GlobalTensor, y: GlobalTensor,
            w: GlobalTensor, g: GlobalTensor, out: GlobalTensor, cof: float | None) -> Iterator[Any]:
-    """BinaryCrossEntropyGrad on one core's range, in the TBE op order (kernels.md 1b)."""
+    """BinaryCrossEntropyGrad on one core's range, in the TBE op order (docs/sources.md#bce-kernel)."""
     start, length = tiling.core_range(ctx.block_idx)
     half = x.dtype.itemsize == 2
     if half:

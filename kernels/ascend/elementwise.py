@@ -1,6 +1,6 @@
 """Tiling shared by the element-wise backward operators (MSE, BCE) on Ascend vector cores.
 
-The MseLossGradV2 tiling (kernels.md 2c): UB is divided per element among the input buffers,
+The MseLossGradV2 tiling (docs/sources.md#mse-tiling): UB is divided per element among the input buffers,
 the output buffer and fp32 calculation buffers; ``max_tile`` elements fit with single
 buffering; ``block_dim = min(vector cores, ceil(total / max_tile))``; work is split evenly with
 the remainder on the last core; double buffering switches on above 65536 elements and halves
@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
 
-DOUBLE_BUFFER_THRESHOLD = 65536   # elements (kernels.md 2c)
+DOUBLE_BUFFER_THRESHOLD = 65536   # elements (docs/sources.md#mse-tiling)
 ALIGN_ELEMENTS = 32               # tiles are kept to whole 32-element groups (32 B for int8+)
 OVERRIDE_KEYS = ("block_dim", "tile_length", "buffer_num", "core_mask")
 

@@ -1,10 +1,11 @@
 """aclnnEmbeddingDenseBackward: out[k] = sum of the grad rows i with indices[i] = k (k != paddingIdx),
 times 1/count[k] when scaleGradByFreq is set.
 
-Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: reference/kernels.md §3.
-Numerics and determinism: reference/numerics.md §1c and §5.
+Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: docs/sources.md#embedding-checks, #embedding-paths,
+#embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
+Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, kernels.md 3b/3c) runs as launches on one stream:
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-v2-kernel) runs as launches on one stream:
 
 - ``ZerosLike``: zero the accumulation target (``out``, or an fp32 copy in the workspace) and
   the counts;
@@ -24,7 +25,7 @@ Atlas A2 (the V2 Ascend C path, kernels.md 3b/3c) runs as launches on one stream
 - ``EmbeddingDenseGradScale`` (scaleGradByFreq): each row x fp32(1/count), count 0 -> 1;
 - ``CastOut``: fp32 -> out's dtype (RINT).
 
-Determinism (kernels.md 3d): by default partial sums of one index from several cores meet in GM
+Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
 seed (simulator/atomics.py). With ``deterministic`` each core walks its slice backwards, leaves
 the rows that share the previous core's last index to that core, and continues past its own end
@@ -32,7 +33,7 @@ while the index is unchanged (ContinueCompute): every output row is summed by on
 fixed order, whatever the seed.
 
 Atlas training series: the real kernel is the V1 TIK ``EmbeddingDenseGrad`` whose UB plan is in
-kernels.md 3e; its loop structure is not published, so the kernels here are opsim's model of it,
+docs/sources.md#embedding-ub-limit; its loop structure is not published, so the kernels here are opsim's model of it,
 sized by that plan: ``ZerosLike``, ``CastGrad`` (fp16 grad is always cast there), ``CastIndices``
 (indices other than int32/int64 -> int32), ``EmbeddingDenseGrad`` (each core a contiguous range
 of positions: a block of ub_indices indices and their grad rows in UB, each row atomically added
@@ -76,16 +77,16 @@ API = "aclnnEmbeddingDenseBackward"
 PRODUCTS = ("training", "a2")
 INDEX_DTYPES = ("fp32", "fp16", "fp64", "int32", "int64", "int16", "int8", "uint8", "bool")
 
-LIMIT_COUNT_NUM = 10               # rows summed per accumulator before a flush (kernels.md 3c)
+LIMIT_COUNT_NUM = 10               # rows summed per accumulator before a flush (docs/sources.md#embedding-v2-kernel)
 INT32_MAX = 2 ** 31 - 1
-INT32_INF = 2139095040             # 0x7F800000, +inf as an fp32 bit pattern (kernels.md 3b)
-CAST_BYTES_LIMIT = 100 * 1024 * 1024   # DAV_2201 casts fp16/bf16 grad below this (kernels.md 3b)
+INT32_INF = 2139095040             # 0x7F800000, +inf as an fp32 bit pattern (docs/sources.md#embedding-paths)
+CAST_BYTES_LIMIT = 100 * 1024 * 1024   # DAV_2201 casts fp16/bf16 grad below this (docs/sources.md#embedding-paths)
 CAST_ROW_LIMIT = 512                   # ... or when gradRow is below this
-V2_INDEX_RESERVE = 20480           # UB the V2 kernel keeps out of maxFormerNum (kernels.md 3c)
+V2_INDEX_RESERVE = 20480           # UB the V2 kernel keeps out of maxFormerNum (docs/sources.md#embedding-v2-kernel)
 V2_UB_SPARE = 96
 INDEX_BATCH = V2_INDEX_RESERVE // 8    # sorted rows per UB batch: int32 key + int32 position (D)
-V1_RESERVE = 16384                 # RESERVE_SIZE of the V1 UB plan (kernels.md 3e)
-V1_GRAD_BYTES = 4                  # the V1 kernel computes in fp32 (kernels.md 3e)
+V1_RESERVE = 16384                 # RESERVE_SIZE of the V1 UB plan (docs/sources.md#embedding-ub-limit)
+V1_GRAD_BYTES = 4                  # the V1 kernel computes in fp32 (docs/sources.md#embedding-ub-limit)
 SORT_SCRATCH = 1024                # UB the sort tile keeps spare (assumption)
 SORT_BYTES = 28                    # per sorted element: int32 key 4 + (score, index) scratch 16
                                    # + sorted key 4 + position 4, plus the raw index (assumption)
@@ -109,7 +110,7 @@ def _slot(n: int, itemsize: int) -> int:
 
 
 def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
-    """grad/out: FLOAT16, FLOAT; BFLOAT16 on DAV_2201 (A2, and 910_93) (seed, kernels.md 3a)."""
+    """grad/out: FLOAT16, FLOAT; BFLOAT16 on DAV_2201 (A2, and 910_93) (seed, docs/sources.md#embedding-checks)."""
     return ("fp32", "fp16", "bf16") if spec.series in ("a2", "a3") else ("fp32", "fp16")
 
 
@@ -146,7 +147,7 @@ def _flag(attrs: Mapping[str, Any], key: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# the UB-derived limit of the Atlas training series (kernels.md 3e)
+# the UB-derived limit of the Atlas training series (docs/sources.md#embedding-ub-limit)
 # ---------------------------------------------------------------------------------------------
 
 def ub_budget(spec: DeviceSpec) -> int:
@@ -160,14 +161,14 @@ def counts_size(num_weights: int, core_num: int) -> int:
     """countsSize = numWeights / coreNum + numWeights % coreNum (seed, integer division).
 
     The V1 source computes it from core_used = ceil(numWeights / ceil(numWeights / coreNum))
-    instead (kernels.md 3e), which can be smaller; the seed's formula is the documented contract
+    instead (docs/sources.md#embedding-ub-limit), which can be smaller; the seed's formula is the documented contract
     and is the one used here.
     """
     return num_weights // core_num + num_weights % core_num
 
 
 def _index_bytes(index_dtype: Any) -> int:
-    # V1 keeps int64 indices and casts every other dtype to int32 (kernels.md 3b)
+    # V1 keeps int64 indices and casts every other dtype to int32 (docs/sources.md#embedding-paths)
     return 8 if nx.dtype(index_dtype) == nx.INT64 else 4
 
 
@@ -177,7 +178,7 @@ def scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: Any) -> int:
     n = 32/b indices per 32 B block, budget = :func:`ub_budget`, coreNum = AI cores.
 
     16416 = RESERVE_SIZE 16384 + one 32 B block of indices; 4n + 4 = one fp32 grad row per index
-    of the block plus the extra row buffer (kernels.md 3e). With the 196608 B budget this is the
+    of the block plus the extra row buffer (docs/sources.md#embedding-ub-limit). With the 196608 B budget this is the
     seed's ``(180192 - countsSize*4)/36`` (int32) and ``(180192 - countsSize*8)/20`` (int64).
     validate() enforces it on the Atlas training series only (where the seed documents it); on
     other devices the function evaluates the same formula with their numbers, for what-if studies.
@@ -193,7 +194,7 @@ def scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: Any) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
-    """The documented checks in the documented order (kernels.md 3a), product support, then the
+    """The documented checks in the documented order (docs/sources.md#embedding-checks), product support, then the
     Atlas training series' scaleGradByFreq limit (seed)."""
     g, idx, out = t.get("grad"), t.get("indices"), t.get("out")
     check_not_null(grad=g, indices=idx, out=out)
@@ -241,7 +242,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
 
 
 def is_empty(t: Mapping[str, TensorDesc | None]) -> bool:
-    """Never short-cut: an empty grad or indices still zero-fills out (kernels.md 3a), which the
+    """Never short-cut: an empty grad or indices still zero-fills out (docs/sources.md#embedding-checks), which the
     launch does."""
     return False
 
@@ -375,7 +376,7 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         if not half:
             raise tiling_error(f"cast_grad applies to fp16/bf16 grad; grad is {g.dtype}")
         if det and not ov["cast_grad"]:
-            raise tiling_error("deterministic mode sums in fp32 (kernels.md 3d): cast_grad must stay on")
+            raise tiling_error("deterministic mode sums in fp32 (docs/sources.md#embedding-determinism): cast_grad must stay on")
         cast = ov["cast_grad"]
     kdt = nx.FP32 if (cast or not half) else g.dtype
     k = 3 if kdt == nx.FP32 else 4
@@ -439,7 +440,7 @@ def _plan_v1(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     n_rows, emb = common["n_rows"], common["emb_dim"]
     if "cast_grad" in ov:
         raise tiling_error("cast_grad applies to the Atlas A2 path; the Atlas training series always "
-                           "computes in fp32 (kernels.md 3b)")
+                           "computes in fp32 (docs/sources.md#embedding-paths)")
     cast = g.dtype != nx.FP32               # "on other non-950 platforms grad is always cast"
     b = _index_bytes(idx.dtype)
     n = 32 // b
@@ -826,7 +827,7 @@ def _count_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTens
 
 def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
                grad: GlobalTensor, acc: GlobalTensor) -> Iterator[Any]:
-    """EmbeddingDenseGradV2 (kernels.md 3c): one core's slice of the sorted rows."""
+    """EmbeddingDenseGradV2 (docs/sources.md#embedding-v2-kernel): one core's slice of the sorted rows."""
     n_rows, emb = tiling.n_rows, tiling.emb_dim
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
     if tiling.deterministic:
@@ -1157,7 +1158,7 @@ def _golden_inputs(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]):
 def golden(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Sequential fp32 accumulation in (index, position) order, padding rows skipped, then
     x fp32(1/count) (counts over all indices, 0 -> 1), one rounding to grad's dtype
-    (numerics.md §5)."""
+    (docs/sources.md#scatter-add-order)."""
     g2, v, keep, nw, emb = _golden_inputs(a, attrs)
     acc = np.zeros((nw, emb), np.float32)
     rows = np.flatnonzero(keep)
@@ -1216,7 +1217,7 @@ def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...]
 
 
 # ---------------------------------------------------------------------------------------------
-# estimate (mode="estimate", DESIGN §7): every launch of the call in closed form
+# estimate (mode="estimate", docs/sources.md#design-modes-s7): every launch of the call in closed form
 #
 # The launches are the ones launch() queues, costed from the same tiling and the same cost
 # tables the simulator spends (kernels/analytic.py): ZerosLike, the casts, SortIndices and the

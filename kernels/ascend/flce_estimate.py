@@ -1,4 +1,4 @@
-"""Closed-form estimate of aclnnFusedLinearCrossEntropyLossGrad (``mode="estimate"``, DESIGN §7).
+"""Closed-form estimate of aclnnFusedLinearCrossEntropyLossGrad (``mode="estimate"``, docs/sources.md#design-modes-s7).
 
 The call is one mixed AIC/AIV launch (kernels/ascend/flce_grad.py). Its time is the launch
 overhead plus its phases, each ending at a cross-core barrier:

@@ -1,8 +1,8 @@
 """aclnnFusedLinearCrossEntropyLossGrad: the gradient of a vocabulary-parallel linear + CE.
 
 Seed: seeds/aclnnFusedLinearCrossEntropyLossGrad.txt. Checks, codes and kernel structure:
-reference/kernels.md §4 (ops-nn matmul/fused_linear_cross_entropy_loss_grad); semantics:
-reference/numerics.md §1d (Megatron VocabParallelCrossEntropy backward).
+docs/sources.md#flce-kernel (ops-nn matmul/fused_linear_cross_entropy_loss_grad); semantics:
+docs/sources.md#ref-megatron-ce (Megatron VocabParallelCrossEntropy backward).
 
     S = softmax                                   (high-performance mode: softmaxOptional given)
       | exp(input · weightᵀ − logitsMax) / sumExpLogits            (memory-saving mode: recomputed)
@@ -50,14 +50,14 @@ PRODUCTS = ("a2", "a3")
 HIGH_PERFORMANCE = "high_performance"
 MEMORY_SAVING = "memory_saving"
 
-# Matmul tiles (kernels.md 4c): baseM/N/K = 128/256/64, swapped to 256x128 when BT >= 23296.
+# Matmul tiles (docs/sources.md#flce-kernel): baseM/N/K = 128/256/64, swapped to 256x128 when BT >= 23296.
 BASE_M, BASE_N, BASE_K = 128, 256, 64
 SWAP_BT = 23296
 STEP_K = 4            # stepKa = stepKb = 4: one MTE2 copy brings 4 base-K tiles into L1
 L1_BUFFERS = 2        # depthA1 = depthB1 = 8 base tiles = 2 buffers of stepK tiles (double buffering)
 L0_BUFFERS = 2        # L0A/L0B ping-pong
 MIN_V_WITH_SOFTMAX = 128
-ROW_ALIGN = 64        # a softmax row occupies V*4 B padded to 64 B (kernels.md 4c)
+ROW_ALIGN = 64        # a softmax row occupies V*4 B padded to 64 B (docs/sources.md#flce-kernel)
 # Assumption: the vector side's fixed buffer (TBUF: per-row grad, maskedTarget, targetMask,
 # logitsMax, sumExpLogits of a batch of rows) is 8 KiB; the row buffers get (UB - TBUF)/2 each.
 TBUF_BYTES = 8192
@@ -97,7 +97,7 @@ def _shape_is(name: str, d: TensorDesc, shape: tuple[int, ...], what: str) -> No
 
 
 def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
-    """The documented checks in the documented order (kernels.md 4b): null -> dtype -> format ->
+    """The documented checks in the documented order (docs/sources.md#flce-checks): null -> dtype -> format ->
     attribute -> shape, then the platform."""
     g, x, w = t.get("grad"), t.get("input"), t.get("weight")
     tm, mt = t.get("target_mask"), t.get("masked_target")

@@ -1,7 +1,7 @@
 """aclnnMseLossBackward: out = (self − target) · cof · gradOutput, cof = 2/N (mean) or 2.
 
-Seed: seeds/aclnnMseLossBackward.txt. Checks, tiling and kernel: reference/kernels.md §2
-(ops-nn mse_loss_grad_v2). Numerics: reference/numerics.md §1b — fp16/bf16 are cast to fp32,
+Seed: seeds/aclnnMseLossBackward.txt. Checks, tiling and kernel: docs/sources.md#mse-checks, #mse-tiling
+(ops-nn mse_loss_grad_v2). Numerics: docs/sources.md#ref-mse — fp16/bf16 are cast to fp32,
 Sub, Muls(cof), Mul(grad) in fp32, one RINT cast back.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def supported_dtypes(spec: DeviceSpec) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 
 def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
-    """The documented checks in the documented order (kernels.md 2a), then product support."""
+    """The documented checks in the documented order (docs/sources.md#mse-checks), then product support."""
     g, x, y, out = t.get("grad_output"), t.get("self"), t.get("target"), t.get("out")
     check_not_null(gradOutput=g, self=x, target=y, out=out)
     check_same_dtype("self", x, gradOutput=g, target=y)
@@ -66,7 +66,7 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     out = t["out"]
     item = t["self"].dtype.itemsize
     # UB per element: x, y, dout and out per buffer, plus 16 B of fp32 scratch for 16-bit types:
-    # maxTile = UB / (4·sizeof(T) + 16) for fp16/bf16 and UB / 16 for fp32 (kernels.md 2c).
+    # maxTile = UB / (4·sizeof(T) + 16) for fp16/bf16 and UB / 16 for fp32 (docs/sources.md#mse-tiling).
     return plan_elementwise(spec, out.numel, n_inputs=3, in_itemsize=item, out_itemsize=item,
                             calc_bytes=16 if item == 2 else 0, overrides=overrides)
 

@@ -21,7 +21,7 @@ OP = "embedding_dense_backward"
 
 
 def _zipf(rng, n, nw):
-    """Heavy duplicates: a few rows take hundreds of the n indices (numerics.md §5)."""
+    """Heavy duplicates: a few rows take hundreds of the n indices (docs/sources.md#scatter-add-order)."""
     return ((rng.zipf(1.3, n) - 1) % nw).astype(np.int32)
 
 
@@ -414,7 +414,7 @@ def test_max_former_num_follows_the_documented_formula():
 
 
 def test_large_half_grads_skip_the_cast_and_sum_in_the_kernel():
-    # the cast conditions (kernels.md 3b): forced off here for a small case
+    # the cast conditions (docs/sources.md#embedding-paths): forced off here for a small case
     rng = np.random.default_rng(51)
     idx = rng.integers(0, 200, 600).astype(np.int32)
     g = _grad(rng, (600, 16), "fp16")

@@ -24,7 +24,7 @@ TS = opsim.TensorSpec
 
 
 # ---------------------------------------------------------------------------------------------
-# Megatron-style operands: one global vocabulary, partitions of it (numerics.md 1d)
+# Megatron-style operands: one global vocabulary, partitions of it (docs/sources.md#ref-megatron-ce)
 # ---------------------------------------------------------------------------------------------
 
 def _problem(seed: int, bt: int, h: int, v: int, dtype: str) -> dict:
@@ -413,7 +413,7 @@ def test_aclnn_two_phase_call_with_packed_mask_matches_the_golden(mode):
 
 
 # ---------------------------------------------------------------------------------------------
-# Bad inputs: every documented check, in the documented order (kernels.md 4b)
+# Bad inputs: every documented check, in the documented order (docs/sources.md#flce-checks)
 # ---------------------------------------------------------------------------------------------
 
 def _valid(dtype: str = "bf16", mode: str = F.HIGH_PERFORMANCE) -> dict:

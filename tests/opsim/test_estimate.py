@@ -17,7 +17,7 @@ from opsim.simulator.device import Device
 from opsim.simulator.isa import Muls
 from opsim.simulator.tile import GlobalTensor, elementwise_pipeline
 
-TOLERANCE = 0.10   # DESIGN §7: the estimate and the DES agree within a stated tolerance
+TOLERANCE = 0.10   # docs/sources.md#design-modes-s7: the estimate and the DES agree within a stated tolerance
 
 
 def _both(op: str, device: str, tiling=None, overrides=None, **operands):

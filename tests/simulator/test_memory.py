@@ -34,7 +34,7 @@ def ub(size: int = 192 * KiB, **kw) -> Region:
 
 
 def dsp_private(capacity: int | None = None) -> Region:
-    # hardware.md §5e: the seed places private L2 at 0x10000000; window of 128 MiB (assumption).
+    # docs/sources.md#dsp-addresses: the seed places private L2 at 0x10000000; window of 128 MiB (assumption).
     return Region("PRIVATE", 0x10000000, 0x08000000, alignment=8, backing="sparse",
                   capacity=capacity)
 
