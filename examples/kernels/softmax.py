@@ -5,7 +5,7 @@ The row maximum and sum stay on the device: ``t.get_value(0)`` hands element 0 o
 tensor to the next vector instruction as its scalar operand (read when that instruction runs).
 
 Run: ``python examples/kernels/softmax.py`` -- checks against an fp64 softmax with the Ascend
-precision standards (numerics.md §4): the ecosystem standard A for fp32, the mixed-tolerance
+precision standards (docs/sources.md#precision-standards): the ecosystem standard A for fp32, the mixed-tolerance
 standard B for fp16/bf16 (whose tiny outputs are subnormal, where a relative error alone says
 little), and prints the timing.
 """
