@@ -116,10 +116,23 @@ class Launch:
     blocks: list[tuple[int, str, int, int]] = field(default_factory=list)  # (block, core, start, end)
     roles: dict[str, tuple[int, int]] = field(default_factory=dict)  # mix: core -> (block, sub-block)
     l2_sample: int | None = None      # timing-only L2 set sampling period (simulator/l2.py)
+    gap: int = 0                      # launch.gap cycles paid: queued behind the previous task
 
     @property
     def cycles(self) -> int:
         return self.end - self.issue
+
+
+def _previous_launch(launch: Launch) -> "Launch | None":
+    """The launch queued just before ``launch`` on its stream, if any."""
+    stream = launch.stream
+    if stream is None:
+        return None
+    seq = stream.launches
+    for i in range(len(seq) - 1, 0, -1):
+        if seq[i] is launch:
+            return seq[i - 1]
+    return None
 
 
 def _as_geometry(ranges: Sequence[tuple[int, int]]) -> tuple[int, int, int, int] | None:
@@ -493,8 +506,14 @@ class Device:
         env = self.env
         launch.issue = env.now
         overhead = self.spec.launch.overhead
-        if overhead:
-            yield env.timeout(overhead)
+        # a task queued behind the previous one of its stream starts launch.gap cycles after it
+        # ends (the gap between the launches of one aclnn call); one reached on an idle stream
+        # pays only the launch overhead
+        prev = _previous_launch(launch)
+        if prev is not None and prev.end == env.now:
+            launch.gap = self.spec.launch.gap
+        if overhead + launch.gap:
+            yield env.timeout(overhead + launch.gap)
         launch.start = env.now
         run_block = self._run_mix_block if launch.unit == "mix" else self._run_block
         blocks = [env.process(run_block(launch, b)) for b in range(launch.block_dim)]

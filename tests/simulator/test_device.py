@@ -83,6 +83,21 @@ def test_same_stream_runs_launches_in_order():
     assert b.issue >= a.end
 
 
+def test_a_launch_queued_behind_another_pays_the_launch_gap_and_one_on_an_idle_stream_does_not():
+    dev = Device(A2, functional=False)
+    s = dev.create_stream()
+    a = _mse_on(dev, s, 4096, 2)
+    b = _mse_on(dev, s, 4096, 2)
+    dev.synchronize(s)
+    assert A2.launch.gap > 0
+    assert (a.gap, b.gap) == (0, A2.launch.gap)
+    assert b.start - a.end == A2.launch.overhead + A2.launch.gap
+    dev.env.run(until=dev.env.now + 1000)  # the stream has been idle for a while
+    c = _mse_on(dev, s, 4096, 2)
+    dev.synchronize(s)
+    assert c.gap == 0 and c.start - c.issue == A2.launch.overhead
+
+
 def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
     def kernel(ctx):
         buf = ctx.tbuf(256, nx.BF16)
