@@ -250,7 +250,12 @@ def test_simulated_gm_bandwidth_never_exceeds_the_link_capacity():
     assert link.peak_rate() <= link.capacity * (1 + 1e-9)
     times, rates = link.bandwidth_series()
     assert np.all(rates <= link.capacity * (1 + 1e-9))
-    assert link.bytes_carried == pytest.approx(dev.bytes_read + dev.bytes_written - _l2_hits(dev))
+    # write-back L2 (the A2 file's l2.write_policy): HBM carries the read misses and the dirty
+    # lines evicted; the stores themselves go to the L2 (everything here fits: none evicted)
+    assert A2.l2.write_policy == "write-back"
+    assert link.bytes_carried == pytest.approx(dev.bytes_read - _l2_hits(dev) + dev.l2.writeback_bytes)
+    assert dev.l2.writeback_bytes == 0
+    assert dev.l2_link.bytes_carried == pytest.approx(_l2_hits(dev) + dev.bytes_written)
 
 
 def _l2_hits(dev):
