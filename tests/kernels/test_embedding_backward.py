@@ -396,6 +396,7 @@ def test_bandwidth_never_exceeds_the_spec():
         assert res.stats["bandwidth_GBps"] <= res.stats["peak_bandwidth_GBps"]
 
 
+@pytest.mark.slow
 def test_sorts_beyond_one_tik_batch_merge_through_gm_and_keep_every_row():
     # the TIK Sort sorts 4096 indices per batch in UB and merges batches pairwise through GM
     # (sort_in_gm_new: B(B-1)/2 vmrgsort steps); with distinct indices every output row is one
