@@ -284,7 +284,6 @@ class AclRuntime:
                 out[:count] = dev.read(int(src), count)  # type: ignore[union-attr]
             elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
                 dev.write(int(dst), dev.read(int(src), count))  # type: ignore[union-attr]
-                return ACL_SUCCESS
             elif kind == ACL_MEMCPY_HOST_TO_HOST:
                 np.ascontiguousarray(dst).reshape(-1).view(np.uint8)[:count] = \
                     np.ascontiguousarray(src).reshape(-1).view(np.uint8)[:count]
