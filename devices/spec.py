@@ -87,6 +87,9 @@ class L2Cache:
     read_rate: float    # bytes/cycle per core on a hit
     write_rate: float   # bytes/cycle per core
     bandwidth: float    # aggregate bytes per second
+    # "write-through": a store costs HBM bandwidth when it is made; "write-back": a store is
+    # taken by the L2 (at the L2 rate) and the line is written to HBM when it is evicted dirty
+    write_policy: str = "write-through"
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,17 @@ class DmaModel:
 @dataclass(frozen=True)
 class Launch:
     overhead: int         # cycles from launch to the first block starting
+    gap: int = 0          # cycles between a task and the next one queued behind it on a stream
+    #                       (the gap between the launches of one aclnn call), on top of overhead
+
+
+@dataclass(frozen=True)
+class HostLink:
+    """The host <-> device link that aclrtMemcpy / hthread copies cross (PCIe, HCCS, on-chip)."""
+
+    kind: str             # "PCIe", "SoC" (host CPU on the same chip), ...
+    bandwidth: float      # bytes per second per direction achieved by a large copy
+    latency_us: float = 0.0   # fixed cost of one copy call (setup, completion), microseconds
 
 
 @dataclass(frozen=True)
@@ -167,7 +181,7 @@ _SECTIONS: dict[str, type] = {
     "cores": Cores, "ub": Buffer, "l1": Buffer, "l0a": Buffer, "l0b": Buffer, "l0c": Buffer,
     "gm": GlobalMemory, "l2": L2Cache, "rates": PathRates, "mte2": DmaModel, "mte3": DmaModel,
     "mte1": DmaModel, "fixp": DmaModel, "dma": DmaModel, "launch": Launch, "vector": Vector,
-    "cube": Cube, "private": Window, "smc": Window, "scalar": Scalar,
+    "cube": Cube, "private": Window, "smc": Window, "scalar": Scalar, "host": HostLink,
 }
 _REQUIRED = {"cores", "gm", "launch", "vector", "scalar"}
 _TOP_STRINGS = {"name", "product", "soc", "family", "series", "description"}
@@ -206,6 +220,7 @@ class DeviceSpec:
     cube: Cube | None = None
     private: Window | None = None
     smc: Window | None = None
+    host: HostLink | None = None
     kernels: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     description: str = ""
     provenance: Mapping[str, Provenance] = field(default_factory=dict, compare=False, repr=False)
@@ -432,6 +447,13 @@ def _build(raw: dict[str, Any], prov: dict[str, Provenance], origin: str, where:
         raise SpecError(f"{where}: field 'gm.kind' must be 'HBM' or 'DDR', got {kwargs['gm'].kind!r}")
     if kwargs["gm"].bandwidth <= 0:
         raise SpecError(f"{where}: field 'gm.bandwidth' must be > 0")
+    l2 = kwargs.get("l2")
+    if l2 is not None and l2.write_policy not in ("write-through", "write-back"):
+        raise SpecError(f"{where}: field 'l2.write_policy' must be 'write-through' or 'write-back', "
+                        f"got {l2.write_policy!r}")
+    host = kwargs.get("host")
+    if host is not None and host.bandwidth <= 0:
+        raise SpecError(f"{where}: field 'host.bandwidth' must be > 0")
     kernels = raw.get(_KERNELS, {})
     if not isinstance(kernels, Mapping):
         raise SpecError(f"{where}: '{_KERNELS}' must be a table of per-operator tables")

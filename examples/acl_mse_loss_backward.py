@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> dict:
     launch = executor.launches[0]
     print(f"simulated {launch.cycles} cycles = {rt.spec.cycles_to_us(launch.cycles):.3f} us on {rt.spec.name}, "
           f"block_dim {launch.block_dim}")
+    # end to end: from aclrtSetDevice to the D2H copy's end, host<->device copies timed on the
+    # device's host link ([host] of the device file)
+    end_to_end = rt.elapsed_cycles
+    print(f"end to end {end_to_end} cycles = {rt.spec.cycles_to_us(end_to_end):.3f} us, of which "
+          f"{len(rt.host_copies)} host copies {rt.spec.cycles_to_us(rt.host_copy_cycles):.3f} us")
 
     for tensor in (g, s, t, o):
         rt.aclDestroyTensor(tensor)
@@ -88,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
     rt.aclrtDestroyStream(stream)
     rt.aclrtResetDevice(0)
     rt.aclFinalize()
-    return {"out": out_host, "cycles": launch.cycles, "launch_records": records}
+    return {"out": out_host, "cycles": launch.cycles, "launch_records": records,
+            "end_to_end_cycles": end_to_end, "host_copy_cycles": rt.host_copy_cycles}
 
 
 if __name__ == "__main__":

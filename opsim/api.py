@@ -380,6 +380,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         # bytes allocated in GM at the peak: operands, outputs and workspace
         "gm_footprint_bytes": int(dev.gm.peak_allocated_bytes),
         "launches": len(launches), "launch_overhead_cycles": launch_overhead,
+        "launch_gap_cycles": sum(int(getattr(l, "gap", 0)) for l in launches),
         "instructions": instructions,
         # per pipe: the most cycles it sat idle on one core, its queue empty, while the in-order
         # dispatcher waited for room in another pipe's queue

@@ -9,6 +9,7 @@ bandwidth, pipe busy and utilisation, UB bytes, bound) so studies can mix both m
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 from opsim.devices.spec import DeviceSpec
@@ -33,6 +34,10 @@ def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | No
         est: Estimate = hook(spec, descs, attrs, tiling)
     else:
         est = _roofline(opdef, spec, descs, tiling)
+    if est.launches > 1 and spec.launch.gap:
+        # the launches of one call are queued back to back: each after the first starts
+        # launch.gap cycles after the previous one ends, as in the simulator (simulator/device.py)
+        est = dataclasses.replace(est, cycles=int(est.cycles) + spec.launch.gap * (est.launches - 1))
     stats = stats_of(spec, est, tiling)
     return RunResult(opdef.name, spec.name, "estimate", {}, stats["cycles"], stats["time_us"], stats,
                      None, tiling)
@@ -91,6 +96,7 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
         "ub_peak_bytes": int(est.ub_bytes),
         "workspace_bytes": int(est.workspace_bytes),
         "launches": est.launches, "launch_overhead_cycles": launch_overhead,
+        "launch_gap_cycles": spec.launch.gap * max(0, est.launches - 1),
         "bound": bound, "bound_reason": reason,
         "estimate_model": est.model, "estimate_notes": est.notes, **dict(est.extra),
     }

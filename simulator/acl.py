@@ -143,6 +143,8 @@ class AclRuntime:
     # source_lines also stamps instructions with their kernel source line (code_exe)
     source_lines: bool = False
     profiler: Profiler | None = None
+    # (kind, bytes, start cycle, end cycle) of every host<->device copy, timed on the host link
+    host_copies: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     # -- errors --------------------------------------------------------------------------------
     def fail(self, code: int, message: str) -> int:
@@ -318,7 +320,40 @@ class AclRuntime:
                 return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: kind {kind} is not 0..3")
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: {exc}")
+        if kind in (ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST):
+            try:
+                self._time_host_copy("H2D" if kind == ACL_MEMCPY_HOST_TO_DEVICE else "D2H", int(count))
+            except SimulatorError as exc:   # work queued on a stream faulted while the copy ran
+                return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtMemcpy: {exc}")
         return ACL_SUCCESS
+
+    def _time_host_copy(self, kind: str, nbytes: int) -> None:
+        """A synchronous copy holds the host for latency + bytes / rate of the device's host
+        link (``[host]`` of the device file); simulated time advances by that much, so kernels
+        already queued keep running meanwhile. Devices without a host link copy in no time."""
+        dev = self.device
+        link = dev.spec.host  # type: ignore[union-attr]
+        if link is None or nbytes <= 0:
+            return
+        clk = dev.spec.clock_hz  # type: ignore[union-attr]
+        cycles = int(round(link.latency_us * 1e-6 * clk)) + -(-nbytes * clk // int(link.bandwidth))
+        t0 = dev.now  # type: ignore[union-attr]
+        dev.env.run(until=t0 + cycles)  # type: ignore[union-attr]
+        self.host_copies.append((kind, nbytes, t0, t0 + cycles))
+        tr = dev.trace  # type: ignore[union-attr]
+        if tr is not None and tr.enabled:
+            tr.add_slice(tr.track("host", f"{link.kind} copies"), f"aclrtMemcpy {kind}", t0, t0 + cycles,
+                         detail=f"{nbytes} B")
+
+    @property
+    def host_copy_cycles(self) -> int:
+        """Simulated cycles the host spent in aclrtMemcpy (host <-> device) so far."""
+        return sum(end - start for _, _, start, end in self.host_copies)
+
+    @property
+    def elapsed_cycles(self) -> int:
+        """Simulated cycles since aclrtSetDevice: kernels, launch costs and host copies."""
+        return self.device.now if self.device is not None else 0
 
     # -- tensors -------------------------------------------------------------------------------
     @_null_on_error

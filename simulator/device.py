@@ -119,10 +119,23 @@ class Launch:
     l2_sample: int | None = None      # timing-only L2 set sampling period (simulator/l2.py)
     # bytes by the link that carried them: "HBM read", "HBM write", "L2 read" (DDR on a DSP)
     link_bytes: dict[str, int] = field(default_factory=dict)
+    gap: int = 0                      # launch.gap cycles paid: queued behind the previous task
 
     @property
     def cycles(self) -> int:
         return self.end - self.issue
+
+
+def _previous_launch(launch: Launch) -> "Launch | None":
+    """The launch queued just before ``launch`` on its stream, if any."""
+    stream = launch.stream
+    if stream is None:
+        return None
+    seq = stream.launches
+    for i in range(len(seq) - 1, 0, -1):
+        if seq[i] is launch:
+            return seq[i - 1]
+    return None
 
 
 def _as_geometry(ranges: Sequence[tuple[int, int]]) -> tuple[int, int, int, int] | None:
@@ -214,7 +227,8 @@ class Device:
         # links: the shared memory link (HBM/DDR), the L2, and the calibrated DMA pools
         self.net = LinkNetwork(self.env)
         self.gm_link = self.net.add_link(gm.kind, spec.bytes_per_cycle(gm.bandwidth))
-        self.l2 = L2Cache(spec.l2.size, spec.l2.chunk) if spec.l2 is not None else None
+        self.l2 = (L2Cache(spec.l2.size, spec.l2.chunk, write_back=spec.l2.write_policy == "write-back")
+                   if spec.l2 is not None else None)
         self.l2_link = (self.net.add_link("L2", spec.bytes_per_cycle(spec.l2.bandwidth))
                         if spec.l2 is not None else None)
         self.pools = {}
@@ -387,13 +401,18 @@ class Device:
         if write:
             m = model or spec.mte3
             if lines is not None:
-                l2.access_lines(lines.tolist(), weight=period)      # type: ignore[union-attr]
+                l2.access_lines(lines.tolist(), weight=period, write=True)      # type: ignore[union-attr]
             elif l2 is not None:
                 for a, n in runs:
                     l2.access(a, n, write=True)
-            return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
-                                pool=self.pools.get("MTE3") if model is None else None,
-                                startup=m.startup + startup_extra, tag=tag)
+            pool = self.pools.get("MTE3") if model is None else None
+            if l2 is None or not l2.write_back:
+                return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,), pool=pool,
+                                    startup=m.startup + startup_extra, tag=tag)
+            # write-back L2: the store is taken by the L2 (at the store path's own rate); the dirty
+            # lines it evicted go to HBM on the HBM link, and the store completes when both have
+            return self._with_writeback(net.transfer(nbytes, base_rate=m.base, links=(self.l2_link,), pool=pool,
+                                                     startup=m.startup + startup_extra, tag=tag), tag)
         m = model or spec.mte2
         if lines is not None:
             # the sample's hit fraction stands for the whole transfer
@@ -414,14 +433,25 @@ class Device:
         startup = m.startup + startup_extra
         pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
-            return net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
-                                pool=pool, startup=startup, tag=tag)
+            return self._with_writeback(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
+                                                     pool=pool, startup=startup, tag=tag), tag)
         events = [net.transfer(hit, base_rate=spec.rates.l2_read, links=(self.l2_link,),
                                startup=startup, tag=tag)]
         if miss:
             events.append(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
                                        pool=pool, startup=startup, tag=tag))
-        return events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+        event = events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+        return self._with_writeback(event, tag)
+
+    def _with_writeback(self, event: simpy.Event, tag: str) -> simpy.Event:
+        """``event`` joined with the HBM write of the dirty L2 lines the access evicted (a
+        write-back L2), which the transfer waits for: the line it fills must be free."""
+        wb = self.l2.take_writeback() if self.l2 is not None else 0
+        if not wb:
+            return event
+        hbm = self.net.transfer(wb, base_rate=self.spec.bytes_per_cycle(self.spec.gm.bandwidth),
+                                links=(self.gm_link,), startup=0, tag=tag)
+        return simpy.AllOf(self.env, [event, hbm])
 
     def _count_bytes(self, launch: Launch | None, key: str, nbytes: int) -> None:
         if nbytes:
@@ -513,8 +543,14 @@ class Device:
         env = self.env
         launch.issue = env.now
         overhead = self.spec.launch.overhead
-        if overhead:
-            yield env.timeout(overhead)
+        # a task queued behind the previous one of its stream starts launch.gap cycles after it
+        # ends (the gap between the launches of one aclnn call); one reached on an idle stream
+        # pays only the launch overhead
+        prev = _previous_launch(launch)
+        if prev is not None and prev.end == env.now:
+            launch.gap = self.spec.launch.gap
+        if overhead + launch.gap:
+            yield env.timeout(overhead + launch.gap)
         launch.start = env.now
         run_block = self._run_mix_block if launch.unit == "mix" else self._run_block
         blocks = [env.process(run_block(launch, b)) for b in range(launch.block_dim)]

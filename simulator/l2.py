@@ -1,9 +1,15 @@
 """The Ascend L2 as an LRU cache over fixed-size chunks of GM.
 
 Reads of resident chunks are hits (served by the L2 link at the L2 rate); the rest are misses
-(served by HBM) and fill the cache. Writes allocate (write-through to HBM, so the bandwidth a
-store costs is HBM bandwidth, but a later read of the data hits). Host copies (aclrtMemcpy) do
-not pass through the AI-core L2. Chunk size and policy are assumptions in the device file.
+(served by HBM) and fill the cache. Writes allocate, so a later read of the data hits. With the
+write-through policy a store costs HBM bandwidth when it is made. With write-back (``[l2]
+write_policy`` of the device file) a store is taken by the L2 and marks its lines dirty; a
+dirty line costs HBM bandwidth when an access (a read's fill or a store) evicts it: the cache
+adds its bytes to :attr:`L2Cache.pending_writeback`, which the device takes
+(:meth:`L2Cache.take_writeback`) and charges on the HBM link as part of the evicting transfer.
+Dirty lines still resident when a run ends are not written back (they are in the L2). Host
+copies (aclrtMemcpy) do not pass through the AI-core L2; a host write or free drops the lines
+it covers, dirty or not. Chunk size and policy are in the device file.
 
 Set sampling (timing-only launches with ``l2_sample`` = P, simulator/device.py): a transfer
 shows the model only the lines it touches whose hashed line index is a multiple of P
@@ -26,7 +32,7 @@ _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
 
 
 class L2Cache:
-    def __init__(self, size: int, chunk: int) -> None:
+    def __init__(self, size: int, chunk: int, write_back: bool = False) -> None:
         if chunk <= 0 or size < chunk:
             raise ValueError(f"L2 size {size} and chunk {chunk} must satisfy 0 < chunk <= size")
         self.chunk = chunk
@@ -35,6 +41,28 @@ class L2Cache:
         self._used = 0.0
         self.hit_bytes = 0
         self.miss_bytes = 0
+        self.write_back = bool(write_back)
+        self._dirty: set[int] = set()          # resident lines written since they were filled
+        self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
+        self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
+
+    def _evict(self) -> None:
+        """Drop least-recently-used lines until the cache fits; a dirty line's bytes (lines of
+        capacity it stood for x chunk) are owed to HBM."""
+        lru, cap = self._lru, self.capacity_chunks
+        while self._used > cap and len(lru) > 1:
+            ch, w = lru.popitem(last=False)
+            self._used -= w
+            if ch in self._dirty:
+                self._dirty.discard(ch)
+                self.pending_writeback += w * self.chunk
+
+    def take_writeback(self) -> int:
+        """Bytes of dirty lines evicted since the last call (whole bytes), now to be charged."""
+        nbytes = int(round(self.pending_writeback))
+        self.pending_writeback -= nbytes
+        self.writeback_bytes += nbytes
+        return nbytes
 
     def access(self, addr: int, nbytes: int, *, write: bool, count: bool = True) -> int:
         """Touch [addr, addr+nbytes); return how many of the bytes were resident (hits). Each
@@ -57,8 +85,8 @@ class L2Cache:
             if run_start < ch:                               # new lines [run_start, ch)
                 lru.update(dict.fromkeys(range(run_start, ch), w))
                 self._used += w * (ch - run_start)
-                while self._used > cap and len(lru) > 1:
-                    self._used -= lru.popitem(last=False)[1]
+                if self._used > cap:
+                    self._evict()
             if ch > last:
                 break
             old = lru.get(ch)
@@ -71,10 +99,18 @@ class L2Cache:
                 if old != w:
                     lru[ch] = w
                     self._used += w - old
-            while self._used > cap and len(lru) > 1:
-                self._used -= lru.popitem(last=False)[1]
+            if self._used > cap:
+                self._evict()
             run_start = ch + 1
         if write:
+            if self.write_back:
+                # the lines of this store that are still resident (all but those a store larger
+                # than the cache pushed out again, whose bytes are owed to HBM at once)
+                for ch in range(first, last + 1):
+                    if ch in lru:
+                        self._dirty.add(ch)
+                    else:
+                        self.pending_writeback += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
             return 0
         if count:
             self.count(hit, nbytes - hit)
@@ -97,20 +133,27 @@ class L2Cache:
         # runs closer than a line share their boundary lines: count each once (the sample is small)
         return np.unique(keep) if count > 1 and stride - run < c else keep
 
-    def access_lines(self, lines: Iterable[int], *, weight: float) -> int:
+    def access_lines(self, lines: Iterable[int], *, weight: float, write: bool = False) -> int:
         """Touch whole lines (a sample, each occupying ``weight`` lines of capacity); return
-        how many were resident. The caller counts the bytes (:meth:`count`)."""
+        how many were resident. The caller counts the bytes (:meth:`count`). ``write`` with
+        write-back marks the lines dirty."""
         lru = self._lru
         cap = self.capacity_chunks
         w = float(weight)
         hit = 0
+        mark = write and self.write_back
         for ch in lines:
             old = lru.get(ch)
+            if mark:
+                self._dirty.add(ch)
             if old is None:
                 lru[ch] = w
                 self._used += w
-                while self._used > cap and len(lru) > 1:
-                    self._used -= lru.popitem(last=False)[1]
+                if self._used > cap:
+                    self._evict()
+                    if mark and ch not in lru:          # pushed out at once: owed now
+                        self._dirty.discard(ch)
+                        self.pending_writeback += w * self.chunk
             else:
                 hit += 1
                 lru.move_to_end(ch)
@@ -135,6 +178,7 @@ class L2Cache:
             [ch for ch in self._lru if first <= ch <= last]
         for ch in lines:
             self._used -= self._lru.pop(ch, 0.0)
+            self._dirty.discard(ch)
 
     @property
     def hit_rate(self) -> float:

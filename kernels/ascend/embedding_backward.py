@@ -5,25 +5,22 @@ Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: docs/sou
 #embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
 Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-v2-kernel) runs as launches on one stream:
-
-- ``ZerosLike``: zero the accumulation target (``out``, or an fp32 copy in the workspace) and
-  the counts;
-- ``CastGrad``: fp16/bf16 grad -> fp32 in the workspace when (numel(grad) + numel(out)) x 2 B
-  < 100 MiB, gradRow < 512 or scaleGradByFreq (and, opsim's choice, in deterministic mode, whose
-  documented scheme is the fp32 one);
-- ``SortIndices``: indices -> int32 (Cast), reinterpreted as fp32 and sorted ascending with
-  their positions (stable) — one UB tile per core; ``MergeSortedRuns`` merges 4 sorted runs at a
-  time when gradRow does not fit one tile;
-- ``EmbeddingCount`` (scaleGradByFreq): the length of each run of equal indices is atomically
-  added, as fp32, into counts in the workspace;
-- ``EmbeddingDenseGradV2``: block_dim = min(cores, gradRow) (capped by numWeights with scale);
-  each core takes a contiguous slice of the sorted rows, gathers grad[pos] row by row with
-  DataCopyPad, sums runs of equal index in two fp32 UB accumulators and flushes an accumulator
-  into GM with an atomic-add DMA when the index changes, every 10 rows and at the last row;
-  padding rows are skipped; embeddingDim is processed in chunks of maxFormerNum elements;
-- ``EmbeddingDenseGradScale`` (scaleGradByFreq): each row x fp32(1/count), count 0 -> 1;
-- ``CastOut``: fp32 -> out's dtype (RINT).
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-v2-kernel) follows the aclnn's call chain launch by launch, as the public
+ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
+aclnn_embedding_dense_backward.cpp and embedding_dense_grad.cpp, op_host
+embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h; the
+Sort of ops-math math/sort/op_api/sort.cpp and its TIK kernel): ``CastGrad`` (fp16/bf16 grad ->
+fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB, gradRow < 512 or scaleGradByFreq, and in
+deterministic mode, opsim's choice), ``CastIndices`` (indices other than int32), ``Sort`` (the
+TIK Sort of the indices seen as fp32, on one core), ``ZerosLike``, ``MemSet`` (the InitValue(0)
+clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut``; see :func:`_launch_v2`
+for each launch and its citation, :func:`_tik_sort_kernel` and :func:`_row_kernel` for the two
+kernels re-derived from the sources. The deterministic kernel and the uncast fp16/bf16 kernel
+keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of the sorted rows,
+two fp32 UB accumulators flushed by atomic adds when the index changes, every 10 rows and at
+the last row, embeddingDim in chunks of maxFormerNum; with scaleGradByFreq separate
+``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn
+is not modelled (the sort path runs instead).
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
@@ -68,6 +65,7 @@ from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, Tenso
                             check_product, check_same_dtype, tiling_error)
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import MemoryFault
+from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
 from opsim.simulator.isa import (Add, Cast, Copy, DataCopyPad, Duplicate, MrgSort, Muls, ScalarOp, sort_passes,
                            SetAtomicAdd, SetAtomicNone, Sort)
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
@@ -87,10 +85,15 @@ V2_UB_SPARE = 96
 INDEX_BATCH = V2_INDEX_RESERVE // 8    # sorted rows per UB batch: int32 key + int32 position (D)
 V1_RESERVE = 16384                 # RESERVE_SIZE of the V1 UB plan (docs/sources.md#embedding-ub-limit)
 V1_GRAD_BYTES = 4                  # the V1 kernel computes in fp32 (docs/sources.md#embedding-ub-limit)
-SORT_SCRATCH = 1024                # UB the sort tile keeps spare (assumption)
-SORT_BYTES = 28                    # per sorted element: int32 key 4 + (score, index) scratch 16
-                                   # + sorted key 4 + position 4, plus the raw index (assumption)
-MERGE_BLOCK = 2048                 # merged elements per MrgSort (<= 4095 per queue, Ascend C docs)
+# The TIK Sort that aclnnEmbeddingDenseBackward calls on Atlas A2 (l0op::Sort -> SortAiCore:
+# ops-math math/sort/op_api/sort.cpp, IsAiCoreSupport: fp32 with a sort axis > 1 runs on the AI
+# core on 910B). Its kernel is the TBE dynamic "Sort" TIK class (impl/dynamic/sort.py of the CANN
+# built-in op library, functions sort_mini_num_new / sort_large_num_new / sort_in_ub_new /
+# sort_in_gm_new / moveout_*_new / tune, "for 910B & 310B"): num_block = 4096 elements per batch.
+TIK_SORT_BATCH = 4096
+TIK_SORT_ALIGN = 32                # sort_size: vsort32 sorts 32 elements per repeat
+SMALL_DIM_THRESH = 512             # aclnn CheckIsSmallDimMode: embeddingDim <= 512 ...
+CAST_MAX_NUM = 16777216            # ... and numWeights <= 2^24 (op_api aclnn_embedding_dense_backward.cpp)
 ZERO_BUF_BYTES = 32768             # UB zero buffer of ZerosLike (assumption)
 WS_ALIGN = 512                     # alignment of workspace regions
 OVERRIDE_KEYS = ("block_dim", "e_chunk", "cast_grad")
@@ -273,9 +276,12 @@ class EmbeddingTiling:
     zero_block_dim: int = 1
     # V2 sort
     sort_tile: int = 0        # indices sorted per UB tile
-    sort_runs: int = 0        # sorted runs after SortIndices
-    merge_passes: int = 0
+    sort_runs: int = 0        # V2: batches of the TIK Sort (TIK_SORT_BATCH indices each)
+    merge_passes: int = 0     # V2: vmrgsort steps of the TIK Sort's sort_in_gm (B(B-1)/2 for B batches)
     merge_block: int = 0      # merged elements per MrgSort
+    row_kernel: bool = False  # V2 fp32 non-deterministic: the ops-nn per-row kernel (embedding_dense_grad_v2.h)
+    small_dim: bool = False   # aclnn's small-dim branch would run (not modelled: see module docstring)
+    index_cast: bool = False  # V2: l0op::Cast of the indices to int32 before the Sort
     # V1
     ub_indices: int = 0       # indices (and grad rows) per UB block
     counts_size: int = 0
@@ -322,18 +328,11 @@ def _zero_block_dim(spec: DeviceSpec, nbytes: int) -> int:
     return max(1, min(spec.vector_cores, -(-nbytes // ZERO_BUF_BYTES)))
 
 
-def sort_tile_capacity(spec: DeviceSpec, index_dtype: Any) -> int:
-    """Indices one core sorts in UB at once (raw index + int32 key + Sort scratch + output)."""
-    per = SORT_BYTES + nx.dtype(index_dtype).itemsize
-    return (spec.ub.size - SORT_SCRATCH) // per // 32 * 32
-
-
-def _merge_passes(runs: int) -> int:
-    passes = 0
-    while runs > 1:
-        runs = -(-runs // 4)
-        passes += 1
-    return passes
+def _tik_sort_ub(batch: int) -> int:
+    """UB the TIK Sort's sort_in_gm step holds: two ping-pong buffers of two batches of
+    (key, position) = 2 x 2 x batch x 8 B (sort_in_gm_new's input_ub of num_per_batch x 2 x 2 words,
+    doubled); the in-UB sort of one batch needs less (keys, scratch, output)."""
+    return 2 * 2 * batch * 8 + batch * 4
 
 
 def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any],
@@ -396,35 +395,47 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         ub_bytes = V2_INDEX_RESERVE + 3 * _slot(e_chunk, 4)
     else:
         ub_bytes = V2_INDEX_RESERVE + 2 * _slot(e_chunk, kdt.itemsize) + 3 * _slot(e_chunk, 4)
-    cap = sort_tile_capacity(spec, idx.dtype)
-    if n_rows <= cap:
-        sort_tile, runs = n_rows, 1
-    else:
-        sort_tile, runs = cap, -(-n_rows // cap)
-    passes = _merge_passes(runs)
-    # MergeSortedRuns: 2 input buffers of 4 queues x (key + position) + 2 output buffers = 80 B/element
-    merge_block = min(MERGE_BLOCK, (ub - SORT_SCRATCH) // 80 // 32 * 32)
+    # the TIK Sort (TIK_SORT_BATCH): one batch sorted in UB when gradRow <= 4096, else B batches
+    # sorted in UB and merged pairwise through GM (sort_in_gm_new: B(B-1)/2 vmrgsort steps)
+    sort_tile = _align(n_rows, TIK_SORT_ALIGN) if n_rows <= TIK_SORT_BATCH else TIK_SORT_BATCH
+    runs = -(-n_rows // TIK_SORT_BATCH)
+    passes = runs * (runs - 1) // 2
+    if _tik_sort_ub(sort_tile) > ub:
+        raise tiling_error(f"the TIK Sort of the indices needs {_tik_sort_ub(sort_tile)} B of UB for a batch of "
+                           f"{sort_tile} elements; the UB has {ub} B")
+    merge_block = TIK_SORT_BATCH
     acc_is_ws = cast and g.dtype != nx.FP32
     acc_dtype = "fp32" if (cast or not half) else g.dtype.name
+    # the ops-nn per-row kernel (EmbeddingDenseGradV2Kernel, tiling key 0 / 1) for fp32 rows and
+    # determinism off; the deterministic kernel and the uncast fp16/bf16 one keep opsim's model
+    row_kernel = (not det) and kdt == nx.FP32
+    small_dim = (not det) and emb <= SMALL_DIM_THRESH and nw <= CAST_MAX_NUM
+    index_cast = idx.dtype != nx.INT32
+    span = runs * TIK_SORT_BATCH if runs > 1 else sort_tile
     layout, ws = _layout([
         ("grad32", n_rows * emb * 4 if cast else 0),
         ("acc32", nw * emb * 4 if acc_is_ws else 0),
+        ("idx32", n_rows * 4 if index_cast else 0),
         ("keys0", n_rows * 4), ("pos0", n_rows * 4),
-        ("keys1", n_rows * 4 if passes else 0), ("pos1", n_rows * 4 if passes else 0),
+        # TIK Sort workspaces: sorted batches (tmp_workspace), data_a_list, the aligned outputs
+        ("sws_k", span * 4 if runs > 1 else 0), ("sws_p", span * 4 if runs > 1 else 0),
+        ("alist", sort_tile * 8), ("algk", span * 4), ("algp", span * 4),
         ("counts", nw * 4 if scale else 0),
     ])
-    zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale else 0)
+    zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale and not row_kernel else 0)
     return _fits_ub(spec, EmbeddingTiling(
         path="v2", cast_grad=cast, acc_dtype=acc_dtype, block_dim=block_dim, e_chunk=e_chunk,
         ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, zero_bytes), sort_tile=sort_tile,
-        sort_runs=runs, merge_passes=passes, merge_block=merge_block, scale_block_dim=max(1, min(cores, nw)), workspace=ws,
-        layout=layout,
+        sort_runs=runs, merge_passes=passes, merge_block=merge_block,
+        scale_block_dim=block_dim if row_kernel else max(1, min(cores, nw)), workspace=ws,
+        layout=layout, row_kernel=row_kernel, small_dim=small_dim, index_cast=index_cast,
+        cast_index_tiling=(plan_elementwise(spec, n_rows, n_inputs=1, in_itemsize=idx.dtype.itemsize,
+                                            out_itemsize=4, calc_bytes=0) if index_cast else None),
         cast_grad_tiling=(plan_elementwise(spec, n_rows * emb, n_inputs=1, in_itemsize=2, out_itemsize=4,
                                            calc_bytes=0) if cast else None),
         cast_out_tiling=(plan_elementwise(spec, nw * emb, n_inputs=1, in_itemsize=4, out_itemsize=2,
                                           calc_bytes=0) if acc_is_ws else None),
         **common))
-
 
 
 def _fits_ub(spec: DeviceSpec, tiling: EmbeddingTiling) -> EmbeddingTiling:
@@ -687,101 +698,6 @@ def _cast_kernel(ctx: KernelContext, tiling: ElementwiseTiling, src: GlobalTenso
                                     compute=compute)
 
 
-def _sort_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, keys: GlobalTensor,
-                 pos: GlobalTensor) -> Iterator[Any]:
-    """SortIndices: per UB tile, cast the indices to int32 keys, sort them as fp32 bit patterns
-    (stable, ascending) with their positions, and store the sorted run."""
-    n_rows, tile = tiling.n_rows, tiling.sort_tile
-    idt = idx.dtype
-    tp = _pad8(tile)
-    inq = ctx.queue("VECIN", 1, _slot(tile, idt.itemsize))
-    k32 = ctx.tbuf(tp * 4, nx.INT32) if idt != nx.INT32 else None
-    tmp = ctx.tbuf(16 * tp, nx.FP32)
-    outq = ctx.queue("VECOUT", 1, 2 * tp * 4)
-    for c in range(ctx.block_idx, tiling.sort_runs, ctx.block_dim):
-        ctx.tile = c
-        s = c * tile
-        n = min(tile, n_rows - s)
-        raw = inq.alloc(idt)
-        yield DataCopyPad(raw, idx[s:s + n], n)
-        inq.enque(raw)
-        raw = inq.deque()
-        if k32 is not None:
-            yield Cast(k32, raw, "trunc", n)
-            src = k32
-        else:
-            src = raw
-        o = outq.alloc(nx.INT32)
-        ok, op = o[0:tp], o[tp:2 * tp]
-        yield Sort(ok.reinterpret(nx.FP32), op, src.reinterpret(nx.FP32), tmp, n, first_position=s)
-        inq.free(raw)
-        outq.enque(o)
-        o = outq.deque()
-        yield DataCopyPad(keys[s:s + n], ok, n)
-        yield DataCopyPad(pos[s:s + n], op, n)
-        outq.free(o)
-
-
-def _merge_sources(ctx: KernelContext, keys: GlobalTensor, pos: GlobalTensor, start: int,
-                   lens: Sequence[int]) -> np.ndarray:
-    """Run index of each element of the merged group, in merged order: what the scalar unit's
-    queue bookkeeping decides. Timing mode assumes the runs interleave evenly."""
-    total = int(sum(lens))
-    run_id = np.repeat(np.arange(len(lens)), lens)
-    if ctx.functional:
-        k = _peek(keys, start, total).view(np.float32)
-        p = _peek(pos, start, total)
-        order = np.lexsort((p, k))
-    else:
-        frac = np.concatenate([np.arange(n) / max(n, 1) for n in lens])
-        order = np.lexsort((run_id, frac))
-    return run_id[order]
-
-
-def _merge_kernel(ctx: KernelContext, tiling: EmbeddingTiling, run_len: int, src_keys: GlobalTensor,
-                  src_pos: GlobalTensor, dst_keys: GlobalTensor, dst_pos: GlobalTensor) -> Iterator[Any]:
-    """MergeSortedRuns: each group of 4 sorted runs becomes one, MERGE_BLOCK elements at a time:
-    load the next elements of each run that the block takes, MrgSort, store."""
-    n_rows, m_blk = tiling.n_rows, tiling.merge_block
-    groups = -(-(-(-n_rows // run_len)) // 4)
-    inq = ctx.queue("VECIN", 2, 8 * m_blk * 4)
-    outq = ctx.queue("VECOUT", 2, 2 * m_blk * 4)
-    tile = 0
-    for gi in range(ctx.block_idx, groups, ctx.block_dim):
-        g0 = gi * 4 * run_len
-        starts = [g0 + i * run_len for i in range(4) if g0 + i * run_len < n_rows]
-        lens = [min(run_len, n_rows - s) for s in starts]
-        total = sum(lens)
-        src_run = _merge_sources(ctx, src_keys, src_pos, g0, lens)
-        cur = list(starts)
-        for j0 in range(0, total, m_blk):
-            ctx.tile = tile
-            tile += 1
-            m = min(m_blk, total - j0)
-            takes = np.bincount(src_run[j0:j0 + m], minlength=len(lens))
-            buf = inq.alloc(nx.INT32)
-            srcs = []
-            for i, tk in enumerate(int(x) for x in takes):
-                if tk == 0:
-                    continue
-                kk, pp = buf[2 * i * m_blk:(2 * i + 1) * m_blk], buf[(2 * i + 1) * m_blk:(2 * i + 2) * m_blk]
-                yield DataCopyPad(kk, src_keys[cur[i]:cur[i] + tk], tk)
-                yield DataCopyPad(pp, src_pos[cur[i]:cur[i] + tk], tk)
-                cur[i] += tk
-                srcs.append((kk.reinterpret(nx.FP32), pp, tk))
-            inq.enque(buf)
-            buf = inq.deque()
-            o = outq.alloc(nx.INT32)
-            ok, op = o[0:m_blk], o[m_blk:2 * m_blk]
-            yield MrgSort(ok.reinterpret(nx.FP32), op, srcs)
-            inq.free(buf)
-            outq.enque(o)
-            o = outq.deque()
-            yield DataCopyPad(dst_keys[g0 + j0:g0 + j0 + m], ok, m)
-            yield DataCopyPad(dst_pos[g0 + j0:g0 + j0 + m], op, m)
-            outq.free(o)
-
-
 def _owned_range(keys: np.ndarray, lo: int, hi: int, base: int) -> tuple[int, int]:
     """Deterministic mode: rows of the slice [lo, hi) this core sums (keys = sorted keys from
     ``base``): leave the leading rows that share the previous core's last index to that core,
@@ -906,13 +822,16 @@ def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor,
 
 
 def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,
-                  acc: GlobalTensor) -> Iterator[Any]:
-    """EmbeddingDenseGradScale (A2): rows of this core x fp32(1/count), count 0 treated as 1."""
+                  acc: GlobalTensor, cvals: np.ndarray | None = None) -> Iterator[Any]:
+    """EmbeddingDenseGradScale (A2): rows of this core x fp32(1/count), count 0 treated as 1.
+    ``cvals``: the counts of rows [lo, hi) when the caller knows them (the scale phase of the
+    row kernel, whose counts are added in the same launch)."""
     emb = tiling.emb_dim
     lo, hi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
     if lo >= hi:
         return
-    cvals = _peek(counts, lo, hi - lo) if ctx.functional else np.ones(hi - lo, np.float32)
+    if cvals is None:
+        cvals = _peek(counts, lo, hi - lo) if ctx.functional else np.ones(hi - lo, np.float32)
     ub = ctx.core.memory(ctx.core.local_memory).capacity
     per_buf = (ub - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8           # fp32 elements, 2 in + 2 out buffers
     ep = _pad8(emb)
@@ -954,6 +873,284 @@ def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTen
                     yield DataCopyPad(acc[r * emb + c0:r * emb + c0 + n], ob[k * ep:k * ep + n], n)
             outq.free(ob)
     feed.drain()
+
+
+# ---------------------------------------------------------------------------------------------
+# Atlas A2: the TIK Sort and the ops-nn per-row kernel
+# ---------------------------------------------------------------------------------------------
+
+def _tik_sort_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, keys: GlobalTensor,
+                     pos: GlobalTensor, ws: Mapping[str, GlobalTensor | None]) -> Iterator[Any]:
+    """The TIK Sort of the int32 indices seen as fp32 (aclnn PorcessIndices -> l0op::Sort, stable,
+    ascending), as the TBE dynamic Sort class runs it on 910B (TIK_SORT_BATCH above): the one
+    row of gradRow elements is one task, so block 0 does all the work.
+
+    - sort_mini_num_new (gradRow <= 4096): a scalar loop writes the position list, one load,
+      vsort32 + vms4 in UB, then moveout_mini_num_new: the proposals go out to data_a_list and
+      back, vreducev2 extracts the values, a scalar loop reverses keys and positions into
+      ascending order (3 scalar UB accesses per element), stores to the aligned outputs;
+    - sort_large_num_new: per batch of 4096 (sort_in_ub_new) the same position loop, load, sort,
+      store of the proposals to the workspace; sort_in_gm_new merges them pairwise through GM
+      (for tail in B-1..1: carry batch 0 through batches 1..B-1-tail, one vmrgsort of two
+      batches each, storing one batch back: B(B-1)/2 merges); moveout_large_num_new per batch;
+    - tune(): the aligned outputs are copied to y1/y2 (load + store of values and indices).
+    Modelled choices: the sorted runs are kept here as keys and positions in two arrays (the
+    same bytes as the 8 B proposals); the ascending order is produced directly (the TIK kernel
+    sorts descending and reverses in the scalar loop, which is charged); vreducev2 is priced as
+    a Copy of the proposals (its cost is not published). The Sort launch runs on every AI core
+    (block_num = core count) but only block 0 has a task; the other blocks' tune() copies of the
+    result are not modelled (off the critical path)."""
+    if ctx.block_idx != 0:
+        return
+    n, nb = tiling.n_rows, tiling.sort_tile
+    batches = tiling.sort_runs
+    # UB: two ping-pong buffers of two batches of (key, position); Sort scratch in the second
+    # (the second doubles as the Sort scratch of 16 B per element) and the raw keys of a batch
+    buf = [ctx.tbuf(2 * nb * 8, nx.INT32), ctx.tbuf(2 * nb * 8, nx.INT32)]
+    raw_buf = ctx.tbuf(nb * 4, nx.INT32)
+    ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "VECTOR"), ("VECTOR", "MTE3"), ("MTE3", "MTE2"),
+                                              ("SCALAR", "MTE2"), ("SCALAR", "MTE3"), ("VECTOR", "SCALAR"),
+                                              ("MTE2", "MTE3"))}
+
+    def sync(a: str, b: str) -> None:
+        ctx.emit_set(a, b, ev[(a, b)])
+        ctx.emit_wait(a, b, ev[(a, b)])
+
+    def kp(b: LocalTensor, half: int, count: int) -> tuple[LocalTensor, LocalTensor]:
+        """keys and positions of half ``half`` (0, 1) of a ping-pong buffer."""
+        k0 = half * nb
+        return b[k0:k0 + count], b[2 * nb + k0:2 * nb + k0 + count]
+
+    def sort_batch(b0: int, count: int, dst: LocalTensor) -> Iterator[Any]:
+        # idx_ub[i2].set_as(i2 + batch_idx * num_per_batch): a scalar loop over the batch
+        yield ScalarOp(nb, "TIK sort: position list")
+        sync("SCALAR", "MTE2")
+        raw = raw_buf
+        yield DataCopyPad(raw[0:count], idx[b0:b0 + count], count)
+        if count < nb:                                     # padding with +max (set_as + vec_dup)
+            yield ScalarOp((nb - count) % 8, "TIK sort: pad")
+        sync("MTE2", "VECTOR")
+        k, p = kp(dst, 0, count)
+        yield Sort(k.reinterpret(nx.FP32), p, raw.reinterpret(nx.FP32), buf[1].reinterpret(nx.FP32), count,
+                   first_position=b0)
+
+    def store_run(src: LocalTensor, half: int, count: int, slot: int) -> Iterator[Any]:
+        k, p = kp(src, half, count)
+        o = slot * nb
+        yield DataCopyPad(ws["sws_k"][o:o + count], k, count)
+        yield DataCopyPad(ws["sws_p"][o:o + count], p, count)
+
+    def load_run(dst: LocalTensor, half: int, count: int, slot: int) -> Iterator[Any]:
+        k, p = kp(dst, half, count)
+        o = slot * nb
+        yield DataCopyPad(k, ws["sws_k"][o:o + count], count)
+        yield DataCopyPad(p, ws["sws_p"][o:o + count], count)
+
+    def moveout(src: LocalTensor, count: int, out_off: int, after: str) -> Iterator[Any]:
+        # proposals out to data_a_list and back (uint32 view), vreducev2, scalar reversal
+        k, p = kp(src, 0, count)
+        al = ws["alist"]
+        sync(after, "MTE3")
+        yield DataCopyPad(al[0:count], k, count)
+        yield DataCopyPad(al[nb:nb + count], p, count)
+        sync("MTE3", "MTE2")
+        yield DataCopyPad(k, al[0:count], count)
+        yield DataCopyPad(p, al[nb:nb + count], count)
+        sync("MTE2", "VECTOR")
+        ext = buf[1]                                       # vreducev2: values and indices extracted
+        yield Copy(ext[0:count].reinterpret(nx.FP32), k.reinterpret(nx.FP32), count)
+        yield Copy(ext[nb:nb + count], p, count)
+        sync("VECTOR", "SCALAR")
+        yield ScalarOp(3 * count, "TIK sort: reverse to ascending")
+        sync("SCALAR", "MTE3")
+        yield DataCopyPad(ws["algk"][out_off:out_off + count], k, count)
+        yield DataCopyPad(ws["algp"][out_off:out_off + count], p, count)
+        sync("MTE3", "MTE2")
+
+    if batches == 1:
+        yield from sort_batch(0, n, buf[0])
+        yield from moveout(buf[0], n, 0, "VECTOR")
+    else:
+        sizes = [min(nb, n - b * nb) for b in range(batches)]
+        for b in range(batches):                            # sort_in_ub_new
+            yield from sort_batch(b * nb, sizes[b], buf[0])
+            sync("VECTOR", "MTE3")
+            yield from store_run(buf[0], 0, sizes[b], b)
+            sync("MTE3", "MTE2")
+        for tail in range(batches - 1):                     # sort_in_gm_new
+            cur = 0
+            yield from load_run(buf[cur], 1, sizes[0], 0)   # the carry: upper half
+            carry = sizes[0]
+            for i in range(1, batches - tail):
+                yield from load_run(buf[cur], 0, sizes[i], i)
+                sync("MTE2", "VECTOR")
+                ck, cp = kp(buf[cur], 1, carry)
+                nk, np_ = kp(buf[cur], 0, sizes[i])
+                total = carry + sizes[i]
+                out = buf[1 - cur]
+                dk, dp = out[0:total], out[2 * nb:2 * nb + total]
+                yield MrgSort(dk.reinterpret(nx.FP32), dp,
+                              [(ck.reinterpret(nx.FP32), cp, carry), (nk.reinterpret(nx.FP32), np_, sizes[i])])
+                # the lower batch goes back to slot i-1; the upper part is carried on: it is
+                # moved to the upper half of the buffer (the TIK kernel swaps UB pointers)
+                low = sizes[i - 1]
+                sync("VECTOR", "MTE3")
+                yield from store_run(out, 0, low, i - 1)
+                carry = total - low
+                if carry and low != nb:
+                    yield Copy(out[nb:nb + carry], out[low:low + carry], carry)
+                    yield Copy(out[3 * nb:3 * nb + carry], out[2 * nb + low:2 * nb + low + carry], carry)
+                sync("MTE3", "MTE2")
+                cur = 1 - cur
+            sync("VECTOR", "MTE3")
+            yield from store_run(buf[cur], 1, carry, batches - 1 - tail)
+            sync("MTE3", "MTE2")
+        for b in range(batches):                            # moveout_large_num_new
+            yield from load_run(buf[0], 0, sizes[b], b)
+            yield from moveout(buf[0], sizes[b], b * nb, "MTE2")
+    # tune(): copy the aligned outputs to y1 (sorted keys) and y2 (positions)
+    for b0 in range(0, n, nb):
+        count = min(nb, n - b0)
+        for src, dst in ((ws["algk"], keys), (ws["algp"], pos)):
+            t = buf[1][0:count]
+            yield DataCopyPad(t, src[b0:b0 + count], count)
+            sync("MTE2", "VECTOR")
+            sync("VECTOR", "MTE3")
+            yield DataCopyPad(dst[b0:b0 + count], t, count)
+            sync("MTE3", "MTE2")
+
+
+def _sync_all(flag_id: int) -> Iterator[Any]:
+    """SyncAll of every core of the launch: set once this core's stores are done (MTE3), wait
+    before its next loads (MTE2)."""
+    yield CrossCoreSetFlag(flag_id, mode=0, pipe="MTE3")
+    yield CrossCoreWaitFlag(flag_id, mode=0, pipe="MTE2")
+
+
+def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
+                grad: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> Iterator[Any]:
+    """EmbeddingDenseGradV2 on Atlas A2 for fp32 rows, determinism off: ops-nn
+    index/embedding_dense_grad_v2/op_kernel/embedding_dense_grad_v2.h (EmbeddingDenseGradV2Kernel,
+    ProcessForFp32) and, with scaleGradByFreq, embedding_dense_grad_v2.cpp (ProcessAndScale:
+    InitWorkspace zeroes the counts, SyncAll, the row loop, SyncAll, the scale kernel), one launch.
+
+    Per sorted row of this core's slice (SetGmAddr: formerRow/tailRow rows), for each embedding
+    chunk (formerEmbeddingDim, then the tail):
+    CopyIn: two 4 B DataCopyPads (posIdx, sorted index), PIPE_MTE2_S, the scalar reads posIdx
+    (GetValue) and issues the grad row's DataCopyPad; ComputeAndCopyOut: the scalar reads the
+    index; a row equal to paddingIdx is loaded but not added; the index changing switches to the
+    other of two fp32 accumulators (addResQue_[2]); Add into the accumulator, PIPE_V_S. A flush
+    (CopyOut: SetAtomicAdd + DataCopyPad into out, AddFreq: the run length atomically added to
+    the counts with scale, PipeBarrier<PIPE_ALL>, Duplicate 0 to reset, PIPE_V_S) happens when the
+    accumulator already held LIMIT_COUNT_NUM rows before this Add (so every 11th row of a run),
+    at the slice's last row, for the previous accumulator when the index changed, and at a
+    padding row. All queues are single-buffered (BUFFER_NUM = DOUBLE_BUFFER = 1), and each
+    cross-pipe step waits for the previous one, so a core's rows run one after the other."""
+    n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
+    lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
+    scale = counts is not None
+    if scale:   # InitWorkspace: this core's share of the counts (Tiling4Scale split) to 0, SyncAll
+        clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
+        zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
+        if chi > clo:                                      # InitOutput: zeros from UB, in pieces
+            z = zq.alloc(nx.FP32)
+            yield Duplicate(z, 0.0, count=zn)
+            zq.enque(z)
+            z = zq.deque()
+            for o in range(clo, chi, zn):
+                k = min(zn, chi - o)
+                yield DataCopyPad(counts[o:o + k], z[0:k], k)
+            zq.free(z)
+        yield from _sync_all(0)
+    if lo < hi:
+        keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
+        pbuf, ibuf = ctx.tbuf(32, nx.INT32), ctx.tbuf(32, nx.INT32)
+        row = ctx.tbuf(_slot(ec, 4), nx.FP32)
+        accs = [ctx.tbuf(_slot(ec, 4), nx.FP32), ctx.tbuf(_slot(ec, 4), nx.FP32)]
+        cnt_buf = ctx.tbuf(32, nx.FP32)
+        ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "SCALAR"), ("SCALAR", "MTE2"), ("MTE2", "VECTOR"),
+                                                  ("VECTOR", "SCALAR"), ("SCALAR", "MTE3"), ("MTE3", "SCALAR"),
+                                                  ("SCALAR", "VECTOR"), ("VECTOR", "MTE3"))}
+
+        def sync(a: str, b: str) -> None:
+            ctx.emit_set(a, b, ev[(a, b)])
+            ctx.emit_wait(a, b, ev[(a, b)])
+
+        for a in accs:                                      # InitQue: ResetQue of both accumulators
+            yield Duplicate(a, 0.0)
+        sync("VECTOR", "SCALAR")
+        state = {"sw": 0, "last": -1, "flushes": 0}
+        cnt = [0, 0]
+        pad = tiling.padding_idx
+
+        def flush(a: int, key: int, c0: int, n: int) -> Iterator[Any]:
+            sync("SCALAR", "MTE3")
+            yield SetAtomicAdd(nx.FP32)
+            yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
+            yield SetAtomicNone()
+            if scale and c0 == 0:                          # AddFreq: tmpLocal.SetValue(count), 4 B atomic add
+                yield ScalarOp(1, "SetValue count")
+                sync("SCALAR", "VECTOR")
+                yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
+                sync("VECTOR", "MTE3")
+                yield SetAtomicAdd(nx.FP32)
+                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
+                yield SetAtomicNone()
+            sync("MTE3", "SCALAR")                          # PipeBarrier<PIPE_ALL>
+            sync("SCALAR", "VECTOR")
+            yield Duplicate(accs[a], 0.0)                   # ResetQue
+            sync("VECTOR", "SCALAR")                        # PIPE_V_S
+            cnt[a] = 0
+            state["flushes"] += 1
+
+        yield SetAtomicNone()
+        first = True
+        for c0 in range(0, emb, ec):
+            n = min(ec, emb - c0)
+            for t in range(hi - lo):
+                ctx.tile = t
+                key, p = int(keys[t]), int(pos[t])
+                if not first:
+                    sync("SCALAR", "MTE2")                  # in-order issue: the scalar is done with the last row
+                first = False
+                yield DataCopyPad(pbuf[0:1], spos[lo + t:lo + t + 1], 1)
+                yield DataCopyPad(ibuf[0:1], skeys[lo + t:lo + t + 1], 1)
+                sync("MTE2", "SCALAR")                      # PIPE_MTE2_S
+                yield ScalarOp(2, "posIdx GetValue, grad address")
+                sync("SCALAR", "MTE2")
+                yield DataCopyPad(row[0:n], grad[p * emb + c0:p * emb + c0 + n], n)
+                sync("MTE2", "VECTOR")                      # gradQue_ EnQue/DeQue
+                yield ScalarOp(3, "index GetValue, switch, limit")
+                last_row = t == hi - lo - 1
+                if key != pad:
+                    switch = state["last"] != -1 and key != state["last"]
+                    if switch:
+                        state["sw"] ^= 1
+                        cnt[state["sw"]] = 0
+                    sw = state["sw"]
+                    limit = cnt[sw] == LIMIT_COUNT_NUM
+                    yield Add(accs[sw][0:n], accs[sw][0:n], row[0:n], count=n)
+                    sync("VECTOR", "SCALAR")                # PIPE_V_S in AtomicAddInUb
+                    cnt[sw] += 1
+                    if limit or last_row:
+                        yield from flush(sw, key, c0, n)
+                    if switch:
+                        yield from flush(1 - sw, state["last"], c0, n)
+                    state["last"] = key
+                elif state["last"] != -1:
+                    yield from flush(state["sw"], state["last"], c0, n)
+                    state["last"] = -1
+    if scale:   # ProcessAndScale: SyncAll, then the scale kernel (counts known from the sorted keys)
+        yield from _sync_all(1)
+        cvals = None
+        slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        if shi > slo:
+            if ctx.functional:
+                allk, _ = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
+                allk = allk[allk != tiling.padding_idx]
+                cvals = np.bincount(allk, minlength=tiling.num_weights)[slo:shi].astype(np.float32)
+            yield from _scale_kernel(ctx, tiling, counts, acc, cvals)
 
 
 def _index_host(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor) -> np.ndarray:
@@ -1101,41 +1298,89 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
         return launches
     acc = region("acc32", nx.FP32, nw * emb) if tiling.region("acc32") else out
     counts = region("counts", nx.FP32, nw) if tiling.region("counts") else None
+    if tiling.path == "v2":
+        _launch_v2(device, go, region, tiling, grad, idx, out, acc, counts)
+        return launches
     go(_zero_kernel, tiling.zero_block_dim, [acc] + ([counts] if counts is not None else []), name="ZerosLike")
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
         ct = tiling.cast_grad_tiling
         go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
-    if tiling.path == "v2":
-        keys = [region("keys0", nx.INT32, n_rows), region("keys1", nx.INT32, n_rows) if tiling.merge_passes else None]
-        pos = [region("pos0", nx.INT32, n_rows), region("pos1", nx.INT32, n_rows) if tiling.merge_passes else None]
-        go(_sort_kernel, max(1, min(device.spec.vector_cores, tiling.sort_runs)), tiling, idx, keys[0], pos[0],
-           name="SortIndices")
-        src, run_len, runs = 0, tiling.sort_tile, tiling.sort_runs
-        for _ in range(tiling.merge_passes):
-            groups = -(-runs // 4)
-            go(_merge_kernel, max(1, min(device.spec.vector_cores, groups)), tiling, run_len, keys[src], pos[src],
-               keys[1 - src], pos[1 - src], name="MergeSortedRuns")
-            src, run_len, runs = 1 - src, run_len * 4, groups
-        if counts is not None:
-            go(_count_kernel, tiling.block_dim, tiling, keys[src], counts, name="EmbeddingCount")
-        go(_v2_kernel, tiling.block_dim, tiling, keys[src], pos[src], g_src, acc, name="EmbeddingDenseGradV2")
-        if counts is not None:
-            go(_scale_kernel, tiling.scale_block_dim, tiling, counts, acc, name="EmbeddingDenseGradScale")
-    else:
-        i_src = idx
-        if tiling.cast_index_tiling is not None:
-            i_src = region("idx32", nx.INT32, n_rows)
-            ct = tiling.cast_index_tiling
-            go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
-        go(_v1_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGrad")
-        if tiling.scale:
-            go(_v1_scale_kernel, tiling.scale_block_dim, tiling, i_src, acc, name="EmbeddingDenseGradScale")
+    i_src = idx
+    if tiling.cast_index_tiling is not None:
+        i_src = region("idx32", nx.INT32, n_rows)
+        ct = tiling.cast_index_tiling
+        go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
+    go(_v1_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGrad")
+    if tiling.scale:
+        go(_v1_scale_kernel, tiling.scale_block_dim, tiling, i_src, acc, name="EmbeddingDenseGradScale")
     if acc is not out:
         ct = tiling.cast_out_tiling
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
     return launches
+
+
+def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad: GlobalTensor,
+               idx: GlobalTensor, out: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> None:
+    """The launches of aclnnEmbeddingDenseBackward on Atlas A2, in the order the executor adds
+    them (ops-nn index/embedding_dense_grad_v2/op_api/aclnn_embedding_dense_backward.cpp,
+    aclnnEmbeddingDenseBackwardGetWorkspaceSize):
+
+    1. ``CastGrad``: l0op::Cast of fp16/bf16 grad to fp32 when IsNeedCast (l0op::Contiguous of a
+       contiguous grad or indices launches nothing: assumption, opbase returns the view);
+    2. ``CastIndices``: l0op::Cast of indices other than int32 to int32 (IsComputeByV2 branch);
+    3. ``Sort``: PorcessIndices -> l0op::Sort (ops-math math/sort/op_api/sort.cpp: one AI-core
+       launch on 910B), the TIK kernel of :func:`_tik_sort_kernel`;
+    4. ``ZerosLike``: l0op::ZerosLike of the kernel's output tensor;
+    5. ``MemSet``: the output y of EmbeddingDenseGradV2 is declared ``.InitValue(0)`` with
+       SetNeedAtomic(true) (op_host embedding_dense_grad_v2_def.cpp, embedding_dense_grad_v2_tiling.cpp);
+       the framework clears its GM before the kernel runs (Ascend C OpParamDef::InitValue docs:
+       "clear the GM space of the operator output before implementation"). Modelled as a zero-fill
+       launch like ZerosLike (assumption: the clean kernel's tiling is not public);
+    6. ``EmbeddingDenseGradV2`` (op_api embedding_dense_grad.cpp: one ADD_TO_LAUNCHER_LIST_AICORE,
+       block_dim = coreNum of the tiling): :func:`_row_kernel` for fp32 rows with determinism
+       off (scaleGradByFreq inside the same launch); the deterministic and uncast fp16/bf16
+       kernels keep opsim's earlier model (:func:`_v2_kernel`, with separate EmbeddingCount and
+       EmbeddingDenseGradScale launches for scaleGradByFreq);
+    7. ``CastOut``: l0op::Cast to out's dtype when it differs (a same-dtype Cast launches
+       nothing: assumption); l0op::ViewCopy into a contiguous out launches nothing (assumption:
+       the executor writes the last result into out; a non-contiguous out is not modelled).
+
+    Not modelled: the small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
+    CheckIsSmallDimMode), where the aclnn skips the Sort and ZerosLike and the small-dim kernel
+    (embedding_dense_grad_v2_small_dim.h) sorts each UB tile of indices itself; opsim runs the
+    sort path for those shapes too (``tiling.small_dim`` says when the real call would differ)."""
+    n_rows, emb, nw = tiling.n_rows, tiling.emb_dim, tiling.num_weights
+    g_src = grad
+    if tiling.cast_grad:
+        g_src = region("grad32", nx.FP32, n_rows * emb)
+        ct = tiling.cast_grad_tiling
+        go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
+    i_src = idx
+    if tiling.index_cast:
+        i_src = region("idx32", nx.INT32, n_rows)
+        ct = tiling.cast_index_tiling
+        go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
+    keys, pos = region("keys0", nx.INT32, n_rows), region("pos0", nx.INT32, n_rows)
+    ws = {name: (region(name, nx.INT32, tiling.region(name)[1] // 4) if tiling.region(name) else None)
+          for name in ("sws_k", "sws_p", "alist", "algk", "algp")}
+    go(_tik_sort_kernel, 1, tiling, i_src, keys, pos, ws, name="Sort")
+    old_counts = counts if not tiling.row_kernel else None
+    go(_zero_kernel, tiling.zero_block_dim, [acc] + ([old_counts] if old_counts is not None else []),
+       name="ZerosLike")
+    go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
+    if tiling.row_kernel:
+        go(_row_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
+    else:
+        if counts is not None:
+            go(_count_kernel, tiling.block_dim, tiling, keys, counts, name="EmbeddingCount")
+        go(_v2_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, name="EmbeddingDenseGradV2")
+        if counts is not None:
+            go(_scale_kernel, tiling.scale_block_dim, tiling, counts, acc, name="EmbeddingDenseGradScale")
+    if acc is not out:
+        ct = tiling.cast_out_tiling
+        go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1220,7 +1465,7 @@ def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...]
 # estimate (mode="estimate", docs/sources.md#design-modes-s7): every launch of the call in closed form
 #
 # The launches are the ones launch() queues, costed from the same tiling and the same cost
-# tables the simulator spends (kernels/analytic.py): ZerosLike, the casts, SortIndices and the
+# tables the simulator spends (kernels/analytic.py): ZerosLike, MemSet, the casts, the Sort and the
 # merge passes, EmbeddingCount, the accumulation kernel, the scale kernel, CastOut, each paying
 # the launch overhead. What the real work takes from the index values is taken from the
 # data-independent pattern timing mode assumes (_assumed_indices: row i has index
@@ -1285,57 +1530,6 @@ def _est_cast(spec: DeviceSpec, ct: ElementwiseTiling, src: str, dst: str, from_
                         l2_loads=load if from_l2 else ())
     e = estimate_elementwise(spec, ct, work)
     return Estimate(**{**e.__dict__, "model": "embedding", "notes": name})
-
-
-def _est_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
-    """SortIndices: per run (one UB tile) load, cast to int32, Sort32 + MrgSort passes, store
-    keys and positions; one-deep queues let the next load overlap the stores. A shorter last
-    run leaves the link to the others sooner (counted as a fraction of a copy in flight)."""
-    bd = max(1, min(spec.vector_cores, tiling.sort_runs))
-    runs = -(-tiling.sort_runs // bd)
-    n = tiling.sort_tile
-    last = tiling.n_rows - (tiling.sort_runs - 1) * n
-    busy_copies = bd - 1 + last / n if tiling.sort_runs == bd else bd
-    idt = tiling.index_dtype
-    isz = nx.dtype(idt).itemsize
-    rl, _ = shared_rates(spec, busy_copies, 0)
-    _, rs = shared_rates(spec, 0, busy_copies)
-    load = dma_cycles(spec.mte2.startup, n * isz, rl)
-    vec = ((vector_cycles(spec, f"Cast_{idt}_int32", idt, n) if idt != "int32" else 0)
-           + vector_cycles(spec, "Sort32", "fp32", n) + sort_passes(n) * vector_cycles(spec, "MrgSort", "fp32", n))
-    store = 2 * dma_cycles(spec.mte3.startup, n * 4, rs)
-    heads = sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3"))
-    body = heads + load + vec + (runs - 1) * (vec + max(load, store)) + store
-    busy = {"MTE2": runs * load + head_cycles(spec, "MTE2", bd), "VECTOR": runs * vec,
-            "MTE3": runs * store}
-    return _est_launch(spec, body, busy, tiling.n_rows * isz, tiling.n_rows * 8, bd,
-                       _slot(n, isz) + 16 * _pad8(n) + 8 * _pad8(n), "SortIndices")
-
-
-def _est_merges(spec: DeviceSpec, tiling: EmbeddingTiling) -> list:
-    """MergeSortedRuns passes: groups of 4 sorted runs, merge_block elements per MrgSort,
-    double-buffered; the runs a pass reads were just written (L2 when they fit)."""
-    n_rows, m_blk, cores = tiling.n_rows, tiling.merge_block, spec.vector_cores
-    l2 = _fits_l2(spec, 4 * n_rows * 4)
-    parts = []
-    run_len, runs = tiling.sort_tile, tiling.sort_runs
-    for _ in range(tiling.merge_passes):
-        groups = -(-runs // 4)
-        bd = max(1, min(cores, groups))
-        q = min(4, runs)
-        total = [min(4 * run_len, n_rows - g * 4 * run_len) for g in range(groups)]
-        per_block = [sum(total[g] for g in range(b, groups, bd)) for b in range(bd)]
-
-        def work(n: int, q: int = q) -> TileWork:
-            take = tuple([-(-n // q) * 4] * (2 * q))
-            return TileWork(loads=() if l2 else take, vector=(("MrgSort", "fp32", n),), stores=(n * 4, n * 4),
-                            l2_loads=take if l2 else ())
-        e = pipeline_estimate(spec, block_dim=bd, per_core=max(per_block), last_core=per_block[-1],
-                              tile_length=m_blk, buffer_num=2, work=work, cores=cores,
-                              ub_bytes=2 * 8 * m_blk * 4 + 2 * 2 * m_blk * 4)
-        parts.append(Estimate(**{**e.__dict__, "model": "embedding", "notes": "MergeSortedRuns"}))
-        run_len, runs = run_len * 4, groups
-    return parts
 
 
 def _est_count(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
@@ -1540,6 +1734,115 @@ def _est_v1_scale(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool, 
                        tiling.num_weights * emb * 4, bd, tiling.ub_bytes, "EmbeddingDenseGradScale")
 
 
+def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+    """The TIK Sort (:func:`_tik_sort_kernel`): one core, every step waiting for the previous one,
+    so its cycles are the sum of its instructions' costs at the uncontended single-core rates
+    (the workspace it reads back was written just before: L2 rate when the device has one)."""
+    n, nb, batches = tiling.n_rows, tiling.sort_tile, tiling.sort_runs
+    rl, rs = shared_rates(spec, 1, 1)
+    rl2 = l2_read_rate(spec, 1)
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    cpo = spec.scalar.cycles_per_op
+    ld = lambda b: dma_cycles(st2, b, rl)          # noqa: E731  (host-written indices: HBM)
+    ldw = lambda b: dma_cycles(st2, b, rl2)        # noqa: E731  (workspace written earlier in the launch)
+    stw = lambda b: dma_cycles(st3, b, rs)         # noqa: E731
+    busy = {"MTE2": 0.0, "MTE3": 0.0, "VECTOR": 0.0, "SCALAR": 0.0}
+
+    def add(pipe: str, c: float) -> float:
+        busy[pipe] += c
+        return c
+
+    def sort_batch(count: int) -> float:
+        v = vector_cycles(spec, "Sort32", "fp32", count) + sort_passes(count) * vector_cycles(spec, "MrgSort", "fp32", count)
+        return add("SCALAR", math.ceil(nb * cpo)) + add("MTE2", ld(count * 4)) + add("VECTOR", v)
+
+    def moveout(count: int) -> float:
+        return (add("MTE3", 2 * stw(count * 4)) + add("MTE2", 2 * ldw(count * 4))
+                + add("VECTOR", 2 * vector_cycles(spec, "Copy", "fp32", count))
+                + add("SCALAR", math.ceil(3 * count * cpo)) + add("MTE3", 2 * stw(count * 4)))
+
+    total = float(sum(head_cycles(spec, p, 1) for p in ("MTE2", "VECTOR", "MTE3")))
+    if batches == 1:
+        total += sort_batch(n) + moveout(n)
+    else:
+        sizes = [min(nb, n - b * nb) for b in range(batches)]
+        for c in sizes:
+            total += sort_batch(c) + add("MTE3", 2 * stw(c * 4))
+        for tail in range(batches - 1):
+            total += add("MTE2", 2 * ldw(sizes[0] * 4))
+            carry = sizes[0]
+            for i in range(1, batches - tail):
+                total += add("MTE2", 2 * ldw(sizes[i] * 4))
+                total += add("VECTOR", vector_cycles(spec, "MrgSort", "fp32", carry + sizes[i]))
+                total += add("MTE3", 2 * stw(sizes[i - 1] * 4))
+                carry = carry + sizes[i] - sizes[i - 1]
+            total += add("MTE3", 2 * stw(carry * 4))
+        for c in sizes:
+            total += add("MTE2", 2 * ldw(c * 4)) + moveout(c)
+    for b0 in range(0, n, nb):                      # tune()
+        c = min(nb, n - b0)
+        total += add("MTE2", 2 * ldw(c * 4)) + add("MTE3", 2 * stw(c * 4))
+    return _est_launch(spec, total, busy, n * 4, n * 8, 1, _tik_sort_ub(nb), "Sort")
+
+
+def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+    """:func:`_row_kernel`: the busiest core's rows one after the other. A row: two 4 B loads,
+    the scalar's reads, the grad row's load, the Add (and the scalar's bookkeeping); a flush:
+    the atomic store (and the 4 B count add with scale), the barrier, the Duplicate. All cores
+    load at about the same time: each load gets the rate of ``block_dim`` concurrent copies; the
+    flushes of different cores rarely coincide (one store in flight)."""
+    bd = tiling.block_dim
+    rows = -(-tiling.n_rows // bd)
+    flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
+    rl, _ = shared_rates(spec, bd, 0)
+    _, rs = shared_rates(spec, 0, 1)
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    cpo = spec.scalar.cycles_per_op
+    passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
+    if tiling.emb_dim % tiling.e_chunk:
+        passes.append(tiling.emb_dim % tiling.e_chunk)
+    total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
+    total += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
+    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
+    for j, n in enumerate(passes):
+        load = 2 * dma_cycles(st2, 4, rl) + dma_cycles(st2, n * 4, rl)
+        add = vector_cycles(spec, "Add", "fp32", n)
+        scal = math.ceil(5 * cpo)
+        row = load + scal + add
+        flush = dma_cycles(st3, n * 4, rs) + vector_cycles(spec, "Duplicate", "fp32", n)
+        if tiling.scale and j == 0:
+            flush += math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs)
+        total += rows * row + flushes * flush
+        busy["MTE2"] += rows * load
+        busy["VECTOR"] += rows * add + flushes * vector_cycles(spec, "Duplicate", "fp32", n)
+        busy["MTE3"] += flushes * dma_cycles(st3, n * 4, rs)
+        busy["SCALAR"] += rows * scal
+    est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
+                      int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
+                      "EmbeddingDenseGradV2")
+    if not tiling.scale:
+        return est
+    # ProcessAndScale: counts zeroed (InitWorkspace), two SyncAlls, then the scale kernel's rows
+    scale = _est_scale_v2(spec, tiling, _fits_l2(spec, tiling.num_weights * tiling.emb_dim * 4))
+    zero = dma_cycles(st3, -(-tiling.num_weights // bd) * 4, rs)
+    return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
+                       "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
+                                     for p in set(est.pipe_busy) | set(scale.pipe_busy)},
+                       "bytes_read": est.bytes_read + scale.bytes_read,
+                       "bytes_written": est.bytes_written + scale.bytes_written})
+
+
+def _row_kernel_flushes(tiling: EmbeddingTiling) -> float:
+    """Flushes of the row kernel under the assumed indices (one e-chunk pass): a run of r rows
+    flushes after every 11th row (LIMIT_COUNT_NUM rows held before the Add) and at its end."""
+    n, nw = tiling.n_rows, max(tiling.num_weights, 1)
+    q, rem = divmod(n, nw)
+    if q == 0:
+        return float(n)
+    per = lambda r: -(-r // (LIMIT_COUNT_NUM + 1))   # noqa: E731
+    return float(rem * per(q + 1) + (nw - rem) * per(q))
+
+
 def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any],
              tiling: EmbeddingTiling) -> Any:
     """Closed-form cycles of the call: the launches of :func:`launch` one after another (see the
@@ -1554,6 +1857,8 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     acc_ws = tiling.region("acc32") is not None
     acc_item = 4 if acc_ws else out.dtype.itemsize
     acc_bytes = nw * emb * acc_item
+    if tiling.path == "v2":
+        return _estimate_v2(spec, tiling, out, acc_item, acc_bytes)
     targets = [(nw * emb, acc_item)] + ([(nw, 4)] if tiling.region("counts") else [])
     parts.append(_est_zero(spec, tiling.zero_block_dim, targets))
     grad_bytes = n_rows * emb * 4
@@ -1567,21 +1872,43 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     read_bytes = n_rows * emb * (4 if tiling.cast_grad else nx.dtype(tiling.grad_dtype).itemsize)
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
     idx_item = nx.dtype(tiling.index_dtype).itemsize
-    if tiling.path == "v2":
-        parts.append(_est_sort(spec, tiling))
-        parts.extend(_est_merges(spec, tiling))
+    if tiling.cast_index_tiling is not None:
+        parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+        idx_item = 4
+    parts.append(_est_v1(spec, tiling, grad_l2, idx_item))
+    if tiling.scale:
+        parts.append(_est_v1_scale(spec, tiling, acc_l2, idx_item))
+    if tiling.cast_out_tiling is not None:
+        parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
+    return _finish(parts, tiling)
+
+
+def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc_item: int, acc_bytes: int) -> Any:
+    """The launches of :func:`_launch_v2` in order."""
+    nw, emb, n_rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
+    parts: list = []
+    grad_bytes = n_rows * emb * 4
+    if tiling.cast_grad:
+        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+    if tiling.index_cast:
+        parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+    parts.append(_est_tik_sort(spec, tiling))
+    old_counts = tiling.region("counts") is not None and not tiling.row_kernel
+    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)] + ([(nw, 4)] if old_counts else [])))
+    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
+    parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
+    flushed = int(_assumed_flushes(tiling)) * emb * acc_item
+    grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 16 * n_rows + min(flushed, acc_bytes))
+    read_bytes = n_rows * emb * (4 if tiling.cast_grad else nx.dtype(tiling.grad_dtype).itemsize)
+    acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
+    if tiling.row_kernel:
+        parts.append(_est_row_kernel(spec, tiling))
+    else:
         if tiling.scale:
             parts.append(_est_count(spec, tiling))
         parts.append(_est_v2(spec, tiling, grad_l2))
         if tiling.scale:
             parts.append(_est_scale_v2(spec, tiling, acc_l2))
-    else:
-        if tiling.cast_index_tiling is not None:
-            parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
-            idx_item = 4
-        parts.append(_est_v1(spec, tiling, grad_l2, idx_item))
-        if tiling.scale:
-            parts.append(_est_v1_scale(spec, tiling, acc_l2, idx_item))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(parts, tiling)

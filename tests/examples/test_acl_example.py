@@ -30,3 +30,6 @@ def test_acl_mse_example_prints_the_golden(device, capsys):
     assert np.array_equal(result["out"], gold)
     out = capsys.readouterr().out
     assert "result[7] is:" in out and "cycles" in out and result["cycles"] > 0
+    # end to end: the four H2D copies, the kernel and the D2H copy on the host link
+    assert "end to end" in out and result["host_copy_cycles"] > 0
+    assert result["end_to_end_cycles"] >= result["cycles"] + result["host_copy_cycles"]

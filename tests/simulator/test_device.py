@@ -83,6 +83,21 @@ def test_same_stream_runs_launches_in_order():
     assert b.issue >= a.end
 
 
+def test_a_launch_queued_behind_another_pays_the_launch_gap_and_one_on_an_idle_stream_does_not():
+    dev = Device(A2, functional=False)
+    s = dev.create_stream()
+    a = _mse_on(dev, s, 4096, 2)
+    b = _mse_on(dev, s, 4096, 2)
+    dev.synchronize(s)
+    assert A2.launch.gap > 0
+    assert (a.gap, b.gap) == (0, A2.launch.gap)
+    assert b.start - a.end == A2.launch.overhead + A2.launch.gap
+    dev.env.run(until=dev.env.now + 1000)  # the stream has been idle for a while
+    c = _mse_on(dev, s, 4096, 2)
+    dev.synchronize(s)
+    assert c.gap == 0 and c.start - c.issue == A2.launch.overhead
+
+
 def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
     def kernel(ctx):
         buf = ctx.tbuf(256, nx.BF16)
@@ -235,7 +250,12 @@ def test_simulated_gm_bandwidth_never_exceeds_the_link_capacity():
     assert link.peak_rate() <= link.capacity * (1 + 1e-9)
     times, rates = link.bandwidth_series()
     assert np.all(rates <= link.capacity * (1 + 1e-9))
-    assert link.bytes_carried == pytest.approx(dev.bytes_read + dev.bytes_written - _l2_hits(dev))
+    # write-back L2 (the A2 file's l2.write_policy): HBM carries the read misses and the dirty
+    # lines evicted; the stores themselves go to the L2 (everything here fits: none evicted)
+    assert A2.l2.write_policy == "write-back"
+    assert link.bytes_carried == pytest.approx(dev.bytes_read - _l2_hits(dev) + dev.l2.writeback_bytes)
+    assert dev.l2.writeback_bytes == 0
+    assert dev.l2_link.bytes_carried == pytest.approx(_l2_hits(dev) + dev.bytes_written)
 
 
 def _l2_hits(dev):

@@ -53,3 +53,33 @@ def test_power_of_two_strides_do_not_alias_with_the_period():
     l2 = L2Cache(2 ** 30, LINE)
     picked = l2.sample((0, 256 * LINE, 2 * LINE, 4096), 64)
     assert 0.5 * 8192 / 64 < picked.size < 1.5 * 8192 / 64
+
+
+def test_write_back_charges_dirty_lines_when_they_are_evicted_not_when_written():
+    from opsim.simulator.l2 import L2Cache
+    c = L2Cache(4 * 512, 512, write_back=True)          # 4 lines
+    c.access(0, 2048, write=True)                       # 4 dirty lines, all resident
+    assert c.take_writeback() == 0
+    assert c.access(0, 512, write=False) == 512         # a read of written data hits
+    c.access(4096, 1024, write=False)                   # fills 2 lines: evicts 2 dirty lines (LRU)
+    assert c.take_writeback() == 1024 and c.writeback_bytes == 1024
+    c.access(8192, 4096, write=False)                   # evicts the rest: 2 lines dirty, 2 clean
+    assert c.take_writeback() == 1024
+    c.invalidate(8192, 4096)                            # host writes drop lines without a write-back
+    assert c.take_writeback() == 0
+
+
+def test_write_through_never_owes_a_write_back():
+    from opsim.simulator.l2 import L2Cache
+    c = L2Cache(4 * 512, 512)
+    c.access(0, 2048, write=True)
+    c.access(4096, 4096, write=False)
+    assert c.take_writeback() == 0 and c.writeback_bytes == 0
+
+
+def test_streaming_stores_beyond_the_l2_owe_all_but_the_last_l2_full_to_hbm():
+    from opsim.simulator.l2 import L2Cache
+    c = L2Cache(1 << 20, 512, write_back=True)          # a 1 MiB L2, 4 MiB of stores
+    for off in range(0, 4 << 20, 32 << 10):
+        c.access(off, 32 << 10, write=True)
+    assert c.take_writeback() == (4 << 20) - (1 << 20)
