@@ -5,7 +5,7 @@ Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: docs/sou
 #embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
 Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-v2-kernel) follows the aclnn's call chain launch by launch, as the public
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain) follows the aclnn's call chain launch by launch, as the public
 ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
 aclnn_embedding_dense_backward.cpp and embedding_dense_grad.cpp, op_host
 embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h; the

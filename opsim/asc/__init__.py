@@ -1,4 +1,4 @@
-"""opsim.asc — the pyasc programming interface on the simulated machine.
+"""opsim.asc — the pyasc programming interface on the simulated machine (docs/sources.md#pyasc-api).
 
 A kernel written for pyasc (``import asc``) runs on opsim when its imports change to::
 
