@@ -24,7 +24,7 @@ def test_matmul_leaky_relu_at_tutorial_05_shape(example):
 def test_mixed_iterate_all_at_tutorial_03_shape():
     import importlib.util
     import pathlib
-    path = pathlib.Path(__file__).with_name("test_cube.py")
+    path = pathlib.Path(__file__).with_name("test_asc_cube.py")
     spec = importlib.util.spec_from_file_location("asc_test_cube", path)
     tc = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tc)
