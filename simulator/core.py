@@ -58,7 +58,7 @@ class Pipe:
     """One in-order execution pipe of a core."""
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
-                 "instructions", "head_pending", "track", "last_slice", "flow_from", "waiting_on",
+                 "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
@@ -75,7 +75,7 @@ class Pipe:
         self.track = -1
         self.last_slice = -1
         self.flow_from = -1
-        self.waiting_on: str | None = None
+        self._waiting: "Instruction | None" = None   # blocked on an event (see waiting_on)
         self.idle_mark: float | None = None     # core.blocked_clock() when it found its queue empty
         self.held = 0                           # idle cycles its next instruction was held back
         self._tile_slice = -1
@@ -126,9 +126,9 @@ class Pipe:
                         if wait > 0:
                             yield env.timeout(wait)
                     else:
-                        self.waiting_on = instr.describe()
+                        self._waiting = instr
                         yield wait
-                        self.waiting_on = None
+                        self._waiting = None
                 instr.complete(self)
             except SimulatorError as exc:
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
@@ -137,6 +137,15 @@ class Pipe:
                 self.busy_cycles += end - start
                 self.instructions += 1
             core.record(self, instr, start, end)
+
+    @property
+    def waiting_on(self) -> str | None:
+        """The instruction this pipe is blocked on (flag, DMA), described; None when not blocked.
+
+        Described only when asked (deadlock reports): formatting it for every wait cost more
+        than the wait itself."""
+        instr = self._waiting
+        return None if instr is None else instr.describe()
 
     def head_cycles(self) -> int:
         """One-off cost of the first busy instruction of a block on this pipe (spec heads)."""
