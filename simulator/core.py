@@ -102,6 +102,7 @@ class Pipe:
     def _run(self) -> Iterator[simpy.Event]:
         env = self.env
         core = self.core
+        device = core.device
         while True:
             if not self.queue:
                 self._item_ev = env.event()
@@ -136,7 +137,8 @@ class Pipe:
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
-            core.record(self, instr, start, end)
+            if self.track >= 0 or device.observers:   # else record() has nothing to do
+                core.record(self, instr, start, end)
 
     @property
     def waiting_on(self) -> str | None:
@@ -298,7 +300,17 @@ class Core:
                 if not isinstance(item, Instruction):
                     raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                          core=self.name)
-                yield from self._push_all((item,), program)
+                pipe = self._pipe_for(item)
+                if self.device.source_lines or pipe.full():
+                    yield from self._push_all((item,), program)
+                else:
+                    # the common case, inline: room in the queue, nothing to wait for (the same
+                    # steps as _push_all without a generator per instruction)
+                    item.tile = self.tile
+                    if pipe.idle_mark is not None:
+                        pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                        pipe.idle_mark = None
+                    pipe.push(item)
             yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None

@@ -456,6 +456,8 @@ class LinkNetwork:
 
     def _now(self) -> int:
         now = self.env.now
+        if type(now) is int:  # the usual case, checked first (called several times per transfer)
+            return now
         if now != int(now):
             raise ValueError(f"LinkNetwork needs integer simulation time, env.now = {now!r}")
         return int(now)
