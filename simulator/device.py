@@ -381,8 +381,7 @@ class Device:
             if lines is not None:
                 l2.access_lines(lines.tolist(), weight=period)      # type: ignore[union-attr]
             elif l2 is not None:
-                for a, n in runs:
-                    l2.access(a, n, write=True)
+                l2.access_runs(runs, write=True)
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("MTE3") if model is None else None,
                                 startup=m.startup + startup_extra, tag=tag)
@@ -392,7 +391,7 @@ class Device:
             hit = l2.access_lines(lines.tolist(), weight=period) * l2.chunk   # type: ignore[union-attr]
             covered = int(lines.size) * l2.chunk                                  # type: ignore[union-attr]
         else:
-            hit = (sum(l2.access(a, n, write=False, count=False) for a, n in runs) if l2 is not None else 0)
+            hit = l2.access_runs(runs, write=False) if l2 is not None else 0
             covered = sum(n for _, n in runs) if ranges is not None else nbytes
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
