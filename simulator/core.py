@@ -294,23 +294,21 @@ class Core:
         try:
             for item in program:
                 if pending:
-                    yield from self._push_all(pending, program)
+                    # the common case first: room in every queue, pushed without a generator
+                    if self.device.source_lines:
+                        yield from self._push_all(pending, program)
+                    else:
+                        done = self._push_ready(pending)
+                        if done < len(pending):
+                            yield from self._push_all(pending[done:])
+                        pending.clear()
                 if item is None:
                     continue
                 if not isinstance(item, Instruction):
                     raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                          core=self.name)
-                pipe = self._pipe_for(item)
-                if self.device.source_lines or pipe.full():
+                if self.device.source_lines or not self._push_ready((item,)):
                     yield from self._push_all((item,), program)
-                else:
-                    # the common case, inline: room in the queue, nothing to wait for (the same
-                    # steps as _push_all without a generator per instruction)
-                    item.tile = self.tile
-                    if pipe.idle_mark is not None:
-                        pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                        pipe.idle_mark = None
-                    pipe.push(item)
             yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
@@ -345,6 +343,26 @@ class Core:
             pipe.push(instr)
         if isinstance(instrs, list):
             instrs.clear()
+
+    def _push_ready(self, instrs: Any) -> int:
+        """Push instructions in order while their queues have room; return how many it pushed.
+
+        The steps of :meth:`_push_all` for instructions that need not wait (no origin stamping:
+        callers use it only when the device does not record source lines); the rest, from the
+        first that would wait (or has no pipe), is left to :meth:`_push_all`.
+        """
+        tile = self.tile
+        pipes = self.pipes
+        for i, instr in enumerate(instrs):
+            pipe = pipes.get(instr.pipe)
+            if pipe is None or len(pipe.queue) >= pipe.depth:
+                return i
+            instr.tile = tile
+            if pipe.idle_mark is not None:
+                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                pipe.idle_mark = None
+            pipe.push(instr)
+        return len(instrs)
 
     def _pipe_for(self, instr: "Instruction") -> Pipe:
         pipe = self.pipes.get(instr.pipe)
