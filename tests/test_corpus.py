@@ -22,7 +22,8 @@ ENTRIES = corpus.load()
 
 def test_corpus_covers_every_configuration_and_is_large_enough():
     recorded = [e["id"] for e in ENTRIES]
-    assert recorded == [c["id"] for c in corpus.configs()]
+    assert recorded == [c["id"] for c in corpus.configs()], \
+        "the configurations changed (a device or dtype was added?): python benchmarks/corpus.py --update"
     assert len(recorded) >= 300
     modes = {e["mode"] for e in ENTRIES}
     assert modes == {"timing", "full"}
