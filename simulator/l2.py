@@ -103,19 +103,21 @@ class L2Cache:
                 hit += self.access(a, n, write=write, count=False)
                 continue
             end = a + n
+            missed = 0          # the run's bytes in lines that were not resident (usually few)
             for line in range(first, last + 1):
                 old = lru.get(line)
                 if old is None:
                     lru[line] = 1.0
                     self._used += 1.0
+                    missed += min(end, (line + 1) * c) - max(a, line * c)
                 else:
                     lru.move_to_end(line)
-                    hit += min(end, (line + 1) * c) - max(a, line * c)
                     if old != 1.0:
                         lru[line] = 1.0
                         self._used += 1.0 - old
                 while self._used > cap and len(lru) > 1:
                     self._used -= lru.popitem(last=False)[1]
+            hit += n - missed
         return 0 if write else hit
 
     def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
