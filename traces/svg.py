@@ -186,6 +186,10 @@ def _title(trace: Trace, what: str) -> str:
 
 def _legend(c: _Canvas, x: float, y: float, items: Sequence[tuple[str, str, str]]) -> None:
     """Legend rows (colour, label, style: 'box' | 'line' | 'dash' | 'dot') from (x, y) down."""
+    if items:   # a light backing so lines under the legend do not run through its text
+        width = 24 + 6.2 * max(len(label) for _, label, _ in items)
+        c.add(f'<rect x="{_n(x - 4)}" y="{_n(y - 12)}" width="{_n(width)}" height="{_n(14 * len(items) + 4)}" '
+              f'fill="#ffffff" fill-opacity="0.85" stroke="#d0d7de" stroke-width="0.6"/>')
     for i, (colour, label, style) in enumerate(items):
         yy = y + 14 * i
         if style == "box":
