@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench docs clean
+.PHONY: demo test test-slow bench corpus docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,8 +18,18 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/opsim demo
 
+# The default lane leaves out the tests marked slow (each ~5 s or more alone); CI (.ci/run)
+# runs `make test` and then `make test-slow`, so every test runs there.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+# Replays the regression corpus and lists differences (`python benchmarks/corpus.py --update`
+# rewrites it on purpose, for a fidelity fix, with the reason in the commit).
+corpus: $(STAMP)
+	$(BIN)/python benchmarks/corpus.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -1,16 +1,22 @@
-"""Performance ratios, measured in one run (never asserted in tests).
+"""Performance ratios of issue #12, measured in one run (never asserted in tests).
 
-1. opsim full-mode MSE backward (fp32, 2^24 elements, atlas-a2) wall time over a plain numpy
-   implementation of the same formula, ((x - y) * cof) * grad.
-2. Simulated instructions per second over raw SimPy timeouts per second (one process yielding
-   env.timeout(1) in a loop): how close the machine model runs to the event engine's speed.
-3. Timing-only (shapes, no data) wall time over full mode for the same run.
+1. Full-mode MSE backward (fp32, 2^24 elements, atlas-a2) wall time over a plain numpy
+   implementation of the same formula, ((x - y) * cof) * grad.           target <= 5x
+2. Timing-mode MSE backward at 2^30 elements over the full-mode wall at 2^24.  target <= 2x
+3. Simulated instructions per second over raw SimPy timeouts per second (one process yielding
+   env.timeout(1) in a loop): how close the machine model runs to the event engine's speed;
+   from the full-mode run and from a timing-mode run (engine only, no numerics). target >= 0.25x
+4. With --flce: FusedLinearCrossEntropyLossGrad BT 4096 / H 4096 / V 32000 bf16 on atlas-a2,
+   high-performance mode, timing mode with the exact schedule (coarsen 1: no coarse cube
+   instructions, no L2 sampling): wall seconds.                           target <= 20 s
+   (minutes today, so behind a flag).
 
-Run: python benchmarks/run.py [--elements N] [--repeat R]
+Run: python benchmarks/run.py [--elements N] [--timing-elements N] [--repeat R] [--flce]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -49,12 +55,32 @@ def simpy_timeouts_per_second(n: int = 1_000_000) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def mse_timing(n: int):
+    spec = opsim.TensorSpec((n,), "fp32")
+    return opsim.run("mse_loss_backward", device="atlas-a2", mode="timing", trace="off",
+                     grad_output=spec, self=spec, target=spec, reduction="mean")
+
+
+def flce_exact() -> object:
+    TS = opsim.TensorSpec
+    bt, h, v = 4096, 4096, 32000
+    ops = {"grad": TS((bt,), "fp32"), "input": TS((bt, h), "bf16"), "weight": TS((v, h), "bf16"),
+           "target_mask": TS((bt,), "bool"), "masked_target": TS((bt,), "int64"),
+           "softmax": TS((bt, v), "fp32")}
+    return opsim.run("fused_linear_cross_entropy_loss_grad", device="atlas-a2", mode="timing",
+                     trace="off", tiling={"coarsen": 1}, **ops)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--elements", type=int, default=1 << 24)
+    ap.add_argument("--elements", type=int, default=1 << 24, help="full-mode MSE elements (2^24)")
+    ap.add_argument("--timing-elements", type=int, default=1 << 30,
+                    help="timing-mode MSE elements (2^30); 0 skips figure 2")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--flce", action="store_true", help="also time the exact FLCE 910B-class schedule")
     args = ap.parse_args(argv)
     n = args.elements
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rng = np.random.default_rng(0)
     g, x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     cof = float(np.float32(2.0 / n))
@@ -63,25 +89,45 @@ def main(argv: list[str] | None = None) -> dict:
     t_full, res = best_of(lambda: opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x,
                                             target=y, reduction="mean", trace="off"), args.repeat)
     assert np.array_equal(res.outputs["out"], ref), "opsim result differs from numpy"
-    spec = opsim.TensorSpec((n,), "fp32")
-    t_timing, tres = best_of(lambda: opsim.run("mse_loss_backward", device="atlas-a2", mode="timing", trace="off",
-                                               grad_output=spec, self=spec, target=spec, reduction="mean"),
-                             args.repeat)
+    del g, x, y, ref
+    t_timing, tres = best_of(lambda: mse_timing(n), args.repeat)
     instr = res.stats["instructions"]
     ips = instr / t_full
+    ips_timing = tres.stats["instructions"] / t_timing
     sps = simpy_timeouts_per_second()
     figures = {
-        "elements": n, "numpy_s": t_np, "opsim_full_s": t_full, "opsim_timing_s": t_timing,
-        "full_over_numpy": t_full / t_np, "timing_over_full": t_timing / t_full,
+        "elements": n, "load_average": load, "numpy_s": t_np, "opsim_full_s": t_full,
+        "opsim_timing_s": t_timing, "full_over_numpy": t_full / t_np, "timing_over_full": t_timing / t_full,
         "simulated_cycles": res.cycles, "instructions": instr, "instructions_per_s": ips,
-        "simpy_timeouts_per_s": sps, "instructions_over_simpy": ips / sps,
+        "timing_instructions_per_s": ips_timing, "simpy_timeouts_per_s": sps,
+        "instructions_over_simpy": ips / sps, "timing_instructions_over_simpy": ips_timing / sps,
     }
+    print(f"load average {load:.2f} at the start")
     print(f"MSE backward fp32, {n} elements on atlas-a2 ({res.cycles} simulated cycles, {instr} instructions)")
-    print(f"  numpy reference            {t_np * 1e3:9.1f} ms")
-    print(f"  opsim full mode            {t_full * 1e3:9.1f} ms   = {t_full / t_np:6.1f} x numpy")
-    print(f"  opsim timing mode          {t_timing * 1e3:9.1f} ms   = {t_timing / t_full:6.2f} x full mode")
-    print(f"  simulated instructions/s   {ips:11.0f}")
-    print(f"  raw SimPy timeouts/s       {sps:11.0f}   (instructions/s = {ips / sps:.3f} x raw SimPy)")
+    print(f"  numpy reference              {t_np * 1e3:9.1f} ms")
+    print(f"  opsim full mode              {t_full * 1e3:9.1f} ms   = {t_full / t_np:6.1f} x numpy   (target <= 5)")
+    print(f"  opsim timing mode            {t_timing * 1e3:9.1f} ms   = {t_timing / t_full:6.2f} x full mode")
+    print(f"  simulated instructions/s     {ips:11.0f}   full mode")
+    print(f"                               {ips_timing:11.0f}   timing mode")
+    print(f"  raw SimPy timeouts/s         {sps:11.0f}   (instructions/s = {ips / sps:.3f} x raw SimPy full mode, "
+          f"{ips_timing / sps:.3f} x timing mode; target >= 0.25)")
+    big = args.timing_elements
+    if big:
+        t_big, bres = best_of(lambda: mse_timing(big), 1)
+        figures.update({"timing_elements": big, "opsim_timing_big_s": t_big,
+                        "timing_big_over_full": t_big / t_full, "timing_big_instructions": bres.stats["instructions"],
+                        "timing_big_cycles": bres.cycles})
+        print(f"MSE backward fp32, {big} elements, timing mode ({bres.cycles} simulated cycles, "
+              f"{bres.stats['instructions']} instructions)")
+        print(f"  wall                         {t_big * 1e3:9.1f} ms   = {t_big / t_full:6.2f} x full mode at "
+              f"{n} elements (target <= 2)")
+    if args.flce:
+        t_flce, fres = best_of(flce_exact, 1)
+        figures.update({"flce_exact_s": t_flce, "flce_cycles": fres.cycles,
+                        "flce_instructions": fres.stats["instructions"]})
+        print(f"FLCE grad BT 4096 / H 4096 / V 32000 bf16 on atlas-a2, high-performance, exact schedule "
+              f"({fres.cycles} simulated cycles, {fres.stats['instructions']} instructions)")
+        print(f"  wall                         {t_flce:9.1f} s    (target <= 20 s)")
     return figures
 
 

@@ -218,7 +218,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
-            outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape).copy()
+            # read() returns a fresh copy already: view and reshape it, no second copy
+            outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape)
     stats = collect_stats(dev, launches, tiling_obj, ws)
     records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
     if tr is not None:

@@ -58,8 +58,7 @@ class Pipe:
     """One in-order execution pipe of a core."""
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
-                 "instructions", "head_pending", "track", "last_slice", "flow_from", "waiting_on",
-                 "waiting_instr",
+                 "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
@@ -76,8 +75,7 @@ class Pipe:
         self.track = -1
         self.last_slice = -1
         self.flow_from = -1
-        self.waiting_on: str | None = None
-        self.waiting_instr: "Instruction | None" = None   # the instruction waiting_on describes
+        self._waiting: "Instruction | None" = None   # blocked on an event (see waiting_on)
         self.idle_mark: float | None = None     # core.blocked_clock() when it found its queue empty
         self.held = 0                           # idle cycles its next instruction was held back
         self._tile_slice = -1
@@ -104,6 +102,7 @@ class Pipe:
     def _run(self) -> Iterator[simpy.Event]:
         env = self.env
         core = self.core
+        device = core.device
         while True:
             if not self.queue:
                 self._item_ev = env.event()
@@ -128,10 +127,9 @@ class Pipe:
                         if wait > 0:
                             yield env.timeout(wait)
                     else:
-                        self.waiting_on = instr.describe()
-                        self.waiting_instr = instr
+                        self._waiting = instr
                         yield wait
-                        self.waiting_on = self.waiting_instr = None
+                        self._waiting = None
                 instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
@@ -142,7 +140,22 @@ class Pipe:
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
-            core.record(self, instr, start, end)
+            if self.track >= 0 or device.observers:   # else record() has nothing to do
+                core.record(self, instr, start, end)
+
+    @property
+    def waiting_on(self) -> str | None:
+        """The instruction this pipe is blocked on (flag, DMA), described; None when not blocked.
+
+        Described only when asked (deadlock reports): formatting it for every wait cost more
+        than the wait itself."""
+        instr = self._waiting
+        return None if instr is None else instr.describe()
+
+    @property
+    def waiting_instr(self) -> "Instruction | None":
+        """The instruction this pipe is blocked on (the sanitizer's deadlock report reads it)."""
+        return self._waiting
 
     def head_cycles(self) -> int:
         """One-off cost of the first busy instruction of a block on this pipe (spec heads)."""
@@ -289,13 +302,21 @@ class Core:
         try:
             for item in program:
                 if pending:
-                    yield from self._push_all(pending, program)
+                    # the common case first: room in every queue, pushed without a generator
+                    if self.device.source_lines:
+                        yield from self._push_all(pending, program)
+                    else:
+                        done = self._push_ready(pending)
+                        if done < len(pending):
+                            yield from self._push_all(pending[done:])
+                        pending.clear()
                 if item is None:
                     continue
                 if not isinstance(item, Instruction):
                     raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                          core=self.name)
-                yield from self._push_all((item,), program)
+                if self.device.source_lines or not self._push_ready((item,)):
+                    yield from self._push_all((item,), program)
             yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
@@ -330,6 +351,26 @@ class Core:
             pipe.push(instr)
         if isinstance(instrs, list):
             instrs.clear()
+
+    def _push_ready(self, instrs: Any) -> int:
+        """Push instructions in order while their queues have room; return how many it pushed.
+
+        The steps of :meth:`_push_all` for instructions that need not wait (no origin stamping:
+        callers use it only when the device does not record source lines); the rest, from the
+        first that would wait (or has no pipe), is left to :meth:`_push_all`.
+        """
+        tile = self.tile
+        pipes = self.pipes
+        for i, instr in enumerate(instrs):
+            pipe = pipes.get(instr.pipe)
+            if pipe is None or len(pipe.queue) >= pipe.depth:
+                return i
+            instr.tile = tile
+            if pipe.idle_mark is not None:
+                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                pipe.idle_mark = None
+            pipe.push(instr)
+        return len(instrs)
 
     def _pipe_for(self, instr: "Instruction") -> Pipe:
         pipe = self.pipes.get(instr.pipe)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -394,17 +395,19 @@ class Device:
             lines = l2.sample(geometry, period) if geometry is not None else None
             if lines is not None and lines.size == 0:
                 lines = None                # touches no sampled line: shown in full
+        run_bytes = None                    # bytes the runs cover, when known without a sum
         if lines is None and geometry is not None and ranges is None:
             a0, stride, run, count = geometry
-            ranges = [(a0 + i * stride, run) for i in range(count)]
+            ranges = (list(zip(range(a0, a0 + stride * count, stride), repeat(run))) if stride
+                      else [(a0, run)] * count)
+            run_bytes = run * count
         runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:
             m = model or spec.mte3
             if lines is not None:
                 l2.access_lines(lines.tolist(), weight=period, write=True)      # type: ignore[union-attr]
             elif l2 is not None:
-                for a, n in runs:
-                    l2.access(a, n, write=True)
+                l2.access_runs(runs, write=True)
             pool = self.pools.get("MTE3") if model is None else None
             if l2 is None or not l2.write_back:
                 return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,), pool=pool,
@@ -419,8 +422,9 @@ class Device:
             hit = l2.access_lines(lines.tolist(), weight=period) * l2.chunk   # type: ignore[union-attr]
             covered = int(lines.size) * l2.chunk                                  # type: ignore[union-attr]
         else:
-            hit = (sum(l2.access(a, n, write=False, count=False) for a, n in runs) if l2 is not None else 0)
-            covered = sum(n for _, n in runs) if ranges is not None else nbytes
+            hit = l2.access_runs(runs, write=False) if l2 is not None else 0
+            covered = (nbytes if ranges is None else run_bytes if run_bytes is not None
+                       else sum(n for _, n in runs))
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
         if self.l2 is not None and covered:

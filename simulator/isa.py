@@ -316,7 +316,7 @@ class DataCopy(Instruction):
         local.check(self.count, write=not self._to_gm)
         device = pipe.core.device
         lo, hi = glob.check(self.count, write=self._to_gm)
-        nbytes = glob.span_bytes(self.count)
+        nbytes = min(self._nbytes, hi - lo)   # GlobalSlice.span_bytes, from the range just checked
         atomic = pipe.core.atomic if self._to_gm else None
         if atomic is not None and atomic != glob.dtype:
             # SetAtomicAdd<T> makes the store pipe add as T; a store of another dtype is a bug

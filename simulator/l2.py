@@ -29,6 +29,7 @@ from typing import Iterable
 import numpy as np
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
+_INLINE_LINES = 16                        # runs of fewer lines: access_runs walks them inline
 
 
 class L2Cache:
@@ -115,6 +116,59 @@ class L2Cache:
         if count:
             self.count(hit, nbytes - hit)
         return hit
+
+    def access_runs(self, runs: Iterable[tuple[int, int]], *, write: bool) -> int:
+        """:meth:`access` of each (address, bytes) run in turn, hits summed, totals not counted.
+
+        The same LRU updates in the same order as one ``access(a, n, write=write, count=False)``
+        per run. A short run (the rows of a strided tile: often hundreds per transfer, each a
+        line or two) is walked line by line inline, which is what :meth:`access` amounts to
+        (weights are whole numbers, so the order of the additions does not matter); that
+        per-run call is where a strided transfer spent its time. Long runs go to
+        :meth:`access`, which inserts runs of new lines in bulk.
+        """
+        c = self.chunk
+        lru = self._lru
+        cap = self.capacity_chunks
+        dirty = self._dirty            # empty unless the L2 is write-back
+        mark = write and self.write_back
+        hit = 0
+        for a, n in runs:
+            if n <= 0:
+                continue
+            first, last = a // c, (a + n - 1) // c
+            if last - first >= _INLINE_LINES:
+                hit += self.access(a, n, write=write, count=False)
+                continue
+            end = a + n
+            missed = 0          # the run's bytes in lines that were not resident (usually few)
+            for line in range(first, last + 1):
+                old = lru.get(line)
+                if old is None:
+                    lru[line] = 1.0
+                    self._used += 1.0
+                    missed += min(end, (line + 1) * c) - max(a, line * c)
+                else:
+                    lru.move_to_end(line)
+                    if old != 1.0:
+                        lru[line] = 1.0
+                        self._used += 1.0 - old
+                while self._used > cap and len(lru) > 1:
+                    ch, w = lru.popitem(last=False)   # as _evict: a dirty line is owed to HBM
+                    self._used -= w
+                    if ch in dirty:
+                        dirty.discard(ch)
+                        self.pending_writeback += w * c
+            if mark:
+                # as access(): resident lines of the store turn dirty; a line this very run
+                # pushed out again is owed to HBM at once
+                for line in range(first, last + 1):
+                    if line in lru:
+                        dirty.add(line)
+                    else:
+                        self.pending_writeback += min(end, (line + 1) * c) - max(a, line * c)
+            hit += n - missed
+        return 0 if write else hit
 
     def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
         """Indices (ascending) of the sampled lines among those a transfer of equally spaced

@@ -362,6 +362,7 @@ class LinkNetwork:
         # Links and pools with active transfers, as returned by _allocate.
         self._busy: dict[Link, list] = {}
         self._busy_pools: dict[Pool, list] = {}
+        self._routes: set[tuple] = set()  # (links, pool) pairs already validated
 
     # -- construction -------------------------------------------------------------------------
 
@@ -411,13 +412,22 @@ class LinkNetwork:
         if st < 0:
             raise ValueError(f"startup must be >= 0, got {startup!r}")
         path = tuple(links)
-        for link in path:
-            if not isinstance(link, Link) or self.links.get(link.name) is not link:
-                raise ValueError(f"{link!r} is not a link of this network")
-        if len(set(map(id, path))) != len(path):
-            raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
-        if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
-            raise ValueError(f"{pool!r} is not a pool of this network")
+        route = (path, pool)
+        try:
+            known = route in self._routes
+        except TypeError:  # an unhashable stand-in for a link: refused below, with its name
+            known = False
+        if not known:
+            for link in path:
+                if not isinstance(link, Link) or self.links.get(link.name) is not link:
+                    raise ValueError(f"{link!r} is not a link of this network")
+            if len(set(map(id, path))) != len(path):
+                raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
+            if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
+                raise ValueError(f"{pool!r} is not a pool of this network")
+            # links and pools are never removed, so a route checked once stays valid (a device
+            # uses a handful of routes for thousands of transfers)
+            self._routes.add(route)
 
         now = self._now()
         event = self.env.event()
@@ -446,6 +456,8 @@ class LinkNetwork:
 
     def _now(self) -> int:
         now = self.env.now
+        if type(now) is int:  # the usual case, checked first (called several times per transfer)
+            return now
         if now != int(now):
             raise ValueError(f"LinkNetwork needs integer simulation time, env.now = {now!r}")
         return int(now)

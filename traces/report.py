@@ -1,6 +1,7 @@
 """A self-contained HTML report of one run, and an index page over several.
 
-One file, nothing fetched when it is opened: the pictures are inline base64 PNGs, the styles are
+One file, nothing fetched when it is opened: the pictures are inline SVG images (drawn by
+:mod:`traces.svg` without matplotlib, a few ms each), the styles are
 inline, the only script is a few lines that mark how many pictures decoded (the browser test
 reads it). Sections: what ran and the verdict (cycles, time, bound and why), the trace summary
 (busy % per core and pipe, links achieved vs peak, UB peak, L2 hit rate), the four pictures
@@ -23,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from opsim.traces.plots import KINDS, plot
+from opsim.traces.svg import KINDS, picture
 from opsim.traces.summary import Summary, busy_matrix, summarize
 from opsim.traces.trace import Trace
 
@@ -94,12 +95,10 @@ def _kv(pairs: Iterable[tuple[str, Any]]) -> str:
 
 
 def _img(trace: Trace, kind: str, **options: Any) -> str:
-    try:
-        pic = plot(trace, kind, None, **options)
-    except ImportError as exc:  # no matplotlib: the tables still make a useful report
-        return f'<p class="note">{_e(exc)}</p>'
-    data = base64.b64encode(pic.png_bytes(dpi=90)).decode("ascii")
-    return f'<img alt="{_e(kind)}" src="data:image/png;base64,{data}">'
+    # an <img> with a data: URL, not inline <svg>: each picture stays an image of its own
+    # (its ids and styles cannot clash with the page's, the browser check counts it as decoded)
+    data = base64.b64encode(picture(trace, kind, **options).svg.encode("utf-8")).decode("ascii")
+    return f'<img alt="{_e(kind)}" src="data:image/svg+xml;base64,{data}">'
 
 
 def _summary_html(s: Summary) -> str:

@@ -123,7 +123,7 @@ def test_negative_padding_index_means_none():
         assert np.array_equal(out[2], g[3]) and np.array_equal(out[0], g[0])
 
 
-@pytest.mark.parametrize("device", ["atlas-a2", "atlas-training"])
+@pytest.mark.parametrize("device", ["atlas-a2", pytest.param("atlas-training", marks=pytest.mark.slow)])
 def test_scale_grad_by_freq_divides_each_sum_by_its_count_after_summing(device):
     # rows of 3.0: index 1 three times -> 9 x fp32(1/3) = 3; index 2 once -> 3; index 0 never -> 0
     idx = np.array([1, 2, 1, 1], np.int32)

@@ -133,6 +133,7 @@ def test_flce_shape_beyond_device_memory_is_refused_in_estimate_mode_too():
     assert e.value.buffer == "HBM" and e.value.available == 64 * 2 ** 30 and e.value.needed > e.value.available
 
 
+@pytest.mark.slow
 def test_flce_example_study_runs_in_estimate_mode(tmp_path):
     res = sweep(ROOT / "examples" / "studies" / "flce_vocab_capacity.toml", tmp_path / "f.sqlite", workers=2,
                 quiet=True)

@@ -167,6 +167,7 @@ def _rows(db):
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_200_point_sweep_killed_with_sigkill_and_resumed_has_one_row_per_point_and_the_same_values(tmp_path):
     study = tmp_path / "kill.toml"
     study.write_text(KILL_STUDY)
@@ -286,7 +287,8 @@ def test_there_are_example_studies_for_dsp_scaling_and_embedding_capacity():
     assert {"dsp_core_mask_scaling.toml", "embedding_capacity_ub.toml"} <= set(OTHER_STUDIES)
 
 
-@pytest.mark.parametrize("name", OTHER_STUDIES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n == "flce_vocab_capacity.toml" else ())
+                                  for n in OTHER_STUDIES])
 def test_every_example_study_runs_in_estimate_mode(tmp_path, name):
     res = sweep(STUDIES / name, tmp_path / "x.sqlite", workers=2, quiet=True)
     rows = res.rows()

@@ -1,6 +1,9 @@
 """The L2 model: LRU over lines, sampled (weighted) lines and the hit/miss totals."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from opsim.simulator.l2 import L2Cache
 
 LINE = 512
@@ -83,3 +86,26 @@ def test_streaming_stores_beyond_the_l2_owe_all_but_the_last_l2_full_to_hbm():
     for off in range(0, 4 << 20, 32 << 10):
         c.access(off, 32 << 10, write=True)
     assert c.take_writeback() == (4 << 20) - (1 << 20)
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_access_runs_leaves_the_cache_as_one_access_per_run_would(seed, write_back):
+    # small cache, runs inside one line, across a few lines, longer than the cache, repeated
+    # lines, sampled (heavier) entries:
+    # the batched walk must hit, insert and evict exactly as the run-by-run one
+    rng = np.random.default_rng(seed)
+    one, batched = L2Cache(64 * 32, 32, write_back), L2Cache(64 * 32, 32, write_back)
+    for cache in (one, batched):
+        cache.access_lines([3, 5, 7, 11], weight=4.0)
+    for step in range(40):
+        sizes = np.where(rng.random(12) < 0.2, rng.integers(0, 1500, 12), rng.integers(0, 80, 12))
+        runs = [(int(a), int(n)) for a, n in zip(rng.integers(0, 4096, 12), sizes)]
+        write = bool(step % 3 == 0)
+        want = sum(one.access(a, n, write=write, count=False) for a, n in runs)
+        assert batched.access_runs(runs, write=write) == want
+        assert list(batched._lru.items()) == list(one._lru.items())
+        assert batched._used == one._used
+        # and a write-back cache owes HBM the same dirty lines
+        assert batched._dirty == one._dirty
+        assert batched.pending_writeback == one.pending_writeback

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import re
+from xml.etree import ElementTree
 
 import pytest
 
@@ -18,12 +19,16 @@ def report_html(mse_runs, tmp_path_factory):
     return path.read_text(encoding="utf-8")
 
 
-def test_report_needs_no_network_and_inlines_four_png_pictures(report_html):
+def test_report_needs_no_network_and_inlines_four_svg_pictures(report_html):
     assert not re.search(r'(src|href)\s*=\s*"(?!data:|#)', report_html)   # nothing to fetch
     assert "http://" not in report_html and "https://" not in report_html
-    pngs = re.findall(r'<img alt="(\w+)" src="data:image/png;base64,([A-Za-z0-9+/=]+)"', report_html)
-    assert [k for k, _ in pngs] == ["timeline", "bandwidth", "utilisation", "roofline"]
-    assert all(base64.b64decode(b)[:8] == b"\x89PNG\r\n\x1a\n" for _, b in pngs)
+    pics = re.findall(r'<img alt="(\w+)" src="data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)"', report_html)
+    assert [k for k, _ in pics] == ["timeline", "bandwidth", "utilisation", "roofline"]
+    for _, b in pics:
+        root = ElementTree.fromstring(base64.b64decode(b))          # well-formed XML
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        # nothing fetched from inside the picture either (the namespace URI is not a fetch)
+        assert not re.search(rb'(href|src)\s*=', base64.b64decode(b))
 
 
 def test_report_shows_verdict_summary_tiling_and_the_device_spec_with_provenance(mse_runs, report_html):

@@ -48,7 +48,7 @@ def report_page(mse_runs, tmp_path_factory):
 def test_report_loads_without_console_errors_with_all_pictures_and_a_non_blank_screenshot(report_page, tmp_path):
     dom, console, pixels = render(report_page, tmp_path)
     assert console == []
-    assert 'data-images-loaded="4/4"' in dom                   # every inline PNG decoded
+    assert 'data-images-loaded="4/4"' in dom                   # every inline picture (SVG) decoded
     assert "memory bound" in dom and "Device spec and provenance" in dom
     assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1200
     assert float(pixels[..., :3].std()) > 0.05                # not a blank page
