@@ -47,7 +47,7 @@ def test_roofline_places_the_run_under_the_roof(mse_runs, tmp_path):
     assert pic.info["roof_at_point"] == pytest.approx(min(pic.info["peak_ops_per_s"],
                                                           x * pic.info["peak_bytes_per_s"]))
     # the marker drawn is that point (in G element-ops/s)
-    line = next(l for l in pic.figure.axes[0].get_lines() if l.get_marker() == "o")
+    line = next(l for l in pic.figure.axes[0].get_lines() if l.get_label().startswith("this run:"))
     assert line.get_xdata()[0] == pytest.approx(x) and line.get_ydata()[0] == pytest.approx(y / 1e9)
 
 
