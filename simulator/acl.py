@@ -29,6 +29,7 @@ import numpy as np
 from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator import numerics as nx
+from opsim.simulator.cargs import host_bytes, host_destination, int_tuple, is_int
 from opsim.simulator.device import Device, Stream
 from opsim.simulator.errors import SimulatorError
 from opsim.simulator.tile import GlobalTensor, contiguous_strides
@@ -70,33 +71,6 @@ ACL_DOUBLE = nx.AclDataType.ACL_DOUBLE
 
 # a long-lived runtime keeps only the recent messages (aclGetRecentErrMsg needs the last one)
 ERRORS_KEPT = 64
-
-
-def is_int(value: Any) -> bool:
-    """An integer argument as C would take it: int or numpy integer, never bool or float."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def host_bytes(buf: Any) -> np.ndarray | None:
-    """The bytes of a host buffer (a numpy array of plain data, bytes, bytearray or memoryview)
-    as a flat uint8 array, or None when ``buf`` is not one."""
-    if isinstance(buf, (bytes, bytearray, memoryview)):
-        try:
-            return np.frombuffer(buf, dtype=np.uint8)
-        except (TypeError, ValueError):
-            return None
-    if isinstance(buf, np.ndarray) and not buf.dtype.hasobject:
-        return np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
-    return None
-
-
-def host_destination(buf: Any) -> np.ndarray | None:
-    """A host destination written in place: a writable C-contiguous numpy array of plain data
-    (a strided array would be copied by reshape and the write lost), as flat uint8; else None."""
-    if isinstance(buf, np.ndarray) and not buf.dtype.hasobject and buf.flags.writeable and \
-            buf.flags.c_contiguous:
-        return buf.reshape(-1).view(np.uint8)
-    return None
 
 
 def _boundary(out_params: int = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -431,18 +405,18 @@ class AclRuntime:
         except ValueError as exc:
             self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: dataType: {exc}")
             return None
-        view = _int_tuple(view_dims)
+        view = int_tuple(view_dims)
         if view is None or any(d < 0 for d in view):
             self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: viewDims {view_dims!r} must be a list of integers "
                                                f">= 0")
             return None
-        strides = _int_tuple(stride) if stride is not None else contiguous_strides(view)
+        strides = int_tuple(stride) if stride is not None else contiguous_strides(view)
         if strides is None or len(strides) != len(view):
             self.fail(ACL_ERROR_INVALID_PARAM,
                       f"aclCreateTensor: stride {stride!r} must be a list of {len(view)} integers (one per "
                       f"viewDims entry)")
             return None
-        storage = _int_tuple(storage_dims) if storage_dims is not None else view
+        storage = int_tuple(storage_dims) if storage_dims is not None else view
         if storage is None or any(d < 0 for d in storage):
             self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: storageDims {storage_dims!r} must be a list of "
                                                f"integers >= 0")
@@ -481,12 +455,3 @@ class AclRuntime:
         tensor.destroyed = True
         return ACL_SUCCESS
 
-
-def _int_tuple(values: Any) -> tuple[int, ...] | None:
-    """A list of C int64 values as a tuple of ints, or None when it is not one."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
-        return None
-    out = tuple(values)
-    if not all(is_int(v) and -2 ** 63 <= v < 2 ** 63 for v in out):
-        return None
-    return tuple(int(v) for v in out)
