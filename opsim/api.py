@@ -13,6 +13,7 @@ import numpy as np
 
 from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
+from opsim.arguments import check_choice, check_device, check_dims, check_mapping, check_operand, check_seed
 from opsim.kernels import registry
 from opsim.kernels.common import OpError, TensorDesc, desc_of
 from opsim.simulator import numerics as nx
@@ -34,7 +35,8 @@ class TensorSpec:
     dtype: Any = "fp32"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        # no coercion: 2.5, -1, None or NaN as a dimension is an error, not a truncated shape
+        object.__setattr__(self, "shape", check_dims("TensorSpec shape", self.shape))
         object.__setattr__(self, "dtype", nx.dtype(self.dtype))
 
     @property
@@ -101,18 +103,19 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     (``{"ub.size": 262144}``). Raises :class:`OpError` (with the aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    if trace not in LEVELS:
-        raise ValueError(f"trace level {trace!r} is not one of {', '.join(LEVELS)}")
+    check_choice("op", op, registry.names())
+    check_choice("mode", mode, MODES)
+    check_choice("trace level", trace, LEVELS)
+    check_device(device)
+    seed = check_seed(seed)
+    tiling = check_mapping("tiling", tiling, "{'block_dim': 1, 'tile_length': 4096}")
+    device_overrides = check_mapping("device_overrides", device_overrides, "{'ub.size': 262144}")
     opdef = registry.get(op)
     spec = device_spec(device, device_overrides)
     operands, attrs = _split_kwargs(opdef, operands_and_attrs)
-    if mode == "full":
-        for name, v in operands.items():
-            if isinstance(v, TensorSpec):
-                raise TypeError(f"{op}: operand {name} is a TensorSpec (shape only); full mode needs data "
-                                f"— use mode='timing' or 'estimate' for shape-only runs")
+    for name, v in operands.items():
+        if v is not None:
+            check_operand(op, name, v, shape_only_ok=mode in ("timing", "estimate"), mode=mode)
     hook = getattr(opdef, "prepare", None)
     if hook is not None:
         operands, attrs = hook(spec, operands, attrs, mode)

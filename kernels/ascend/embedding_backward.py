@@ -1167,8 +1167,11 @@ def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[s
     """The out opsim.run allocates when the caller gives none: [numWeights, embeddingDim], grad's dtype."""
     g = t.get("grad")
     nw = attrs.get("num_weights")
-    if g is None or g.ndim < 1 or isinstance(nw, bool) or not isinstance(nw, (int, np.integer)) or nw < 0:
+    if g is None or g.ndim < 1:
         return {"out": None}
+    if isinstance(nw, (bool, np.bool_)) or not isinstance(nw, (int, np.integer)) or nw < 0:
+        # a placeholder, so that validate reports the bad numWeights itself (not "out is null")
+        return {"out": TensorDesc((0, int(g.shape[-1])), g.dtype)}
     return {"out": TensorDesc((int(nw), int(g.shape[-1])), g.dtype)}
 
 
@@ -1369,6 +1372,8 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
     if tiling.emb_dim % tiling.e_chunk:
         passes.append(tiling.emb_dim % tiling.e_chunk)
+    if rows <= 0:
+        passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
