@@ -78,9 +78,8 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         tiling = None if empty else op.plan(rt.spec, descs, all_attrs, None)
         ws = 0 if empty else int(op.workspace(tiling))
         ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty, generation=rt.generation)
-        check = getattr(op, "check_data", None)
-        if check is not None and not empty and rt.device.functional:
-            check(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
+        if op.check_data is not None and not empty and rt.device.functional:
+            op.check_data(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
         return ws, ex, ACLNN_SUCCESS
     except Exception as exc:  # never let a Python traceback cross the C-style boundary
         return 0, None, _status(exc, rt, api)

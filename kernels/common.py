@@ -233,6 +233,11 @@ class OpDef:
     # for the operands that do not live in GM (e.g. a DSP core's private memory); ``memory`` has
     # write(addr, data) and read(addr, nbytes). Operands it leaves out are malloc'd in GM.
     place: Callable[..., Mapping[str, tuple[int, Any]]] | None = None
+    # optional rewrite of a call's operands and attributes before opsim.run validates it:
+    # (spec, operands, attrs, mode) -> (operands, attrs)
+    prepare: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # optional documented limits for `opsim capacity`: (spec, dtype or None) -> [CapacityRow]
+    documented_limits: Callable[..., Sequence[Any]] | None = None
 
     def empty(self, descs: Mapping[str, "TensorDesc | None"]) -> bool:
         """Whether the call has no work: the operator's own rule, else any input without elements."""

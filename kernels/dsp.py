@@ -229,7 +229,8 @@ def plan_call(spec: DeviceSpec, *, storage: str, dtype: str, total: int, reducti
         return tile
 
     buffer_num = ov.get("buffer_num")
-    if buffer_num is not None and buffer_num not in (1, 2):
+    if buffer_num is not None and (isinstance(buffer_num, bool) or not isinstance(buffer_num, int)
+                                   or buffer_num not in (1, 2)):
         raise _err(DspStatus.ERR_INVALID_ARGUMENT, f"buffer_num {buffer_num!r} must be 1 or 2")
     if storage == "private":
         buffer_num = 1

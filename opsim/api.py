@@ -18,6 +18,7 @@ from opsim.kernels import registry
 from opsim.kernels.common import OpError, TensorDesc, desc_of
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
+from opsim.stats import RunStats
 from opsim.simulator.errors import CapacityError
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import GlobalTensor
@@ -54,7 +55,7 @@ class RunResult:
     outputs: dict[str, np.ndarray]
     cycles: int
     time_us: float
-    stats: dict[str, Any]
+    stats: RunStats
     trace: Trace | None = field(default=None, repr=False)
     tiling: Any = None
 
@@ -103,7 +104,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     (``{"ub.size": 262144}``). Raises :class:`OpError` (with the aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
     """
-    check_choice("op", op, registry.names())
+    if not isinstance(op, str):   # an unknown name is registry.get's KeyError, listing the operators
+        raise TypeError(f"op must be an operator name such as 'mse_loss_backward'; got {type(op).__name__}")
     check_choice("mode", mode, MODES)
     check_choice("trace level", trace, LEVELS)
     check_device(device)
@@ -116,9 +118,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     for name, v in operands.items():
         if v is not None:
             check_operand(op, name, v, shape_only_ok=mode in ("timing", "estimate"), mode=mode)
-    hook = getattr(opdef, "prepare", None)
-    if hook is not None:
-        operands, attrs = hook(spec, operands, attrs, mode)
+    if opdef.prepare is not None:
+        operands, attrs = opdef.prepare(spec, operands, attrs, mode)
     descs: dict[str, TensorDesc | None] = {
         n: (desc_of(operands[n]) if operands.get(n) is not None else None)
         for n in (*opdef.inputs, *opdef.optional)}
@@ -134,11 +135,11 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if mode == "numeric":
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
         outs = opdef.golden(arrays, attrs)
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"mode": "numeric"})
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"))
 
     if opdef.empty(descs):
         outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"empty": True, "block_dim": 0})
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0))
 
     tiling_obj = opdef.plan(spec, descs, attrs, tiling)
 
@@ -156,8 +157,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
-    place = getattr(opdef, "place", None)
-    placed = dict(place(dev, descs, attrs)) if place is not None else {}
+    placed = dict(opdef.place(dev, descs, attrs)) if opdef.place is not None else {}
     ws = opdef.workspace(tiling_obj)
     _check_gm_capacity(op, spec, {n: d.nbytes for n, d in descs.items() if d is not None and n not in placed}, ws)
     memory_of: dict[str, Any] = {}
@@ -217,7 +217,7 @@ def _version() -> str:
 
 
 
-def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> dict[str, Any]:
+def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> RunStats:
     """Cycles, bytes, bandwidth, per-pipe busy cycles, UB peak and the bound of a finished run."""
     spec = dev.spec
     if launches:
@@ -272,7 +272,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
                      f"held back by a full queue (scalar.queue_depth {spec.scalar.queue_depth})")
     bound, reason = classify_bound(
         {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail)
-    stats: dict[str, Any] = {
+    stats: RunStats = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", None),
         "tile_length": getattr(tiling, "tile_length", None),
