@@ -141,8 +141,18 @@ def _padding_idx(attrs: Mapping[str, Any]) -> int:
     return -1 if v < 0 else v
 
 
+FLAG_PARAMS = {"scale_grad_by_freq": "scaleGradByFreq", "deterministic": "deterministic"}
+
+
 def _flag(attrs: Mapping[str, Any], key: str) -> bool:
-    return bool(attrs.get(key) or False)
+    """A C bool attribute: True/False (or 1/0); None (unset) is False. Anything else is refused
+    rather than taken by its truth value ("no" would be True)."""
+    v = attrs.get(key)
+    if v is None:
+        return False
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+        return bool(v)
+    raise OpError(ACLNN_ERR_PARAM_INVALID, f"{FLAG_PARAMS.get(key, key)} is {v!r}; it must be True or False")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +209,8 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     check_not_null(grad=g, indices=idx, out=out)
     nw = _num_weights(attrs)
     _padding_idx(attrs)
+    _flag(attrs, "scale_grad_by_freq")
+    _flag(attrs, "deterministic")
     check_dtype_in(supported_dtypes(spec), spec.product, grad=g)
     check_dtype_in(INDEX_DTYPES, spec.product, indices=idx)
     check_dtype_in(supported_dtypes(spec), spec.product, out=out)
