@@ -229,7 +229,7 @@ class HThread:
                 return region, HT_SUCCESS
         priv = self.spec.private
         if priv.base <= addr and addr + nbytes <= priv.base + priv.window:
-            if not isinstance(core_id, (int, np.integer)) or not 0 <= core_id < self.core_count:
+            if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return None, self.fail(
                     HT_ERROR_INVALID_PARAM,
                     f"{call}: {addr:#x} is in the private memory window, which every core has at the "
@@ -268,7 +268,7 @@ class HThread:
         dev = self.device
         assert dev is not None
         if mt == MemType.L2:
-            if not isinstance(core_id, (int, np.integer)) or not 0 <= core_id < self.core_count:
+            if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return 0, self.fail(HT_ERROR_INVALID_PARAM,
                                     f"{call}: core_id {core_id!r} must name a core 0..{self.core_count - 1} "
                                     f"for L2 (private) memory")
@@ -393,10 +393,10 @@ class HThread:
             kernel, label = func, name or getattr(func, "__name__", "kernel")
         else:
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: func {func!r} is not a kernel")
-        if isinstance(args, (str, bytes)) or not isinstance(args, (Sequence, np.ndarray)):
+        args = _arg_tuple(args)
+        if args is None:
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: args must be a sequence of kernel "
-                                                         f"arguments, got {type(args).__name__}")
-        args = tuple(args)
+                                                         f"arguments (a list or tuple)")
         if not is_int(n_scalar) or not is_int(n_ptr) or n_scalar < 0 or n_ptr < 0 or \
                 n_scalar + n_ptr != len(args):
             return -1, self.fail(HT_ERROR_INVALID_PARAM,
@@ -483,7 +483,7 @@ class HThread:
     def launch_group(self, cluster_id: int, core_mask: int, func: Kernel | str, args: Sequence[Any], *,
                      name: str | None = None) -> tuple[int, int]:
         """LaunchGroup: create a group on ``core_mask`` and start it; returns (gid, status)."""
-        n_ptr = len(args) if isinstance(args, (Sequence, np.ndarray)) and not isinstance(args, (str, bytes)) else 0
+        n_ptr = len(listed) if (listed := _arg_tuple(args)) is not None else 0
         gid, ret = self.hthread_group_masked_create(cluster_id, core_mask, func, 0, n_ptr, args, name=name)
         if ret != HT_SUCCESS:
             return -1, ret
@@ -497,6 +497,13 @@ class HThread:
     @_boundary()
     def destroy_group(self, gid: int) -> int:
         return self.hthread_group_destroy(gid)
+
+
+def _arg_tuple(args: Any) -> tuple | None:
+    """Kernel arguments as a tuple, or None when ``args`` is not a list/tuple (or 1-D array)."""
+    if isinstance(args, (list, tuple)) or (isinstance(args, np.ndarray) and args.ndim == 1):
+        return tuple(args)
+    return None
 
 
 def _hex(x: Any) -> str:

@@ -63,6 +63,14 @@ def record(kind: str, detail: str) -> None:
         FINDINGS.append(f"{kind}: {detail}")
 
 
+def _python_text(errors: list[str], before: tuple[int, str | None], call: str) -> None:
+    """Count messages of a C-style call that are a caught Python exception ("invalid argument:
+    TypeError: ...") rather than a checked refusal naming the parameter."""
+    last = errors[-1] if errors else None
+    if last is not None and (len(errors), last) != before and ": invalid argument: " in last:
+        record("c.python_text_in_messages", f"{call}: {last}")
+
+
 # -- garbage --------------------------------------------------------------------------------------
 
 class Opaque:

@@ -23,7 +23,7 @@ from opsim.kernels import aclnn
 from opsim.simulator import acl
 from opsim.simulator.acl import AclRuntime, AclStream, AclTensor
 
-from fuzz_harness import COUNTS, changed_outside, fuzz_settings, garbage, record, snapshot
+from fuzz_harness import COUNTS, _python_text, changed_outside, fuzz_settings, garbage, record, snapshot
 
 ACL_CODES = {0, 100000, 100001, 100002, 200000, 200003, 107000, 107001, 507015}
 ACLNN_CODES = {0, 161001, 161002, 361001, 561002}
@@ -107,6 +107,8 @@ def c_call(s: Session, name: str, fn: Any, codes: set[int], *, garbage_args: boo
         COUNTS["c.garbage_calls"] += 1
     devs = {o: s.runtime(o).device for o in ("rt", "other")}
     before = {o: snapshot(d) for o, d in devs.items() if d is not None}
+    errors_before = {o: (len(s.runtime(o).errors), s.runtime(o).errors[-1] if s.runtime(o).errors else None)
+                     for o in ("rt", "other")}
     try:
         result = fn()
     except Exception as exc:  # noqa: BLE001 - counting is the point
@@ -122,6 +124,10 @@ def c_call(s: Session, name: str, fn: Any, codes: set[int], *, garbage_args: boo
             raise AssertionError(f"{name} returned undocumented status {code!r}: "
                                  f"{s.rt.aclGetRecentErrMsg()}")
         ok = code == 0
+    if ok:
+        COUNTS[f"c.ok.{name}"] += 1
+    for o in ("rt", "other"):
+        _python_text(s.runtime(o).errors, errors_before[o], name)
     if must_fail:
         COUNTS["c.listed_cases"] += 1
         if ok:
@@ -148,12 +154,22 @@ def pick(data: Any, items: list, extra: st.SearchStrategy | None = None) -> Any:
 def setup(seed: int) -> Session:
     s = Session(AclRuntime("atlas-a2", trace_level="off", seed=seed),
                 AclRuntime("atlas-a2", trace_level="off", seed=seed))
-    rng = np.random.default_rng(seed)
     for owner in ("rt", "other"):
         r = s.runtime(owner)
         assert r.aclInit() == 0 and r.aclrtSetDevice(0) == 0
+        stage(s, owner, seed)
+    return s
+
+
+def stage(s: Session, owner: str, seed: int = 0) -> None:
+    """A stream, five fp32 [4, 8] tensors and one int32 [8] tensor over fresh buffers (not
+    counted as fuzz calls: this is the session's known-good state on a new device)."""
+    rng = np.random.default_rng(seed)
+    r = s.runtime(owner)
+    gen = s.gen[owner]
+    if True:
         st_, ret = r.aclrtCreateStream()
-        s.streams.append(Handle(st_, owner, 1))
+        s.streams.append(Handle(st_, owner, gen))
         for _ in range(5):
             ptr, ret = r.aclrtMalloc(BUF)
             s.serial += 1
@@ -161,14 +177,13 @@ def setup(seed: int) -> Session:
             data = rng.uniform(0.05, 0.95, BUF // 4).astype(np.float32)
             assert r.aclrtMemcpy(ptr, BUF, data, BUF, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
             t = r.aclCreateTensor(SHAPE, acl.ACL_FLOAT, None, 0, 2, SHAPE, ptr)
-            s.tensors.append(Handle(t, owner, 1, s.serial, 128))
+            s.tensors.append(Handle(t, owner, gen, s.serial, 128))
         ptr, _ = r.aclrtMalloc(BUF)
         s.serial += 1
         s.allocs[s.serial] = (ptr, BUF, owner)
         assert r.aclrtMemcpy(ptr, BUF, np.arange(BUF // 4, dtype=np.int32) % 3, BUF, 1) == 0
         t = r.aclCreateTensor([8], acl.ACL_INT32, None, 0, 2, [8], ptr)
-        s.tensors.append(Handle(t, owner, 1, s.serial, 32))
-    return s
+        s.tensors.append(Handle(t, owner, gen, s.serial, 32))
 
 
 # -- actions: each one C call -----------------------------------------------------------------
@@ -191,7 +206,7 @@ def act_free(s: Session, data: Any) -> None:
     bad = not isinstance(choice, AllocRef)
     ptr = choice.ptr if not bad else choice
     # an address is a number: the other runtime's device may have an allocation at the same one
-    same = [sr for sr, (p, n, o) in s.allocs.items() if o == owner and p == ptr and not bad]
+    same = [sr for sr, (p, n, o) in s.allocs.items() if o == owner and not bad and _eq(ptr, p)]
     mine = bool(same) and s.live[owner]
     size = s.allocs[same[0]][1] if same else 0
     ret = c_call(s, "aclrtFree", lambda: s.runtime(owner).aclrtFree(ptr), ACL_CODES, garbage_args=bad,
@@ -207,10 +222,17 @@ def act_memcpy(s: Session, data: Any) -> None:
     ptrs = [p + data.draw(st.sampled_from((0, 4, 100))) for (p, n, o) in s.allocs.values() if o == owner]
     host = np.zeros(64, np.float32)
     hosts = [host, host[::2], np.zeros((4, 4), np.float16), np.arange(16, dtype=np.int32), bytes(64)]
-    dst = pick(data, ptrs + hosts)
-    src = pick(data, ptrs + hosts)
-    count = data.draw(st.one_of(st.integers(-8, 300), garbage()))
-    dmax = data.draw(st.one_of(st.just(count), st.integers(0, 300), garbage()))
+    if data.draw(st.booleans()) and ptrs:    # a well-formed copy
+        kind = data.draw(st.integers(0, 3))
+        dst = data.draw(st.sampled_from(ptrs)) if kind in (1, 3) else np.zeros(64, np.float32)
+        src = data.draw(st.sampled_from(ptrs)) if kind in (2, 3) else np.arange(64, dtype=np.float32)
+        count = data.draw(st.integers(0, 256))
+        dmax = count
+    else:
+        dst = pick(data, ptrs + hosts)
+        src = pick(data, ptrs + hosts)
+        count = data.draw(st.one_of(st.integers(-8, 300), garbage()))
+        dmax = data.draw(st.one_of(st.just(count), st.integers(0, 300), garbage()))
     listed = isinstance(count, int) and not isinstance(count, bool) and count < 0
     non_contig = isinstance(dst, np.ndarray) and not dst.flags.c_contiguous and (_eq(kind, 0) or _eq(kind, 2)) \
         and not _eq(count, 0)
@@ -288,6 +310,22 @@ def act_aclnn(s: Session, data: Any) -> None:
     """GetWorkspaceSize of MSE / BCE / embedding with tensors valid, stale, foreign or garbage."""
     op = data.draw(st.sampled_from(("mse", "bce", "emb")))
     red = data.draw(st.one_of(st.integers(-1, 3), st.sampled_from(("mean", "none")), garbage()))
+    owner = data.draw(st.sampled_from(("rt", "other")))
+    fresh = [h for h in s.tensors if s.valid_tensor(h, owner) and h.obj.dtype.name == "fp32"
+             and h.obj.view_shape == tuple(SHAPE)]
+    if op != "emb" and len(fresh) >= 5 and data.draw(st.booleans()):    # a valid call
+        red = data.draw(st.integers(0, 2))
+        picks = [data.draw(st.sampled_from(fresh)) for _ in range(5)]
+        args = picks[:4] if op == "mse" else picks
+        objs = [a.obj for a in args]
+        if op == "mse":
+            fn = lambda: aclnn.aclnnMseLossBackwardGetWorkspaceSize(objs[0], objs[1], objs[2], red, objs[3])
+        else:
+            fn = lambda: aclnn.aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(*objs[:4], red, objs[4])
+        ws, ex, ret = c_call(s, "aclnn*GetWorkspaceSize", fn, ACLNN_CODES, garbage_args=False)
+        if ret == 0:
+            s.executors.append(ExecEntry(ex, owner, s.gen[owner], [args[-1]] + args))
+        return
     if op == "emb":
         args = [_tensor_arg(s, data), _tensor_arg(s, data, int_ok=True), None]
         nw = data.draw(st.one_of(st.integers(-1, 9), garbage()))
@@ -318,10 +356,13 @@ def act_aclnn(s: Session, data: Any) -> None:
 
 
 def act_execute(s: Session, data: Any) -> None:
-    entry = pick(data, s.executors)
+    ready = [e for e in s.executors if not e.executor.used and e.gen == s.gen[e.owner] and s.live[e.owner]]
+    valid = bool(ready) and data.draw(st.booleans())     # an unused executor on its own stream
+    entry = data.draw(st.sampled_from(ready)) if valid else pick(data, s.executors)
     bad = not isinstance(entry, ExecEntry)
     ex = entry.executor if not bad else entry
-    h = pick(data, s.streams)
+    own = [h for h in s.streams if not bad and s.valid_stream(h, entry.owner)]
+    h = data.draw(st.sampled_from(own)) if own and (valid or data.draw(st.booleans())) else pick(data, s.streams)
     stream = h.obj if isinstance(h, Handle) else h
     owner = entry.owner if not bad else "rt"
     ws_size = ex.workspace_size if not bad and ex is not None else 0
@@ -332,7 +373,7 @@ def act_execute(s: Session, data: Any) -> None:
             s.serial += 1
             s.allocs[s.serial] = (ptr, ws_size, owner)
             ws = ptr
-    wsz = data.draw(st.one_of(st.just(ws_size), garbage()))
+    wsz = ws_size if valid else data.draw(st.one_of(st.just(ws_size), garbage()))
     must_fail = bad or not isinstance(h, Handle) or not s.valid_stream(h, owner) or \
         entry.gen != s.gen[owner] or not s.live[owner] or \
         any(not s.valid_tensor(t, owner, destroyed_ok=True) for t in entry.tensors)
@@ -342,6 +383,7 @@ def act_execute(s: Session, data: Any) -> None:
                  garbage_args=bad or not isinstance(h, Handle), must_fail=must_fail)
     if ret == 0:
         s.pending[owner] += outs
+
 
 
 def act_lifecycle(s: Session, data: Any) -> None:
@@ -372,6 +414,7 @@ def act_lifecycle(s: Session, data: Any) -> None:
         if ret == 0 and not was_live:
             s.gen[owner] += 1
             s.live[owner] = True
+            stage(s, owner)
     elif what == "opt":
         val = data.draw(st.one_of(st.integers(0, 1), garbage()))
         c_call(s, "aclrtCtxSetSysParamOpt", lambda: r.aclrtCtxSetSysParamOpt(arg, val), ACL_CODES,
@@ -401,6 +444,7 @@ def listed_stale_after_finalize(s: Session, data: Any) -> None:
     c_call(s, "aclnnMseLossBackwardGetWorkspaceSize (stale)",
            lambda: aclnn.aclnnMseLossBackwardGetWorkspaceSize(old[0].obj, old[1].obj, old[2].obj, 0, old[3].obj),
            ACLNN_CODES, garbage_args=False, must_fail=True)
+    stage(s, "rt")
 
 
 def listed_cross_runtime(s: Session, data: Any) -> None:
@@ -439,15 +483,16 @@ def listed_reset_clears_fault(s: Session, data: Any) -> None:
     s.allocs = {k: v for k, v in s.allocs.items() if v[2] != "rt"}
     fresh, _ = r.aclrtCreateStream()
     s.streams.append(Handle(fresh, "rt", s.gen["rt"]))
+    stage(s, "rt")
     COUNTS["c.listed_cases"] += 1
     if r.aclrtSynchronizeStream(fresh) != 0:
         record("c.false_successes", "aclrtResetDevice kept the fault")
         raise AssertionError("aclrtResetDevice did not clear the device fault")
 
 
-ACTIONS = (act_malloc, act_free, act_memcpy, act_memcpy, act_create_tensor, act_destroy_tensor, act_stream,
-           act_aclnn, act_aclnn, act_execute, act_execute, act_lifecycle, listed_stale_after_finalize,
-           listed_cross_runtime, listed_reset_clears_fault)
+ACTIONS = (act_malloc, act_free) + (act_memcpy,) * 3 + (act_create_tensor, act_destroy_tensor) + \
+    (act_stream,) * 3 + (act_aclnn,) * 4 + (act_execute,) * 4 + \
+    (act_lifecycle, listed_stale_after_finalize, listed_cross_runtime, listed_reset_clears_fault)
 
 
 def _session(data: Any, steps: int) -> None:
