@@ -303,7 +303,17 @@ class AclRuntime:
             self.device.synchronize(stream.stream)  # type: ignore[union-attr]
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeStream: {exc}")
+        self._forget_finished()
         return ACL_SUCCESS
+
+    def _forget_finished(self) -> None:
+        """A long-lived runtime keeps constant memory: finished launches are dropped from the
+        device's and streams' lists (each executor keeps its own in ``executor.launches``)."""
+        dev = self.device
+        assert dev is not None
+        dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
+        for s in dev.streams:
+            s.launches[:] = [ln for ln in s.launches if ln.end < 0]
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)
