@@ -134,7 +134,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
 
     if mode == "numeric":
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
-        outs = opdef.golden(arrays, attrs)
+        # a golden of 0-d operands may produce numpy scalars: outputs are always arrays
+        outs = {n: np.asarray(v) for n, v in opdef.golden(arrays, attrs).items()}
         return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"))
 
     if opdef.empty(descs):
