@@ -85,7 +85,10 @@ def check_dims(param: str, shape: Any) -> tuple[int, ...]:
 def check_operand(op: str, name: str, value: Any, shape_only_ok: bool, mode: str) -> None:
     """An operand is a numpy array of plain data, or (timing / estimate) a TensorSpec."""
     from opsim.api import TensorSpec   # the class lives with the API it belongs to
-    if isinstance(value, TensorSpec):
+    from opsim.kernels.common import TensorDesc
+    if isinstance(value, np.generic):   # a numpy scalar is a 0-d operand
+        value = np.asarray(value)
+    if isinstance(value, (TensorSpec, TensorDesc)):
         if not shape_only_ok:
             raise TypeError(f"{op}: operand {name} is a TensorSpec (shape only); {mode} mode needs data "
                             f"— use mode='timing' or 'estimate' for shape-only runs")
