@@ -66,7 +66,8 @@ def check_device(device: Any) -> None:
 
 def check_dims(param: str, shape: Any) -> tuple[int, ...]:
     """A shape: a sequence of integers >= 0 (a bare integer is not a shape)."""
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, (Sequence, np.ndarray)):
+    if isinstance(shape, (str, bytes)) or not (isinstance(shape, Sequence) or
+                                               (isinstance(shape, np.ndarray) and shape.ndim == 1)):
         raise TypeError(f"{param} must be a sequence of integers >= 0 such as (64, 4096); got "
                         f"{type(shape).__name__} {_show(shape)}")
     dims = tuple(shape)

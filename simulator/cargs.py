@@ -42,7 +42,8 @@ def host_destination(buf: Any) -> np.ndarray | None:
 
 def int_tuple(values: Any) -> tuple[int, ...] | None:
     """A list of C int64 values as a tuple of ints, or None when it is not one."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+    if isinstance(values, (str, bytes)) or not (isinstance(values, Sequence) or
+                                                (isinstance(values, np.ndarray) and values.ndim == 1)):
         return None
     out = tuple(values)
     if not all(is_int(v) and -2 ** 63 <= v < 2 ** 63 for v in out):
