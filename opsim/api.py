@@ -134,6 +134,11 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     descs.update(given_outputs)
     out_descs = opdef.validate(spec, descs, attrs)
 
+    if mode == "numeric" and opdef.empty(descs):
+        # an empty call skips the shape checks (as the vendor code does) and has no work: its
+        # outputs are the empty/zero outputs of full mode, not a golden of mismatched shapes
+        return RunResult(op, spec.name, mode, {n: _zeros(d) for n, d in out_descs.items()}, 0, 0.0,
+                         RunStats(mode="numeric", empty=True))
     if mode == "numeric":
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
         # a golden of 0-d operands may produce numpy scalars: outputs are always arrays
