@@ -502,9 +502,9 @@ def _session(data: Any, steps: int) -> None:
 
 
 @given(st.data())
-@fuzz_settings(25)
+@fuzz_settings(10)
 def test_acl_calls_return_documented_codes_and_touch_nothing_else_quick(data):
-    _session(data, 20)
+    _session(data, 15)
 
 
 @pytest.mark.slow

@@ -49,7 +49,9 @@ class Dsp:
         dev = self.rt.device
         if isinstance(addr, int) and any(r.base <= addr < r.end for r in dev.space.regions):
             return "GM"
-        return f"dsp.core{core_id}" if isinstance(core_id, int) else "?"
+        if isinstance(core_id, (int, np.integer)) and not isinstance(core_id, (bool, np.bool_)):
+            return f"dsp.core{int(core_id)}"
+        return "?"
 
     def work_areas(self) -> list[tuple[str, int, int]]:
         base, nbytes = dsp.work_area(self.rt.spec)
@@ -134,7 +136,7 @@ def act_library(d: Dsp, data: Any) -> None:
     item = 2 if prefix == "hp" else 4
     dx = ptrs[4]
     n = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 0
-    label = f"dsp.core{core}" if private and isinstance(core, int) else "GM"
+    label = f"dsp.core{int(core)}" if private and isinstance(core, (int, np.integer)) else "GM"
     outs = [(label, dx, n * item)] if isinstance(dx, int) else []
     bad = not all(isinstance(p, int) and not isinstance(p, bool) for p in ptrs) or not isinstance(size, int)
     c_call(d, fn_name, call, DSP_CODES, garbage_args=bad, outputs=outs)
@@ -262,9 +264,9 @@ def _session(data: Any, steps: int) -> None:
 
 
 @given(st.data())
-@fuzz_settings(25)
+@fuzz_settings(10)
 def test_dsp_and_hthread_calls_return_codes_and_touch_nothing_else_quick(data):
-    _session(data, 20)
+    _session(data, 15)
 
 
 @pytest.mark.slow

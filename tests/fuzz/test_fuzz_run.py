@@ -156,7 +156,7 @@ def _run_one(op: Any, call: dict[str, Any], kw: dict[str, Any]) -> None:
 
 
 @given(run_calls())
-@fuzz_settings(300)
+@fuzz_settings(150)
 def test_run_answers_or_raises_a_documented_error_quick(case):
     _run_one(*case)
 
