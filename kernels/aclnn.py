@@ -6,6 +6,11 @@ operator's documented checks in order, plans the tiling and returns
 queues the kernels on the stream and returns a status. Neither raises: every failure is a status
 code with a message in the runtime's error log (``rt.aclGetRecentErrMsg()``). A fault inside a
 kernel surfaces, as on hardware, at ``aclrtSynchronizeStream``.
+
+Handles are checked before anything runs: every tensor must be a live tensor of one runtime
+(not destroyed, not from before aclFinalize/aclrtResetDevice, its memory not freed), and the
+executor, the stream and the workspace must belong to that same runtime and device; otherwise
+161002 (161001 for a null stream or executor) and nothing is queued.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from typing import Any, Mapping
 from opsim.kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
                             ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
 from opsim.kernels.registry import get as get_op
-from opsim.simulator.acl import AclRuntime, AclStream, AclTensor
+from opsim.simulator.acl import AclRuntime, AclStream, AclTensor, is_int
 from opsim.simulator.errors import SimulatorError
 from opsim.simulator.tile import GlobalTensor
 from opsim.simulator import numerics as nx
@@ -37,6 +42,7 @@ class AclOpExecutor:
     empty: bool = False
     used: bool = False
     launches: list = field(default_factory=list)
+    generation: int = 0          # the runtime's device generation at GetWorkspaceSize
 
 
 def _runtime_of(tensors: Mapping[str, Any]) -> AclRuntime | None:
@@ -56,11 +62,13 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
     op = get_op(op_name)
     rt = _runtime_of(tensors)
     try:
-        if rt is None or rt.device is None:
-            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no tensor operand is set (or no device): nothing to run")
+        if rt is None:
+            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no tensor operand is set: nothing to run")
         for name, t in tensors.items():
-            if t is not None and (not isinstance(t, AclTensor) or t.destroyed):
-                raise OpError(ACLNN_ERR_PARAM_INVALID, f"{name} is not a live aclTensor")
+            if t is not None and (why := rt.tensor_problem(t, name)) is not None:
+                raise OpError(ACLNN_ERR_PARAM_INVALID, why)
+        if rt.device is None:
+            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no device is set: call aclrtSetDevice first")
         descs = {n: (_desc(t) if t is not None else None) for n, t in tensors.items()}
         all_attrs = {**op.attrs, **attrs}
         if rt.deterministic and "deterministic" in op.attrs and all_attrs.get("deterministic") is None:
@@ -69,10 +77,9 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         empty = op.empty(descs)
         tiling = None if empty else op.plan(rt.spec, descs, all_attrs, None)
         ws = 0 if empty else int(op.workspace(tiling))
-        ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty)
-        check = getattr(op, "check_data", None)
-        if check is not None and not empty and rt.device.functional:
-            check(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
+        ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty, generation=rt.generation)
+        if op.check_data is not None and not empty and rt.device.functional:
+            op.check_data(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
         return ws, ex, ACLNN_SUCCESS
     except Exception as exc:  # never let a Python traceback cross the C-style boundary
         return 0, None, _status(exc, rt, api)
@@ -91,12 +98,24 @@ def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None,
     try:
         if executor.used:
             raise OpError(ACLNN_ERR_PARAM_INVALID, "executor was already run; call GetWorkspaceSize again")
-        if stream is None or not isinstance(stream, AclStream) or stream.destroyed:
-            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "stream is null or destroyed")
-        if executor.workspace_size > 0 and (not workspace or workspace_size < executor.workspace_size):
-            raise OpError(ACLNN_ERR_PARAM_INVALID,
-                          f"workspace of {workspace_size} B at {workspace or 0:#x} is smaller than the "
-                          f"{executor.workspace_size} B GetWorkspaceSize asked for")
+        if stream is None:
+            raise OpError(ACLNN_ERR_PARAM_NULLPTR, "stream is null")
+        if rt.device is None or executor.generation != rt.generation:
+            raise OpError(ACLNN_ERR_PARAM_INVALID, "executor was created on a device that has since been released "
+                                                   "(aclrtResetDevice or aclFinalize); call GetWorkspaceSize again")
+        if (why := rt.stream_problem(stream)) is not None:
+            raise OpError(ACLNN_ERR_PARAM_INVALID, f"{why} (the executor's runtime owns its tensors)"
+                          if "another AclRuntime" in why else why)
+        for name, t in executor.tensors.items():
+            if t is not None and (why := rt.tensor_problem(t, name, destroyed_ok=True)) is not None:
+                raise OpError(ACLNN_ERR_PARAM_INVALID, why)
+        if executor.workspace_size > 0:
+            if not is_int(workspace_size) or workspace_size < executor.workspace_size:
+                raise OpError(ACLNN_ERR_PARAM_INVALID,
+                              f"workspaceSize {workspace_size!r} is smaller than the {executor.workspace_size} B "
+                              f"GetWorkspaceSize asked for")
+            if (why := rt.allocation_problem(workspace, executor.workspace_size, "workspace")) is not None:
+                raise OpError(ACLNN_ERR_PARAM_INVALID, why)
         executor.used = True
         if executor.empty:
             return ACLNN_SUCCESS

@@ -156,15 +156,18 @@ REDUCTION_NAMES = {0: "none", 1: "mean", 2: "sum"}
 
 
 def reduction_code(value: Any) -> int:
-    """0/1/2 or "none"/"mean"/"sum" → the int64 code; anything else is passed through for checks."""
+    """0/1/2 or "none"/"mean"/"sum" → the int64 code; any other integer is passed through for
+    check_reduction; anything that is not an integer (None, 1.5, NaN, a bool) is refused here
+    rather than truncated."""
     if isinstance(value, str):
         key = value.lower()
         if key not in REDUCTIONS:
             raise OpError(ACLNN_ERR_PARAM_INVALID,
                           f"reduction {value!r} is not one of 0 (none), 1 (mean), 2 (sum)")
         return REDUCTIONS[key]
-    if isinstance(value, (bool, np.bool_)):
-        raise OpError(ACLNN_ERR_PARAM_INVALID, f"reduction {value!r} must be an integer 0, 1 or 2")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise OpError(ACLNN_ERR_PARAM_INVALID, f"reduction {value!r} must be an integer 0 (none), 1 (mean) or "
+                                               f"2 (sum), or one of 'none', 'mean', 'sum'")
     return int(value)
 
 
@@ -234,6 +237,11 @@ class OpDef:
     # for the operands that do not live in GM (e.g. a DSP core's private memory); ``memory`` has
     # write(addr, data) and read(addr, nbytes). Operands it leaves out are malloc'd in GM.
     place: Callable[..., Mapping[str, tuple[int, Any]]] | None = None
+    # optional rewrite of a call's operands and attributes before opsim.run validates it:
+    # (spec, operands, attrs, mode) -> (operands, attrs)
+    prepare: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None
+    # optional documented limits for `opsim capacity`: (spec, dtype or None) -> [CapacityRow]
+    documented_limits: Callable[..., Sequence[Any]] | None = None
 
     def empty(self, descs: Mapping[str, "TensorDesc | None"]) -> bool:
         """Whether the call has no work: the operator's own rule, else any input without elements."""

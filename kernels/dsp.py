@@ -35,6 +35,7 @@ alignment, window, dx overlapping an input) → private-memory capacity.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Iterator, Mapping
@@ -45,10 +46,13 @@ from opsim.devices.spec import DeviceSpec
 from opsim.kernels.common import OpDef, OpError, TensorDesc, popcount, reduction_code
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError
+from opsim.simulator.cargs import is_int
 from opsim.simulator.hthread import HT_SUCCESS, HThread
 from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Mul, Muls, ScalarCompute, Sub
 from opsim.simulator.memory import PAGE, align_down, align_up
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor, elementwise_pipeline
+
+log = logging.getLogger("opsim.dsp")
 
 NAME = "binarycrossentropygrad"
 EPSILON = 1e-12
@@ -225,7 +229,8 @@ def plan_call(spec: DeviceSpec, *, storage: str, dtype: str, total: int, reducti
         return tile
 
     buffer_num = ov.get("buffer_num")
-    if buffer_num is not None and buffer_num not in (1, 2):
+    if buffer_num is not None and (isinstance(buffer_num, bool) or not isinstance(buffer_num, int)
+                                   or buffer_num not in (1, 2)):
         raise _err(DspStatus.ERR_INVALID_ARGUMENT, f"buffer_num {buffer_num!r} must be 1 or 2")
     if storage == "private":
         buffer_num = 1
@@ -481,9 +486,14 @@ class DspLibrary:
               core: Any = 0) -> int:
         fn = f"{prefix}_binarycrossentropygrad_{'s' if storage == 'shared' else 'p'}"
         rt = self.rt
+        if not isinstance(rt, HThread):
+            # no runtime to keep the message in: log it (a null runtime is the C null handle)
+            log.warning("[%d] %s: the library is bound to %r, not an hthread runtime (HThread)",
+                        int(DspStatus.ERR_RUNTIME), fn, rt)
+            return int(DspStatus.ERR_RUNTIME)
         try:
             device = rt.device
-            if device is None or self.cluster_id != 0:
+            if device is None or not is_int(self.cluster_id) or self.cluster_id != 0:
                 raise _err(DspStatus.ERR_RUNTIME, f"cluster {self.cluster_id} is not open; call "
                                                   f"hthread_dev_open(0) first")
             spec = device.spec

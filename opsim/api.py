@@ -13,11 +13,13 @@ import numpy as np
 
 from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
+from opsim.arguments import check_choice, check_device, check_dims, check_mapping, check_operand, check_seed
 from opsim.kernels import registry
 from opsim.kernels.common import OpError, TensorDesc, desc_of
 from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
+from opsim.stats import RunStats
 from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import align_up
 from opsim.simulator.profile import Profiler, launch_records
@@ -38,7 +40,8 @@ class TensorSpec:
     dtype: Any = "fp32"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        # no coercion: 2.5, -1, None or NaN as a dimension is an error, not a truncated shape
+        object.__setattr__(self, "shape", check_dims("TensorSpec shape", self.shape))
         object.__setattr__(self, "dtype", nx.dtype(self.dtype))
 
     @property
@@ -56,7 +59,7 @@ class RunResult:
     outputs: dict[str, np.ndarray]
     cycles: int
     time_us: float
-    stats: dict[str, Any]
+    stats: RunStats
     trace: Trace | None = field(default=None, repr=False)
     tiling: Any = None
     # what each kernel launch did (traces.tables.LaunchRecord), in launch order
@@ -127,24 +130,27 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     same as without it. A fault still raises; the exception then carries the report as its
     ``sanitizer`` attribute (and as a note in the traceback).
     """
-    if mode not in MODES:
-        raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-    if trace not in LEVELS:
-        raise ValueError(f"trace level {trace!r} is not one of {', '.join(LEVELS)}")
+    if not isinstance(op, str):   # an unknown name is registry.get's KeyError, listing the operators
+        raise TypeError(f"op must be an operator name such as 'mse_loss_backward'; got {type(op).__name__}")
+    check_choice("mode", mode, MODES)
+    check_choice("trace level", trace, LEVELS)
+    check_device(device)
+    seed = check_seed(seed)
+    tiling = check_mapping("tiling", tiling, "{'block_dim': 1, 'tile_length': 4096}")
+    device_overrides = check_mapping("device_overrides", device_overrides, "{'ub.size': 262144}")
     if sanitize and mode not in ("full", "timing"):
         raise ValueError(f"sanitize=True needs mode 'full' or 'timing' (the sanitizer watches the "
                          f"simulated machine), got mode {mode!r}")
     opdef = registry.get(op)
     spec = device_spec(device, device_overrides)
     operands, attrs = _split_kwargs(opdef, operands_and_attrs)
-    if mode == "full":
-        for name, v in operands.items():
-            if isinstance(v, TensorSpec):
-                raise TypeError(f"{op}: operand {name} is a TensorSpec (shape only); full mode needs data "
-                                f"— use mode='timing' or 'estimate' for shape-only runs")
-    hook = getattr(opdef, "prepare", None)
-    if hook is not None:
-        operands, attrs = hook(spec, operands, attrs, mode)
+    for name, v in operands.items():
+        if v is not None:
+            # numeric mode reads no output operand: a shape-only out only declares shape and dtype
+            shape_only_ok = mode in ("timing", "estimate") or (mode == "numeric" and name in opdef.outputs)
+            check_operand(op, name, v, shape_only_ok=shape_only_ok, mode=mode)
+    if opdef.prepare is not None:
+        operands, attrs = opdef.prepare(spec, operands, attrs, mode)
     descs: dict[str, TensorDesc | None] = {
         n: (desc_of(operands[n]) if operands.get(n) is not None else None)
         for n in (*opdef.inputs, *opdef.optional)}
@@ -157,15 +163,21 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     descs.update(given_outputs)
     out_descs = opdef.validate(spec, descs, attrs)
 
+    if mode == "numeric" and opdef.empty(descs):
+        # an empty call skips the shape checks (as the vendor code does) and has no work: its
+        # outputs are the empty/zero outputs of full mode, not a golden of mismatched shapes
+        return RunResult(op, spec.name, mode, {n: _zeros(d) for n, d in out_descs.items()}, 0, 0.0,
+                         RunStats(mode="numeric", empty=True))
     if mode == "numeric":
         check_host_memory(op, mode, descs, out_descs)
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
-        outs = opdef.golden(arrays, attrs)
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"mode": "numeric"})
+        # a golden of 0-d operands may produce numpy scalars: outputs are always arrays
+        outs = {n: np.asarray(v) for n, v in opdef.golden(arrays, attrs).items()}
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"))
 
     if opdef.empty(descs):
         outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, {"empty": True, "block_dim": 0})
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0))
 
     tiling_obj = opdef.plan(spec, descs, attrs, tiling)
 
@@ -192,8 +204,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         san = Sanitizer(dev)
     stream = dev.create_stream()
     tensors: dict[str, GlobalTensor] = {}
-    place = getattr(opdef, "place", None)
-    placed = dict(place(dev, descs, attrs)) if place is not None else {}
+    placed = dict(opdef.place(dev, descs, attrs)) if opdef.place is not None else {}
     ws = opdef.workspace(tiling_obj)
     _check_gm_capacity(op, spec, {n: d.nbytes for n, d in descs.items() if d is not None and n not in placed}, ws)
     memory_of: dict[str, Any] = {}
@@ -286,7 +297,7 @@ def _bytes_within(link: Any, t0: int, t1: int) -> float:
     return float(np.sum(rates * (hi - lo)))
 
 
-def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> dict[str, Any]:
+def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) -> RunStats:
     """Cycles, bytes, bandwidth, per-pipe busy cycles, UB peak and the bound of a finished run."""
     spec = dev.spec
     if launches:
@@ -358,7 +369,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     bound, reason = classify_bound(
         {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail, cap)
     profiler = next((o for o in dev.observers if isinstance(o, Profiler)), None)
-    stats: dict[str, Any] = {
+    stats: RunStats = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", None),
         "tile_length": getattr(tiling, "tile_length", None),

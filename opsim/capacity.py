@@ -13,12 +13,11 @@ Three sections, each row carrying the numbers it came from:
   assumes.
 
 Every operator in the registry gets the first two generically; documented limits come from a
-function ``documented_limits(spec, dtype)`` in the operator's module when it defines one, or
-from the seed formulas below.
+hook ``OpDef.documented_limits(spec, dtype)`` when the operator declares one, or from the seed
+formulas below.
 """
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from dataclasses import dataclass
@@ -79,15 +78,9 @@ def embedding_scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: str) 
     out = {"constant": constant, "divisor": divisor, "counts_size": counts, "core_num": core_num,
            "bound": bound, "max_embedding_dim": max(largest, 0), "budget": budget, "budget_key": budget_key,
            "index_bytes": idx_bytes, "source": "seed formula (opsim.capacity)"}
+    from opsim.kernels.ascend.embedding_backward import scale_limit
     try:
-        mod = importlib.import_module("opsim.kernels.ascend.embedding_backward")
-    except ModuleNotFoundError:
-        return out
-    fn = getattr(mod, "scale_limit", None)
-    if fn is None:
-        return out
-    try:
-        theirs = fn(spec, num_weights, index_dtype)
+        theirs = scale_limit(spec, num_weights, index_dtype)
     except Exception as exc:  # keep the seed formula, say why the operator's was not used
         out["source"] += f"; kernels.ascend.embedding_backward.scale_limit failed: {exc}"
         return out
@@ -363,15 +356,12 @@ def capacity(op: str, device: str | DeviceSpec, dtype: str | None = None,
         if op == "fused_linear_cross_entropy_loss_grad":
             rows += _cube_rows(spec, dtype)
         rows += _memory_rows(opdef, spec, descs, attrs)
-        mod = importlib.import_module(opdef.plan.__module__)
-        hook = getattr(mod, "documented_limits", None)
-        if hook is not None:
-            rows += list(hook(spec, dtype))
+        if opdef.documented_limits is not None:
+            rows += list(opdef.documented_limits(spec, dtype))
     else:
         rows.append(CapacityRow("note", "operator", "not registered",
                                 f"{missing}; on-chip and device-memory rows need the operator"))
-    if not (opdef is not None and getattr(importlib.import_module(opdef.plan.__module__),
-                                          "documented_limits", None)):
+    if opdef is None or opdef.documented_limits is None:
         provider = LIMITS.get(op)
         if provider is not None:
             rows += provider(spec, dtype)

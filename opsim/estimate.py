@@ -16,6 +16,7 @@ from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
 from opsim.kernels.common import OpDef, TensorDesc, reduction_code
 from opsim.traces.bounds import cap_text, copy_rate_facts
+from opsim.stats import RunStats
 from opsim.traces.summary import classify_bound
 
 
@@ -24,12 +25,13 @@ def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | No
              attrs: Mapping[str, Any], tiling: Any) -> Any:
     """The RunResult of an analytical estimate of ``opdef`` with this tiling on ``spec``."""
     from opsim.api import RunResult, _check_gm_capacity  # api imports this module lazily
-    if getattr(opdef, "place", None) is None:
+    if opdef.place is None:
         # a call whose operands, outputs and workspace exceed device memory is refused with the
         # numbers, as the simulator refuses it (capacity studies find the limit in either mode)
         _check_gm_capacity(opdef.name, spec, {n: d.nbytes for n, d in descs.items() if d is not None},
                            int(opdef.workspace(tiling) or 0))
-    hook = getattr(opdef, "estimate", None) or MODELS.get(opdef.name)
+    # the operator's own model, else one kept here for operators whose module has none
+    hook = opdef.estimate or MODELS.get(opdef.name)
     if hook is not None:
         est: Estimate = hook(spec, descs, attrs, tiling)
     else:
@@ -52,7 +54,7 @@ def _roofline(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | N
                              ub_bytes=int(getattr(tiling, "ub_bytes", 0) or 0), workspace_bytes=ws)
 
 
-def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
+def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
     """Simulator-compatible statistics of an estimate (see opsim.api.collect_stats)."""
     cycles = int(est.cycles)
     seconds = cycles / spec.clock_hz if cycles else 0.0
@@ -81,7 +83,7 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> dict[str, Any]:
         return cap_text(pipe, k, n, t, facts, links, spec.clock_hz)
     bound, reason = classify_bound({p: (b, "") for p, b in est.pipe_busy.items()}, cycles,
                                    launch_overhead, " (estimate)", cap)
-    return {
+    return {  # type: ignore[typeddict-item]  # est.extra adds the operator's own keys
         "cycles": cycles, "time_us": spec.cycles_to_us(cycles), "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", est.block_dim),
         "tile_length": getattr(tiling, "tile_length", None),

@@ -9,11 +9,18 @@ State lives in an :class:`AclRuntime` object (one per simulated host process), n
 globals: ``rt = AclRuntime("atlas-a2"); rt.aclInit(); rt.aclrtSetDevice(0); ...``.
 
 Host↔device copies are functional but not timed: the simulator times operators, not PCIe.
+
+Handles belong to their runtime and to the device they were made on: a tensor, stream or
+executor of another ``AclRuntime``, or one made before ``aclFinalize`` / ``aclrtResetDevice``
+(each ``aclrtSetDevice`` that builds a device starts a new *generation*), or a tensor whose
+memory was freed with ``aclrtFree``, is refused with ``ACL_ERROR_INVALID_PARAM`` (aclnn:
+161002) and nothing is touched, so a stale handle can never write into the memory of a new owner.
 """
 from __future__ import annotations
 
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -22,6 +29,7 @@ import numpy as np
 from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator import numerics as nx
+from opsim.simulator.cargs import host_bytes, host_destination, int_tuple, is_int
 from opsim.simulator.device import Device, Stream
 from opsim.simulator.errors import SimulatorError
 from opsim.simulator.tile import GlobalTensor, contiguous_strides
@@ -61,6 +69,10 @@ ACL_INT64 = nx.AclDataType.ACL_INT64
 ACL_UINT8 = nx.AclDataType.ACL_UINT8
 ACL_BOOL = nx.AclDataType.ACL_BOOL
 ACL_DOUBLE = nx.AclDataType.ACL_DOUBLE
+
+
+# a long-lived runtime keeps only the recent messages (aclGetRecentErrMsg needs the last one)
+ERRORS_KEPT = 64
 
 
 def _boundary(out_params: int = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -105,6 +117,8 @@ class AclTensor:
     storage_shape: tuple[int, ...]
     addr: int
     destroyed: bool = False
+    generation: int = 0            # the runtime's device generation when the tensor was made
+    allocation: Any = field(default=None, repr=False, compare=False)  # aclrtMalloc block of addr
 
     @property
     def numel(self) -> int:
@@ -123,6 +137,8 @@ class AclTensor:
 class AclStream:
     stream: Stream
     destroyed: bool = False
+    runtime: Any = field(default=None, repr=False, compare=False)
+    generation: int = 0
 
 
 @dataclass
@@ -145,12 +161,59 @@ class AclRuntime:
     profiler: Profiler | None = None
     # (kind, bytes, start cycle, end cycle) of every host<->device copy, timed on the host link
     host_copies: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # bumped each time aclrtSetDevice builds a device: handles of an older one are stale
+    generation: int = 0
 
     # -- errors --------------------------------------------------------------------------------
     def fail(self, code: int, message: str) -> int:
         self.errors.append(message)
+        if len(self.errors) > 2 * ERRORS_KEPT:
+            del self.errors[:-ERRORS_KEPT]
         log.warning("[%d] %s", code, message)
         return code
+
+    # -- handles -------------------------------------------------------------------------------
+    def tensor_problem(self, tensor: Any, name: str = "tensor", *, destroyed_ok: bool = False) -> str | None:
+        """Why ``tensor`` may not be used with this runtime now, or None when it may
+        (``destroyed_ok``: an executor keeps what GetWorkspaceSize saw of a tensor destroyed since)."""
+        if not isinstance(tensor, AclTensor):
+            return f"{name} is a {type(tensor).__name__}, not an aclTensor from aclCreateTensor"
+        if tensor.runtime is not self:
+            return f"{name} was created by another AclRuntime"
+        if tensor.destroyed and not destroyed_ok:
+            return f"{name} was destroyed (aclDestroyTensor)"
+        if self.device is None or tensor.generation != self.generation:
+            return (f"{name} was created on a device that has since been released (aclrtResetDevice or "
+                    f"aclFinalize); create it again")
+        if self.device.gm.allocation_at(tensor.addr) is not tensor.allocation:
+            return (f"{name}'s tensorData {tensor.addr:#x} was freed (aclrtFree) after the tensor was "
+                    f"created; the memory may belong to another buffer now")
+        return None
+
+    def stream_problem(self, stream: Any, name: str = "stream") -> str | None:
+        """Why ``stream`` may not be used with this runtime now, or None when it may."""
+        if not isinstance(stream, AclStream):
+            return f"{name} is a {type(stream).__name__}, not a stream from aclrtCreateStream"
+        if stream.runtime is not self:
+            return f"{name} was created by another AclRuntime"
+        if stream.destroyed:
+            return f"{name} was destroyed (aclrtDestroyStream)"
+        if self.device is None or stream.generation != self.generation:
+            return (f"{name} was created on a device that has since been released (aclrtResetDevice or "
+                    f"aclFinalize)")
+        return None
+
+    def allocation_problem(self, addr: Any, nbytes: int, name: str) -> str | None:
+        """Why [addr, addr + nbytes) is not inside one live aclrtMalloc allocation, or None."""
+        if not is_int(addr) or addr <= 0:
+            return f"{name} {addr!r} is not a device address from aclrtMalloc"
+        alloc = self.device.gm.allocation_at(int(addr)) if self.device is not None else None
+        if alloc is None or alloc.addr not in self._allocs:
+            return f"{name} {int(addr):#x} is not inside a live aclrtMalloc allocation of this runtime"
+        if int(addr) + nbytes > alloc.addr + alloc.nbytes:
+            return (f"{name} {int(addr):#x}+{nbytes} runs past the end of its allocation "
+                    f"{alloc.addr:#x}+{alloc.nbytes}")
+        return None
 
     def aclGetRecentErrMsg(self) -> str:
         return self.errors[-1] if self.errors else ""
@@ -175,13 +238,14 @@ class AclRuntime:
         self.device = None
         self.trace = None
         self._allocs.clear()
+        self.errors[:-ERRORS_KEPT] = []
         return ACL_SUCCESS
 
     @_boundary()
     def aclrtSetDevice(self, device_id: int) -> int:
         if not self.initialized:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclrtSetDevice: call aclInit first")
-        if device_id != 0:
+        if not is_int(device_id) or device_id != 0:
             return self.fail(ACL_ERROR_RT_INVALID_DEVICEID,
                              f"aclrtSetDevice: device id {device_id} is invalid; the simulator has one device, id 0")
         if self.device is None:
@@ -196,6 +260,7 @@ class AclRuntime:
             self.profiler = Profiler()
             self.device.observers.append(self.profiler)
             self.device.source_lines = self.source_lines
+            self.generation += 1
         return ACL_SUCCESS
 
     # -- profiler tables (not part of ACL: what msprof would collect from this process) ---------
@@ -220,15 +285,22 @@ class AclRuntime:
 
     @_boundary()
     def aclrtResetDevice(self, device_id: int) -> int:
-        if self.device is None or device_id != 0:
-            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: device {device_id} is not set")
+        """Release the device and everything on it (memory, streams, tensors, a fault): the next
+        aclrtSetDevice starts a fresh device, and handles of this one are refused from now on."""
+        if self.device is None or not is_int(device_id) or device_id != 0:
+            return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: device {device_id!r} is not set")
+        self.device = None
+        self._allocs.clear()
         return ACL_SUCCESS
 
     @_boundary()
     def aclrtCtxSetSysParamOpt(self, opt: int, value: int) -> int:
-        if opt != ACL_OPT_DETERMINISTIC:
-            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtCtxSetSysParamOpt: option {opt} is not supported "
+        if not is_int(opt) or opt != ACL_OPT_DETERMINISTIC:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtCtxSetSysParamOpt: option {opt!r} is not supported "
                                                       f"(only ACL_OPT_DETERMINISTIC = 0)")
+        if not is_int(value):
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtCtxSetSysParamOpt: value {value!r} must be an "
+                                                      f"integer (0 off, non-zero on)")
         self.deterministic = bool(value)
         return ACL_SUCCESS
 
@@ -242,12 +314,13 @@ class AclRuntime:
     def aclrtCreateStream(self) -> tuple[AclStream | None, int]:
         if (ret := self._need_device("aclrtCreateStream")) != ACL_SUCCESS:
             return None, ret
-        return AclStream(self.device.create_stream()), ACL_SUCCESS  # type: ignore[union-attr]
+        return AclStream(self.device.create_stream(), runtime=self,  # type: ignore[union-attr]
+                         generation=self.generation), ACL_SUCCESS
 
     @_boundary()
     def aclrtDestroyStream(self, stream: AclStream) -> int:
-        if not isinstance(stream, AclStream) or stream.destroyed:
-            return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: invalid or destroyed stream")
+        if (why := self.stream_problem(stream)) is not None:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtDestroyStream: {why}")
         stream.destroyed = True
         return ACL_SUCCESS
 
@@ -255,20 +328,30 @@ class AclRuntime:
     def aclrtSynchronizeStream(self, stream: AclStream) -> int:
         if (ret := self._need_device("aclrtSynchronizeStream")) != ACL_SUCCESS:
             return ret
-        if not isinstance(stream, AclStream) or stream.destroyed:
-            return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStream: invalid or destroyed stream")
+        if (why := self.stream_problem(stream)) is not None:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtSynchronizeStream: {why}")
         try:
             self.device.synchronize(stream.stream)  # type: ignore[union-attr]
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeStream: {exc}")
+        self._forget_finished()
         return ACL_SUCCESS
+
+    def _forget_finished(self) -> None:
+        """A long-lived runtime keeps constant memory: finished launches are dropped from the
+        device's and streams' lists (each executor keeps its own in ``executor.launches``)."""
+        dev = self.device
+        assert dev is not None
+        dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
+        for s in dev.streams:
+            s.launches[:] = [ln for ln in s.launches if ln.end < 0]
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)
     def aclrtMalloc(self, size: int, policy: int = ACL_MEM_MALLOC_HUGE_FIRST) -> tuple[int, int]:
         if (ret := self._need_device("aclrtMalloc")) != ACL_SUCCESS:
             return 0, ret
-        if not isinstance(size, (int, np.integer)) or size <= 0:
+        if not is_int(size) or size <= 0:
             return 0, self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMalloc: size {size!r} must be a positive byte count")
         try:
             addr = self.device.malloc(int(size))  # type: ignore[union-attr]
@@ -281,43 +364,71 @@ class AclRuntime:
     def aclrtFree(self, ptr: int) -> int:
         if (ret := self._need_device("aclrtFree")) != ACL_SUCCESS:
             return ret
-        if ptr not in self._allocs:
-            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtFree: {ptr:#x} is not an address from aclrtMalloc")
+        if not is_int(ptr) or int(ptr) not in self._allocs:
+            shown = f"{int(ptr):#x}" if is_int(ptr) else repr(ptr)
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtFree: {shown} is not a live address from aclrtMalloc")
+        ptr = int(ptr)
         self.device.free(ptr)  # type: ignore[union-attr]
         del self._allocs[ptr]
         return ACL_SUCCESS
 
     @_boundary()
     def aclrtMemcpy(self, dst: Any, dst_max: int, src: Any, count: int, kind: int) -> int:
-        """Copy ``count`` bytes. Host buffers are numpy arrays (or bytes for a source)."""
+        """Copy ``count`` bytes. Host buffers are numpy arrays of plain data (a destination must
+        be writable and C-contiguous) or, for a source, bytes. Every argument is checked before
+        a byte moves, so a refused copy writes nothing."""
         if (ret := self._need_device("aclrtMemcpy")) != ACL_SUCCESS:
             return ret
+        for name, value in (("destMax", dst_max), ("count", count)):
+            if not is_int(value) or value < 0:
+                return self.fail(ACL_ERROR_INVALID_PARAM,
+                                 f"aclrtMemcpy: {name} {value!r} must be a byte count >= 0")
+        if not is_int(kind) or not 0 <= kind <= 3:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: kind {kind!r} is not 0..3 "
+                                                      f"(host-to-host, host-to-device, device-to-host, "
+                                                      f"device-to-device)")
+        count, kind = int(count), int(kind)
         if count > dst_max:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: count {count} exceeds destMax {dst_max}")
         dev = self.device
+        assert dev is not None
+        src_host = kind in (ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE)
+        dst_host = kind in (ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_DEVICE_TO_HOST)
+        data = out = None
+        if src_host:
+            data = host_bytes(src)
+            if data is None:
+                return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: the host source is a "
+                                                          f"{type(src).__name__}; it must be a numpy array of "
+                                                          f"plain data or bytes")
+            if data.size < count:
+                return self.fail(ACL_ERROR_INVALID_PARAM,
+                                 f"aclrtMemcpy: host source has {data.size} B, count is {count}")
+        elif not is_int(src) or src < 0:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: the device source {src!r} is not an address")
+        if dst_host:
+            out = host_destination(dst)
+            if out is None:
+                return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: host destination must be a writable, "
+                                                          "C-contiguous numpy array of plain data")
+            if out.size < count:
+                return self.fail(ACL_ERROR_INVALID_PARAM,
+                                 f"aclrtMemcpy: host destination has {out.size} B, count is {count}")
+        elif not is_int(dst) or dst < 0:
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: the device destination {dst!r} is not an "
+                                                      f"address")
+        if count == 0:
+            return ACL_SUCCESS
         try:
             if kind == ACL_MEMCPY_HOST_TO_DEVICE:
-                data = np.frombuffer(src, dtype=np.uint8) if isinstance(src, (bytes, bytearray)) else \
-                    np.ascontiguousarray(src).view(np.uint8).reshape(-1)
-                if data.size < count:
-                    return self.fail(ACL_ERROR_INVALID_PARAM,
-                                     f"aclrtMemcpy: host source has {data.size} B, count is {count}")
-                dev.write(int(dst), data[:count])  # type: ignore[union-attr]
+                dev.write(int(dst), data[:count])  # type: ignore[index]
             elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
-                if not isinstance(dst, np.ndarray) or not dst.flags.writeable:
-                    return self.fail(ACL_ERROR_INVALID_PARAM, "aclrtMemcpy: host destination must be a writable numpy array")
-                out = dst.reshape(-1).view(np.uint8)
-                if out.size < count:
-                    return self.fail(ACL_ERROR_INVALID_PARAM,
-                                     f"aclrtMemcpy: host destination has {out.size} B, count is {count}")
-                out[:count] = dev.read(int(src), count)  # type: ignore[union-attr]
+                out[:count] = dev.read(int(src), count)  # type: ignore[index]
             elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
-                dev.write(int(dst), dev.read(int(src), count))  # type: ignore[union-attr]
-            elif kind == ACL_MEMCPY_HOST_TO_HOST:
-                np.ascontiguousarray(dst).reshape(-1).view(np.uint8)[:count] = \
-                    np.ascontiguousarray(src).reshape(-1).view(np.uint8)[:count]
+                dev.check_global(int(dst), count, write=True)
+                dev.write(int(dst), dev.read(int(src), count))
             else:
-                return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: kind {kind} is not 0..3")
+                out[:count] = data[:count]  # type: ignore[index]
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: {exc}")
         if kind in (ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST):
@@ -368,33 +479,53 @@ class AclRuntime:
         except ValueError as exc:
             self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: dataType: {exc}")
             return None
-        view = tuple(int(d) for d in view_dims)
-        if any(d < 0 for d in view):
-            self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: viewDims {list(view)} has a negative dimension")
+        view = int_tuple(view_dims)
+        if view is None or any(d < 0 for d in view):
+            self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: viewDims {view_dims!r} must be a list of integers "
+                                               f">= 0")
             return None
-        strides = tuple(int(s) for s in stride) if stride is not None else contiguous_strides(view)
-        if len(strides) != len(view):
+        strides = int_tuple(stride) if stride is not None else contiguous_strides(view)
+        if strides is None or len(strides) != len(view):
             self.fail(ACL_ERROR_INVALID_PARAM,
-                      f"aclCreateTensor: stride has {len(strides)} entries, viewDims has {len(view)}")
+                      f"aclCreateTensor: stride {stride!r} must be a list of {len(view)} integers (one per "
+                      f"viewDims entry)")
             return None
-        storage = tuple(int(d) for d in storage_dims) if storage_dims is not None else view
+        storage = int_tuple(storage_dims) if storage_dims is not None else view
+        if storage is None or any(d < 0 for d in storage):
+            self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: storageDims {storage_dims!r} must be a list of "
+                                               f"integers >= 0")
+            return None
+        for name, value in (("offset", offset), ("format", fmt), ("tensorData", tensor_data)):
+            if not is_int(value) or (name != "format" and value < 0):
+                self.fail(ACL_ERROR_INVALID_PARAM, f"aclCreateTensor: {name} {value!r} must be an integer"
+                                                   f"{'' if name == 'format' else ' >= 0'}")
+                return None
+        offset, tensor_data = int(offset), int(tensor_data)
         if tensor_data % 32:
             self.fail(ACL_ERROR_MEMORY_ADDRESS_UNALIGNED,
                       f"aclCreateTensor: tensorData {tensor_data:#x} is not 32 B aligned")
             return None
-        numel = int(np.prod(view, dtype=np.int64))
-        if numel:
-            last = offset + sum((d - 1) * s for d, s in zip(view, strides))
-            if offset < 0 or last >= int(np.prod(storage, dtype=np.int64)):
+        if math.prod(view):
+            # the lowest and highest storage element the view reaches (strides may be negative)
+            first = offset + sum((d - 1) * s for d, s in zip(view, strides) if s < 0)
+            last = offset + sum((d - 1) * s for d, s in zip(view, strides) if s > 0)
+            if first < 0 or last >= math.prod(storage):
                 self.fail(ACL_ERROR_INVALID_PARAM,
                           f"aclCreateTensor: view {list(view)} with strides {list(strides)} and offset {offset} "
-                          f"reaches element {last}, beyond storage {list(storage)}")
+                          f"reaches elements {first}..{last}, beyond storage {list(storage)}")
                 return None
-        return AclTensor(self, view, dt, strides, int(offset), int(fmt), storage, int(tensor_data))
+        alloc = self.device.gm.allocation_at(tensor_data)
+        return AclTensor(self, view, dt, strides, offset, int(fmt), storage, tensor_data,
+                         generation=self.generation, allocation=alloc)
 
     @_boundary()
     def aclDestroyTensor(self, tensor: AclTensor | None) -> int:
-        if tensor is None or tensor.destroyed:
-            return self.fail(ACL_ERROR_INVALID_PARAM, "aclDestroyTensor: null or destroyed tensor")
+        if tensor is None:
+            return self.fail(ACL_ERROR_INVALID_PARAM, "aclDestroyTensor: tensor is null")
+        if not isinstance(tensor, AclTensor) or tensor.runtime is not self or tensor.destroyed:
+            why = self.tensor_problem(tensor) or "tensor is not a live tensor of this runtime"
+            return self.fail(ACL_ERROR_INVALID_PARAM, f"aclDestroyTensor: {why}")
+        # destroying a tensor of a released device frees only the host object, as in C
         tensor.destroyed = True
         return ACL_SUCCESS
+

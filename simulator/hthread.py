@@ -31,6 +31,7 @@ Host copies are functional but not timed: the simulator times kernels, not the h
 """
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -40,6 +41,7 @@ import numpy as np
 
 from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
+from opsim.simulator.cargs import host_bytes, host_destination, is_int
 from opsim.simulator.device import Device, Launch, Stream
 from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import Region
@@ -67,6 +69,27 @@ HT_MEM_RW = 2
 # Allocation alignment (assumption: the TLSF allocator's granule is not public; 64 B keeps
 # every allocation aligned for any element type and DMA burst).
 ALLOC_ALIGN = 64
+
+
+# a long-lived runtime keeps only the recent messages (get_recent_err_msg needs the last one)
+ERRORS_KEPT = 64
+
+
+def _boundary(*on_error: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Keep a C-style call from raising: an unexpected exception becomes HT_ERROR_INVALID_PARAM
+    with the message in the error log. ``on_error``: the out-values that precede the status in
+    the call's return tuple (e.g. ``0`` for an address, ``-1`` for a group id)."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(self: "HThread", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - nothing may cross the C boundary
+                code = self.fail(HT_ERROR_INVALID_PARAM, f"{fn.__name__}: invalid argument: "
+                                                         f"{type(exc).__name__}: {exc}")
+                return (*on_error, code) if on_error else code
+        return call
+    return wrap
 
 
 class MemType(IntEnum):
@@ -120,6 +143,8 @@ class HThread:
     # -- errors --------------------------------------------------------------------------------
     def fail(self, code: int, message: str) -> int:
         self.errors.append(message)
+        if len(self.errors) > 2 * ERRORS_KEPT:
+            del self.errors[:-ERRORS_KEPT]
         log.warning("[%d] %s", code, message)
         return code
 
@@ -131,18 +156,19 @@ class HThread:
         return self.device.spec  # type: ignore[union-attr]
 
     def _need(self, call: str, cluster_id: int) -> int:
-        if cluster_id != 0:
-            return self.fail(HT_ERROR_NOT_OPEN, f"{call}: cluster id {cluster_id} is invalid; the "
+        if not is_int(cluster_id) or cluster_id != 0:
+            return self.fail(HT_ERROR_NOT_OPEN, f"{call}: cluster id {cluster_id!r} is invalid; the "
                                                 f"simulator has one cluster, id 0")
         if self.device is None:
             return self.fail(HT_ERROR_NOT_OPEN, f"{call}: cluster 0 is not open; call hthread_dev_open(0)")
         return HT_SUCCESS
 
     # -- device --------------------------------------------------------------------------------
+    @_boundary()
     def hthread_dev_open(self, cluster_id: int = 0) -> int:
         """Open the cluster: builds a fresh simulated device (memory starts as zeros)."""
-        if cluster_id != 0:
-            return self.fail(HT_ERROR_NOT_OPEN, f"hthread_dev_open: cluster id {cluster_id} is invalid; "
+        if not is_int(cluster_id) or cluster_id != 0:
+            return self.fail(HT_ERROR_NOT_OPEN, f"hthread_dev_open: cluster id {cluster_id!r} is invalid; "
                                                 f"the simulator has one cluster, id 0")
         if self.device is not None:
             return HT_SUCCESS
@@ -160,6 +186,7 @@ class HThread:
         self.device = Device(spec, trace=self.trace, functional=self.functional, seed=self.seed)
         return HT_SUCCESS
 
+    @_boundary()
     def hthread_dev_close(self, cluster_id: int = 0) -> int:
         if (ret := self._need("hthread_dev_close", cluster_id)) != HT_SUCCESS:
             return ret
@@ -167,6 +194,7 @@ class HThread:
         self.groups.clear()
         return HT_SUCCESS
 
+    @_boundary()
     def hthread_dat_load(self, cluster_id: int, library: Mapping[str, Kernel]) -> int:
         """Load an operator library: kernel name -> kernel generator function."""
         if (ret := self._need("hthread_dat_load", cluster_id)) != HT_SUCCESS:
@@ -201,7 +229,7 @@ class HThread:
                 return region, HT_SUCCESS
         priv = self.spec.private
         if priv.base <= addr and addr + nbytes <= priv.base + priv.window:
-            if not isinstance(core_id, (int, np.integer)) or not 0 <= core_id < self.core_count:
+            if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return None, self.fail(
                     HT_ERROR_INVALID_PARAM,
                     f"{call}: {addr:#x} is in the private memory window, which every core has at the "
@@ -213,20 +241,24 @@ class HThread:
             f"{call}: {nbytes} B at {addr:#x} is not inside one memory window of {self.spec.name}: "
             f"{windows}, private [{priv.base:#x}, {priv.base + priv.window:#x}) per core")
 
+    @_boundary(0)
     def hthread_malloc(self, cluster_id: int, nbytes: int, flags: int = HT_MEM_RW) -> tuple[int, int]:
         """Shared DDR the host can also address (hthread_malloc); returns (address, status)."""
-        if flags not in (HT_MEM_RO, HT_MEM_WO, HT_MEM_RW):
+        if not is_int(flags) or flags not in (HT_MEM_RO, HT_MEM_WO, HT_MEM_RW):
             return 0, self.fail(HT_ERROR_INVALID_PARAM,
                                 f"hthread_malloc: flags {flags!r} must be HT_MEM_RO (0), HT_MEM_WO (1) or "
                                 f"HT_MEM_RW (2)")
         return self.host_tlsf_malloc(cluster_id, -1, MemType.DDR, nbytes, call="hthread_malloc")
 
+    @_boundary(0)
     def host_tlsf_malloc(self, cluster_id: int, core_id: int, mem_type: int, nbytes: int, *,
                          call: str = "host_tlsf_malloc") -> tuple[int, int]:
         """Allocate ``nbytes`` of ``mem_type`` (SMC, DDR, DDR36BIT, or L2 of ``core_id``)."""
         if (ret := self._need(call, cluster_id)) != HT_SUCCESS:
             return 0, ret
         try:
+            if not is_int(mem_type):
+                raise ValueError(mem_type)
             mt = MemType(mem_type)
         except ValueError:
             return 0, self.fail(HT_ERROR_INVALID_PARAM,
@@ -236,7 +268,7 @@ class HThread:
         dev = self.device
         assert dev is not None
         if mt == MemType.L2:
-            if not isinstance(core_id, (int, np.integer)) or not 0 <= core_id < self.core_count:
+            if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return 0, self.fail(HT_ERROR_INVALID_PARAM,
                                     f"{call}: core_id {core_id!r} must name a core 0..{self.core_count - 1} "
                                     f"for L2 (private) memory")
@@ -252,6 +284,7 @@ class HThread:
         except SimulatorError as exc:
             return 0, self.fail(HT_ERROR_BAD_ALLOC, f"{call}: {int(nbytes)} B of {mt.name}: {exc}")
 
+    @_boundary()
     def hthread_free(self, cluster_id: int, addr: int, core_id: int = -1) -> int:
         """Free an allocation (private memory names its core)."""
         if (ret := self._need("hthread_free", cluster_id)) != HT_SUCCESS:
@@ -265,17 +298,15 @@ class HThread:
             return self.fail(HT_ERROR_BAD_ADDRESS, f"hthread_free: {exc}")
         return HT_SUCCESS
 
+    @_boundary()
     def hthread_mem_write(self, cluster_id: int, addr: int, data: Any, core_id: int = -1) -> int:
         """Copy host bytes (a numpy array of any dtype, or bytes) to the device at ``addr``."""
         if (ret := self._need("hthread_mem_write", cluster_id)) != HT_SUCCESS:
             return ret
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            buf = np.frombuffer(data, dtype=np.uint8)
-        elif isinstance(data, np.ndarray):
-            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        else:
-            return self.fail(HT_ERROR_INVALID_PARAM,
-                             f"hthread_mem_write: data must be a numpy array or bytes, got {type(data).__name__}")
+        buf = host_bytes(data)
+        if buf is None:
+            return self.fail(HT_ERROR_INVALID_PARAM, f"hthread_mem_write: data must be a numpy array of plain data "
+                                                     f"or bytes, got {type(data).__name__}")
         region, ret = self._region_for("hthread_mem_write", addr, buf.size, core_id)
         if region is None:
             return ret
@@ -286,6 +317,7 @@ class HThread:
                              f"hthread_mem_write: {exc}")
         return HT_SUCCESS
 
+    @_boundary(None)
     def hthread_mem_read(self, cluster_id: int, addr: int, nbytes: int,
                          core_id: int = -1) -> tuple[np.ndarray | None, int]:
         """Copy ``nbytes`` at ``addr`` from the device; returns (uint8 array, status)."""
@@ -299,20 +331,30 @@ class HThread:
         except SimulatorError as exc:
             return None, self.fail(HT_ERROR_BAD_ADDRESS, f"hthread_mem_read: {exc}")
 
+    @_boundary()
     def host_mem_copy(self, cluster_id: int, host: np.ndarray, dev_addr: int, nbytes: int,
                       direction: int, core_id: int = -1) -> int:
         """MindSpore Lite HostMemCopy: direction 0 host→device, 1 device→host (into ``host``)."""
+        if not is_int(nbytes) or nbytes < 0:
+            return self.fail(HT_ERROR_INVALID_PARAM, f"host_mem_copy: nbytes {nbytes!r} must be a byte count >= 0")
+        given = direction
+        if not is_int(direction):
+            direction = -1          # reported below with the value the caller gave
         if direction == HostMemCopyDirection.HOST_TO_DEVICE:
-            buf = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+            buf = host_bytes(host)
+            if buf is None:
+                return self.fail(HT_ERROR_INVALID_PARAM, f"host_mem_copy: the host source is a "
+                                                         f"{type(host).__name__}; it must be a numpy array of "
+                                                         f"plain data or bytes")
             if buf.size < nbytes:
                 return self.fail(HT_ERROR_INVALID_PARAM,
                                  f"host_mem_copy: host buffer has {buf.size} B, nbytes is {nbytes}")
             return self.hthread_mem_write(cluster_id, dev_addr, buf[:nbytes], core_id)
         if direction == HostMemCopyDirection.DEVICE_TO_HOST:
-            if not isinstance(host, np.ndarray) or not host.flags.writeable or not host.flags.c_contiguous:
-                return self.fail(HT_ERROR_INVALID_PARAM,
-                                 "host_mem_copy: the host destination must be a writable contiguous numpy array")
-            out = host.reshape(-1).view(np.uint8)
+            out = host_destination(host)
+            if out is None:
+                return self.fail(HT_ERROR_INVALID_PARAM, "host_mem_copy: the host destination must be a writable "
+                                                         "contiguous numpy array of plain data")
             if out.size < nbytes:
                 return self.fail(HT_ERROR_INVALID_PARAM,
                                  f"host_mem_copy: host buffer has {out.size} B, nbytes is {nbytes}")
@@ -321,15 +363,18 @@ class HThread:
                 out[:nbytes] = data
             return ret
         return self.fail(HT_ERROR_INVALID_PARAM,
-                         f"host_mem_copy: direction {direction!r} must be 0 (host to device) or 1 (device to host)")
+                         f"host_mem_copy: direction {given!r} must be 0 (host to device) or 1 (device to host)")
 
     # -- thread groups -------------------------------------------------------------------------
+    @_boundary(-1)
     def hthread_group_masked_create(self, cluster_id: int, pmask: int, func: Kernel | str, n_scalar: int,
                                     n_ptr: int, args: Sequence[Any], *, name: str | None = None) -> tuple[int, int]:
         """A group of popcount(pmask) threads, thread i on the i-th set bit's core; (gid, status)."""
         call = "hthread_group_masked_create"
         if (ret := self._need(call, cluster_id)) != HT_SUCCESS:
             return -1, ret
+        if name is not None and not isinstance(name, str):
+            return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: name {name!r} must be a string or None")
         n = self.core_count
         full = (1 << n) - 1
         if isinstance(pmask, bool) or not isinstance(pmask, (int, np.integer)) or pmask <= 0 or pmask > full:
@@ -348,8 +393,12 @@ class HThread:
             kernel, label = func, name or getattr(func, "__name__", "kernel")
         else:
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: func {func!r} is not a kernel")
-        args = tuple(args)
-        if n_scalar < 0 or n_ptr < 0 or n_scalar + n_ptr != len(args):
+        args = _arg_tuple(args)
+        if args is None:
+            return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: args must be a sequence of kernel "
+                                                         f"arguments (a list or tuple)")
+        if not is_int(n_scalar) or not is_int(n_ptr) or n_scalar < 0 or n_ptr < 0 or \
+                n_scalar + n_ptr != len(args):
             return -1, self.fail(HT_ERROR_INVALID_PARAM,
                                  f"{call}: n_scalar {n_scalar} + n_ptr {n_ptr} must equal the {len(args)} "
                                  f"arguments given")
@@ -358,6 +407,7 @@ class HThread:
         self.groups[gid] = Group(gid, int(pmask), kernel, args, label)
         return gid, HT_SUCCESS
 
+    @_boundary(-1)
     def hthread_group_create(self, cluster_id: int, nthreads: int, func: Kernel | str, n_scalar: int,
                              n_ptr: int, args: Sequence[Any], *, name: str | None = None) -> tuple[int, int]:
         """A group of ``nthreads`` threads on cores 0..nthreads-1."""
@@ -371,7 +421,7 @@ class HThread:
                                                 args, name=name)
 
     def _group(self, call: str, gid: int, state: str | None) -> Group | None:
-        g = self.groups.get(gid) if isinstance(gid, (int, np.integer)) else None
+        g = self.groups.get(int(gid)) if is_int(gid) else None
         if g is None:
             self.fail(HT_ERROR_GROUP, f"{call}: no thread group with id {gid!r}")
             return None
@@ -380,6 +430,7 @@ class HThread:
             return None
         return g
 
+    @_boundary()
     def hthread_group_exec(self, gid: int) -> int:
         """Start the group's threads (the launch is queued; time advances in ``wait``)."""
         if self.device is None:
@@ -397,6 +448,7 @@ class HThread:
         g.state = "running"
         return HT_SUCCESS
 
+    @_boundary()
     def hthread_group_wait(self, gid: int) -> int:
         """Run simulated time until every thread of the group has finished."""
         if self.device is None:
@@ -416,6 +468,7 @@ class HThread:
         g.state = "done"
         return HT_SUCCESS
 
+    @_boundary()
     def hthread_group_destroy(self, gid: int) -> int:
         g = self._group("hthread_group_destroy", gid, None)
         if g is None:
@@ -426,21 +479,31 @@ class HThread:
         return HT_SUCCESS
 
     # -- MindSpore Lite spellings --------------------------------------------------------------
+    @_boundary(-1)
     def launch_group(self, cluster_id: int, core_mask: int, func: Kernel | str, args: Sequence[Any], *,
                      name: str | None = None) -> tuple[int, int]:
         """LaunchGroup: create a group on ``core_mask`` and start it; returns (gid, status)."""
-        gid, ret = self.hthread_group_masked_create(cluster_id, core_mask, func, 0, len(tuple(args)), args,
-                                                    name=name)
+        n_ptr = len(listed) if (listed := _arg_tuple(args)) is not None else 0
+        gid, ret = self.hthread_group_masked_create(cluster_id, core_mask, func, 0, n_ptr, args, name=name)
         if ret != HT_SUCCESS:
             return -1, ret
         ret = self.hthread_group_exec(gid)
         return (gid, ret) if ret == HT_SUCCESS else (-1, ret)
 
+    @_boundary()
     def wait_group(self, gid: int) -> int:
         return self.hthread_group_wait(gid)
 
+    @_boundary()
     def destroy_group(self, gid: int) -> int:
         return self.hthread_group_destroy(gid)
+
+
+def _arg_tuple(args: Any) -> tuple | None:
+    """Kernel arguments as a tuple, or None when ``args`` is not a list/tuple (or 1-D array)."""
+    if isinstance(args, (list, tuple)) or (isinstance(args, np.ndarray) and args.ndim == 1):
+        return tuple(args)
+    return None
 
 
 def _hex(x: Any) -> str:

@@ -44,6 +44,10 @@ def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     if unknown:
         raise OpError(ACLNN_ERR_PARAM_INVALID,
                       f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
+    for key, value in overrides.items():
+        # 1.0 or True would otherwise pass `in (1, 2)` and be taken as 1
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise tiling_error(f"tiling override {key} = {value!r} must be an integer")
     return overrides
 
 

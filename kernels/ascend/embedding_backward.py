@@ -145,8 +145,18 @@ def _padding_idx(attrs: Mapping[str, Any]) -> int:
     return -1 if v < 0 else v
 
 
+FLAG_PARAMS = {"scale_grad_by_freq": "scaleGradByFreq", "deterministic": "deterministic"}
+
+
 def _flag(attrs: Mapping[str, Any], key: str) -> bool:
-    return bool(attrs.get(key) or False)
+    """A C bool attribute: True/False (or 1/0); None (unset) is False. Anything else is refused
+    rather than taken by its truth value ("no" would be True)."""
+    v = attrs.get(key)
+    if v is None:
+        return False
+    if isinstance(v, (bool, np.bool_)) or (isinstance(v, (int, np.integer)) and v in (0, 1)):
+        return bool(v)
+    raise OpError(ACLNN_ERR_PARAM_INVALID, f"{FLAG_PARAMS.get(key, key)} is {v!r}; it must be True or False")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +213,8 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     check_not_null(grad=g, indices=idx, out=out)
     nw = _num_weights(attrs)
     _padding_idx(attrs)
+    _flag(attrs, "scale_grad_by_freq")
+    _flag(attrs, "deterministic")
     check_dtype_in(supported_dtypes(spec), spec.product, grad=g)
     check_dtype_in(INDEX_DTYPES, spec.product, indices=idx)
     check_dtype_in(supported_dtypes(spec), spec.product, out=out)
@@ -1432,8 +1444,11 @@ def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[s
     """The out opsim.run allocates when the caller gives none: [numWeights, embeddingDim], grad's dtype."""
     g = t.get("grad")
     nw = attrs.get("num_weights")
-    if g is None or g.ndim < 1 or isinstance(nw, bool) or not isinstance(nw, (int, np.integer)) or nw < 0:
+    if g is None or g.ndim < 1:
         return {"out": None}
+    if isinstance(nw, (bool, np.bool_)) or not isinstance(nw, (int, np.integer)) or nw < 0:
+        # a placeholder, so that validate reports the bad numWeights itself (not "out is null")
+        return {"out": TensorDesc((0, int(g.shape[-1])), g.dtype)}
     return {"out": TensorDesc((int(nw), int(g.shape[-1])), g.dtype)}
 
 
@@ -1596,6 +1611,8 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
     if tiling.emb_dim % tiling.e_chunk:
         passes.append(tiling.emb_dim % tiling.e_chunk)
+    if rows <= 0:
+        passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
