@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     out_host = np.zeros(shape, dtype=np.float32)
     reduction = 1  # mean
 
-    rt = AclRuntime(args.device)
+    rt = AclRuntime(args.device, profile=True)   # profile: collect msprof-style tables (--csv)
     check(rt.aclInit(None), "aclInit", rt)
     check(rt.aclrtSetDevice(0), "aclrtSetDevice", rt)
     stream, ret = rt.aclrtCreateStream()
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     # device's host link ([host] of the device file)
     end_to_end = rt.elapsed_cycles
     print(f"end to end {end_to_end} cycles = {rt.spec.cycles_to_us(end_to_end):.3f} us, of which "
-          f"{len(rt.host_copies)} host copies {rt.spec.cycles_to_us(rt.host_copy_cycles):.3f} us")
+          f"{rt.host_copy_count} host copies {rt.spec.cycles_to_us(rt.host_copy_cycles):.3f} us")
 
     for tensor in (g, s, t, o):
         rt.aclDestroyTensor(tensor)

@@ -19,6 +19,7 @@ memory was freed with ``aclrtFree``, is refused with ``ACL_ERROR_INVALID_PARAM``
 from __future__ import annotations
 
 import functools
+from collections import deque
 import logging
 import math
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ ACL_DOUBLE = nx.AclDataType.ACL_DOUBLE
 
 # a long-lived runtime keeps only the recent messages (aclGetRecentErrMsg needs the last one)
 ERRORS_KEPT = 64
+HOST_COPIES_KEPT = 64          # recent host copies kept in AclRuntime.host_copies (flat memory)
 
 
 def _boundary(out_params: int = 0) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -155,12 +157,19 @@ class AclRuntime:
     deterministic: bool = False
     errors: list[str] = field(default_factory=list)
     _allocs: dict[int, int] = field(default_factory=dict)
-    # the profiler tables (op_summary, per core, hot spots) of every launch on the device;
+    # profile=True collects the profiler tables (op_summary, per core, hot spots) of every launch,
+    # as running under msprof would; off by default so a long-lived runtime keeps flat memory.
     # source_lines also stamps instructions with their kernel source line (code_exe)
+    profile: bool = False
     source_lines: bool = False
     profiler: Profiler | None = None
-    # (kind, bytes, start cycle, end cycle) of every host<->device copy, timed on the host link
-    host_copies: list[tuple[str, int, int, int]] = field(default_factory=list)
+    _records: list = field(default_factory=list)       # records of launches already pruned
+    _record_tail: list = field(default_factory=list)   # last pruned launch per stream (wait times)
+    # (kind, bytes, start cycle, end cycle) of the most recent host<->device copies, timed on the
+    # host link; host_copy_count / host_copy_cycles count all of them
+    host_copies: deque = field(default_factory=lambda: deque(maxlen=HOST_COPIES_KEPT))
+    host_copy_count: int = 0
+    host_copy_cycles: int = 0
     # bumped each time aclrtSetDevice builds a device: handles of an older one are stale
     generation: int = 0
 
@@ -257,9 +266,12 @@ class AclRuntime:
             if self.trace_level != "off":
                 self.trace = Trace(self.trace_level, spec.clock_hz, metadata={"device": spec.name})
             self.device = Device(spec, trace=self.trace, functional=self.functional, seed=self.seed)
-            self.profiler = Profiler()
-            self.device.observers.append(self.profiler)
-            self.device.source_lines = self.source_lines
+            self.profiler = None
+            self._records, self._record_tail = [], []
+            if self.profile or self.source_lines:
+                self.profiler = Profiler()
+                self.device.observers.append(self.profiler)
+                self.device.source_lines = self.source_lines
             self.generation += 1
         return ACL_SUCCESS
 
@@ -268,7 +280,7 @@ class AclRuntime:
         """What every finished kernel launch did so far (traces.tables.LaunchRecord)."""
         if self.device is None:
             return []
-        return launch_records(self.device, self.profiler)
+        return self._records + launch_records(self.device, self.profiler)
 
     @_boundary()
     def write_tables(self, path: str) -> int:
@@ -277,6 +289,9 @@ class AclRuntime:
         status code like the ACL calls."""
         if self.device is None:
             return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, "write_tables: no device set; call aclrtSetDevice(0)")
+        if self.profiler is None:
+            return self.fail(ACL_ERROR_INVALID_PARAM, "write_tables: the runtime was not profiling; "
+                                                      "create it with AclRuntime(..., profile=True)")
         try:
             write_tables(self.launch_records(), path, self.device.spec.gm.kind)
         except OSError as exc:
@@ -342,6 +357,17 @@ class AclRuntime:
         device's and streams' lists (each executor keeps its own in ``executor.launches``)."""
         dev = self.device
         assert dev is not None
+        finished = [ln for ln in dev.launches if ln.end >= 0]
+        if self.profiler is not None and finished:
+            # keep what the tables need before the launches go; the tail (the last pruned launch
+            # of each stream) gives the first new launch its wait after its predecessor
+            tail = self._record_tail
+            self._records.extend(launch_records(dev, self.profiler, tail + finished)[len(tail):])
+            self.profiler.forget(finished)
+            last: dict[Any, Any] = {}
+            for ln in tail + finished:
+                last[ln.stream] = ln
+            self._record_tail = list(last.values())
         dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
         for s in dev.streams:
             s.launches[:] = [ln for ln in s.launches if ln.end < 0]
@@ -451,15 +477,12 @@ class AclRuntime:
         t0 = dev.now  # type: ignore[union-attr]
         dev.env.run(until=t0 + cycles)  # type: ignore[union-attr]
         self.host_copies.append((kind, nbytes, t0, t0 + cycles))
+        self.host_copy_count += 1
+        self.host_copy_cycles += cycles
         tr = dev.trace  # type: ignore[union-attr]
         if tr is not None and tr.enabled:
             tr.add_slice(tr.track("host", f"{link.kind} copies"), f"aclrtMemcpy {kind}", t0, t0 + cycles,
                          detail=f"{nbytes} B")
-
-    @property
-    def host_copy_cycles(self) -> int:
-        """Simulated cycles the host spent in aclrtMemcpy (host <-> device) so far."""
-        return sum(end - start for _, _, start, end in self.host_copies)
 
     @property
     def elapsed_cycles(self) -> int:

@@ -57,6 +57,13 @@ class Profiler:
             elif addr >= 0 and (pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False))):
                 self.stores.setdefault(lid, array("q")).append(addr)
 
+    def forget(self, launches: Any) -> None:
+        """Drop what was counted for ``launches`` (their records were taken; ids may be reused)."""
+        ids = {id(launch) for launch in launches}
+        self.rows = {k: v for k, v in self.rows.items() if k[0] not in ids}
+        for lid in ids:
+            self.stores.pop(lid, None)
+
     def busy(self, launch: Any) -> dict[tuple[str, str], int]:
         """(core, pipe) -> busy cycles of one launch."""
         lid = id(launch)

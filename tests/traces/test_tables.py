@@ -175,3 +175,48 @@ def test_write_tables_names_the_files_beside_the_op_summary(tmp_path):
                      "pipe_utilization": str(tmp_path / "p_pipe_utilization.csv"),
                      "instr_exe": str(tmp_path / "p_instr_exe.csv"),
                      "code_exe": str(tmp_path / "p_code_exe.csv")}
+
+
+def _example_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "acl_mse_loss_backward_mod", os.path.join(ROOT, "examples", "acl_mse_loss_backward.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _three_synchronized_calls(rt):
+    from opsim.kernels.aclnn import aclnnMseLossBackward, aclnnMseLossBackwardGetWorkspaceSize
+    ex = _example_module()
+    assert rt.aclInit(None) == 0 and rt.aclrtSetDevice(0) == 0
+    stream, ret = rt.aclrtCreateStream()
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    tensors = [ex.create_tensor(rt, a)[1] for a in (x, x * 2, x * 0, np.zeros_like(x))]
+    for _ in range(3):
+        ws, executor, ret = aclnnMseLossBackwardGetWorkspaceSize(*tensors[:3], 1, tensors[3])
+        assert ret == 0 and ws == 0
+        assert aclnnMseLossBackward(0, 0, executor, stream) == 0
+        assert rt.aclrtSynchronizeStream(stream) == 0      # prunes the finished launch
+    return stream
+
+
+def test_a_profiling_runtime_keeps_every_launch_in_its_tables_across_synchronizations(tmp_path):
+    from opsim.simulator.acl import AclRuntime
+    rt = AclRuntime("atlas-a2", profile=True)
+    _three_synchronized_calls(rt)
+    assert rt.device.launches == []                       # the runtime's memory stays flat ...
+    records = rt.launch_records()                         # ... but the profile keeps the records
+    assert [r.name for r in records] == ["MseLossGradV2"] * 3
+    assert rt.write_tables(str(tmp_path / "t.csv")) == 0
+    head, rows = _read(str(tmp_path / "t.csv"))
+    assert len(rows) == 3 and all(r["Op Name"] == "MseLossGradV2" for r in rows)
+
+
+def test_tables_of_a_runtime_that_was_not_profiling_are_refused_with_a_code(tmp_path):
+    from opsim.simulator.acl import ACL_ERROR_INVALID_PARAM, AclRuntime
+    rt = AclRuntime("atlas-a2")
+    _three_synchronized_calls(rt)
+    assert rt.write_tables(str(tmp_path / "t.csv")) == ACL_ERROR_INVALID_PARAM
+    assert "profile=True" in rt.aclGetRecentErrMsg()
+    assert not os.path.exists(str(tmp_path / "t.csv"))
