@@ -20,7 +20,7 @@ keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of 
 two fp32 UB accumulators flushed by atomic adds when the index changes, every 10 rows and at
 the last row, embeddingDim in chunks of maxFormerNum; with scaleGradByFreq separate
 ``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn runs
-:func:`_small_dim_kernel` for fp32 rows without scaleGradByFreq (the sort path otherwise).
+:func:`_small_dim_kernel` for fp32 rows (the sort path for uncast fp16/bf16 rows).
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
@@ -413,9 +413,9 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     # determinism off; the deterministic kernel and the uncast fp16/bf16 one keep opsim's model
     row_kernel = (not det) and kdt == nx.FP32
     small_dim = (not det) and emb <= SMALL_DIM_THRESH and nw <= CAST_MAX_NUM
-    # opsim runs the small-dim kernel for fp32 rows without scaleGradByFreq; with scale (the
-    # kernel's scale tail) and for uncast fp16/bf16 rows (isDifferentDtype_) the sort path stays
-    sd_kernel = small_dim and row_kernel and not scale
+    # opsim runs the small-dim kernel for fp32 rows; for uncast fp16/bf16 rows
+    # (isDifferentDtype_: the outCasted workspace and its cast tail) the sort path stays
+    sd_kernel = small_dim and row_kernel
     sd_rows = small_dim_max_rows(ub, emb) if sd_kernel else 0
     if sd_kernel and sd_rows < 1:
         raise tiling_error(f"the small-dim kernel fits no row of embeddingDim {emb} in the UB ({ub} B)")
@@ -1365,9 +1365,9 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     The small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
     CheckIsSmallDimMode) skips launches 3 and 4: CastGrad, CastIndices, MemSet, the small-dim
     EmbeddingDenseGradV2 (:func:`_small_dim_kernel`, embedding_dense_grad_v2_small_dim.h: each
-    core sorts its UB tiles of indices itself), CastOut. opsim runs it for fp32 rows without
-    scaleGradByFreq (``tiling.small_dim_kernel``); with scaleGradByFreq or uncast fp16/bf16 rows
-    the sort path still runs (``tiling.small_dim`` says when the real call would differ)."""
+    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch), CastOut. opsim
+    runs it for fp32 rows (``tiling.small_dim_kernel``); for uncast fp16/bf16 rows the sort path
+    still runs (``tiling.small_dim`` says when the real call would differ)."""
     n_rows, emb, nw = tiling.n_rows, tiling.emb_dim, tiling.num_weights
     g_src = grad
     if tiling.cast_grad:
@@ -1385,7 +1385,7 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         # MemSet clears (op_api aclnn_embedding_dense_backward.cpp, the else branch of
         # `is950 || !CheckIsSmallDimMode`); tiling key 100 (Tiling4SmallDim), block_dim = coreNum
         go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
-        go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGradV2")
+        go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, counts, name="EmbeddingDenseGradV2")
         if acc is not out:
             ct = tiling.cast_out_tiling
             go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
@@ -1433,14 +1433,15 @@ def small_dim_rows(n_rows: int, block_dim: int, i: int) -> tuple[int, int]:
 
 
 def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, grad: GlobalTensor,
-                      acc: GlobalTensor) -> Iterator[Any]:
+                      acc: GlobalTensor, counts: GlobalTensor | None = None) -> Iterator[Any]:
     """EmbeddingDenseGradV2 small-dim kernel, fp32 rows (ops-nn index/embedding_dense_grad_v2/
     op_kernel/embedding_dense_grad_v2_small_dim.h, EmbeddingDenseGradV2SmallDimKernel::Process).
 
     The core takes its rows of the UNSORTED indices (SetGmAddr: formerCopyRow x coreIdx) in tiles
     of copyRowNum = min(maxRowInUb, rows); per tile, one after the other (single-buffered queues):
     CopyIn: DataCopyPad of the tile's int32 indices and of its grad rows (one copy of copyRow
-    blocks of embeddingDim; opsim packs the rows, the real copy pads each to 32 B: same bytes);
+    blocks of embeddingDim, each padded to embeddingDimAlign in UB; opsim issues one copy per
+    row when embeddingDim is not a multiple of 8, so such tiles pay a start-up per row);
     SortIndices: Duplicate -1 over the 32-aligned tile, Cast int32 -> fp32 (CAST_ROUND, exact
     below 2^24 = CAST_MAX_NUM), CreateVecIndex, Sort<float, true> + Extract (opsim's Sort
     instruction fuses the position vector and the extraction; Extract is priced as a Copy of the
@@ -1455,9 +1456,30 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     runs in ascending index order with positions ascending inside a run (assumption: the order
     of equal keys is not published). Within a run the sum order is the walk order, so results
     are bitwise those of a golden summing each tile's run in position order, then adding the
-    runs of the tiles in GM (in an order that depends on the atomics)."""
+    runs of the tiles in GM (in an order that depends on the atomics).
+
+    With scaleGradByFreq (tiling key 101, embedding_dense_grad_v2.cpp ProcessAndScale<true,
+    false>): InitWorkspace zeroes this core's share of the counts, SyncAll, the kernel above, whose
+    CopyOut also adds the run length (scaleCount_, SetValue + PIPE_S_MTE3) atomically into the
+    counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch."""
+    scale = counts is not None
+    if scale:   # InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
+        clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
+        zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
+        if chi > clo:
+            z = zq.alloc(nx.FP32)
+            yield Duplicate(z, 0.0, count=zn)
+            zq.enque(z)
+            z = zq.deque()
+            for o in range(clo, chi, zn):
+                k = min(zn, chi - o)
+                yield DataCopyPad(counts[o:o + k], z[0:k], k)
+            zq.free(z)
+        yield from _sync_all(0)
     lo, hi = small_dim_rows(tiling.n_rows, ctx.block_dim, ctx.block_idx)
     emb, pad = tiling.emb_dim, tiling.padding_idx
+    ea = _align(emb, 8)                                     # embeddingDimAlign: rows padded to 32 B in UB
     rows = hi - lo
     copy_rows = min(tiling.sd_max_rows, rows)
     ia = _align(max(copy_rows, 1), 32)
@@ -1465,6 +1487,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     scratch = ctx.tbuf(ia * 12 * 2, nx.FP32)              # tmpQue_ + sortIndicesQue_
     gbuf = ctx.tbuf(_slot(_align(_align(emb, 8) * max(copy_rows, 1), 16), 4), nx.FP32)
     accb = ctx.tbuf(_slot(emb, 4), nx.FP32)
+    cnt_buf = ctx.tbuf(32, nx.FP32) if scale else None
     ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "VECTOR"), ("VECTOR", "SCALAR"), ("SCALAR", "VECTOR"),
                                               ("VECTOR", "MTE3"), ("MTE3", "VECTOR"), ("SCALAR", "MTE2"),
                                               ("VECTOR", "MTE2"), ("MTE3", "SCALAR"))}
@@ -1485,7 +1508,11 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             sync("VECTOR", "MTE2")                          # the queues' FreeTensor -> next AllocTensor
             sync("SCALAR", "MTE2")
         yield DataCopyPad(ibuf[0:n], idx[s:s + n], n)       # CopyIn
-        yield DataCopyPad(gbuf[0:n * emb], grad[s * emb:(s + n) * emb], n * emb)
+        if ea == emb:                                   # rows already 32 B: one contiguous copy
+            yield DataCopyPad(gbuf[0:n * emb], grad[s * emb:(s + n) * emb], n * emb)
+        else:   # the real copy is one DataCopyPad of copyRow blocks padded to embeddingDimAlign;
+            for r in range(n):                          # opsim's DataCopyPad has no block count
+                yield DataCopyPad(gbuf[r * ea:r * ea + emb], grad[(s + r) * emb:(s + r + 1) * emb], emb)
         sync("MTE2", "VECTOR")                              # EnQue / DeQue
         na = _align(n, 32)
         yield Duplicate(tmp2, -1.0, count=na)               # SortIndices
@@ -1510,7 +1537,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
                 if j > i:
                     yield ScalarOp(2, "nextId, nextPos GetValue")
                 sync("SCALAR", "VECTOR")
-                yield Add(accb[0:emb], accb[0:emb], gbuf[p * emb:(p + 1) * emb], count=emb)   # AtomicAddInUb
+                yield Add(accb[0:emb], accb[0:emb], gbuf[p * ea:p * ea + emb], count=emb)   # AtomicAddInUb
                 j += 1
             if j < n:
                 yield ScalarOp(1, "nextId GetValue (run end)")
@@ -1518,12 +1545,34 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb:(key + 1) * emb], accb[0:emb], emb)
             yield SetAtomicNone()
+            if scale:                                       # tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
+                yield ScalarOp(1, "SetValue count")
+                sync("SCALAR", "VECTOR")
+                yield Duplicate(cnt_buf, float(j - i), count=8)    # the scalar store, as an 8-lane write
+                sync("VECTOR", "MTE3")
+                yield SetAtomicAdd(nx.FP32)
+                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
+                yield SetAtomicNone()
             sync("MTE3", "VECTOR")                          # FreeTensor -> ResetAddQue
             yield Duplicate(accb, 0.0)
             sync("VECTOR", "SCALAR")
             i = j
     sync("MTE3", "SCALAR")                                  # PIPE_MTE3_S
     yield from _sync_all(2)                                 # SyncAll
+    if scale:   # ProcessAndScale: SyncAll, tpipe.Destroy() (the kernel's UB freed), the scale kernel
+        yield from _sync_all(1)
+        sync("VECTOR", "MTE2")                              # the last ResetAddQue before the UB is reused
+        ub = ctx.core.memory(ctx.core.local_memory)
+        for b in (ibuf, pbuf, tmp2, scratch, gbuf, accb, cnt_buf):
+            ub.free(b.addr)
+        cvals = None
+        slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        if shi > slo:
+            if ctx.functional:
+                allk = _peek(idx, 0, tiling.n_rows).astype(np.int64)
+                allk = allk[allk != tiling.padding_idx]
+                cvals = np.bincount(allk, minlength=tiling.num_weights)[slo:shi].astype(np.float32)
+            yield from _scale_kernel(ctx, tiling, counts, acc, cvals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1975,13 +2024,14 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
                        "bytes_written": est.bytes_written + scale.bytes_written})
 
 
-def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool = False) -> Any:
     """:func:`_small_dim_kernel` on its busiest core (the last: tailCopyRow rows), every step
     waiting for the previous one. A tile: the index and grad loads, Duplicate + Cast + Sort +
     Extract (Copy) + Cast of the indices, the accumulator's Duplicate; a row: the scalar's reads
     and the Add; a run (every index distinct under the timing-mode assumption i mod numWeights,
     so one per row when gradRow <= numWeights): the atomic store and the Duplicate. All cores
-    load at about the same time (``block_dim`` concurrent copies); one store in flight."""
+    load at about the same time (``block_dim`` concurrent copies; grad rows from the L2 when
+    CastGrad just wrote them and they fit); one store in flight."""
     bd, emb, nw = tiling.block_dim, tiling.emb_dim, tiling.num_weights
     lo, hi = small_dim_rows(tiling.n_rows, bd, bd - 1)
     rows = hi - lo
@@ -1998,7 +2048,9 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         na = _align(n, 32)
         runs = len(np.unique(keys[s:s + n]))
         runs_total += runs
-        load = dma_cycles(st2, n * 4, rl) + dma_cycles(st2, n * emb * 4, rl)
+        gr = l2_read_rate(spec, bd) if grad_from_l2 else rl
+        load = dma_cycles(st2, n * 4, rl) + (dma_cycles(st2, n * emb * 4, gr) if emb % 8 == 0
+                                             else n * dma_cycles(st2, emb * 4, gr))
         srt = vector_cycles(spec, "Sort32", "fp32", na) + sort_passes(na) * vector_cycles(spec, "MrgSort", "fp32", na)
         vec = (vector_cycles(spec, "Duplicate", "fp32", na) + vector_cycles(spec, "Cast_int32_fp32", "int32", n)
                + srt + vector_cycles(spec, "Copy", "fp32", na) + vector_cycles(spec, "Cast_fp32_int32", "fp32", n)
@@ -2012,9 +2064,21 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         busy["VECTOR"] += vec + add + dup
         busy["MTE3"] += store
         busy["SCALAR"] += scal
+        if tiling.scale:                                  # the run length's 4 B atomic add
+            total += runs * (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs))
     written = int(tiling.n_rows * emb * 4 * runs_total / max(rows, 1))
-    return _est_launch(spec, total, busy, tiling.n_rows * (emb * 4 + 4), min(written, tiling.n_rows * emb * 4),
-                       bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
+    est = _est_launch(spec, total, busy, tiling.n_rows * (emb * 4 + 4), min(written, tiling.n_rows * emb * 4),
+                      bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
+    if not tiling.scale:
+        return est
+    # ProcessAndScale<true, false>: counts zeroed, SyncAlls, then the scale kernel (as _est_row_kernel)
+    scale = _est_scale_v2(spec, tiling, _fits_l2(spec, nw * emb * 4))
+    zero = dma_cycles(st3, -(-nw // bd) * 4, rs)
+    return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
+                       "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
+                                     for p in set(est.pipe_busy) | set(scale.pipe_busy)},
+                       "bytes_read": est.bytes_read + scale.bytes_read,
+                       "bytes_written": est.bytes_written + scale.bytes_written})
 
 
 def _row_kernel_flushes(tiling: EmbeddingTiling) -> float:
@@ -2080,7 +2144,8 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     if tiling.small_dim_kernel:                           # no Sort, no ZerosLike (see _launch_v2)
         parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
         parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
-        parts.append(_est_small_dim(spec, tiling))
+        grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 4 * n_rows + acc_bytes)
+        parts.append(_est_small_dim(spec, tiling, grad_l2))
         if tiling.cast_out_tiling is not None:
             acc_l2 = _fits_l2(spec, acc_bytes + n_rows * emb * 4 * (2 if tiling.cast_grad else 1))
             parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))

@@ -154,7 +154,8 @@ def test_scale_path_counts_and_scales_inside_the_one_kernel_launch_with_counts_i
     # ops-nn embedding_dense_grad_v2.cpp ProcessAndScale: InitWorkspace, SyncAll, the rows (AddFreq
     # adds each flushed run's length to the counts), SyncAll, the scale kernel -- one launch
     rng = np.random.default_rng(12)
-    res = _run(grad=_grad(rng, (64, 8)), indices=rng.integers(0, 5, 64).astype(np.int32), num_weights=5,
+    # (embeddingDim past the small-dim branch: the sort path's row kernel)
+    res = _run(grad=_grad(rng, (64, SORT_DIM)), indices=rng.integers(0, 5, 64).astype(np.int32), num_weights=5,
                scale_grad_by_freq=True, trace="instruction")
     names = _launch_names(res)
     assert names == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
@@ -671,12 +672,13 @@ def test_a2_small_dim_call_has_no_sort_and_no_zeroslike_launch(dtype):
     assert ok, info
 
 
-def test_a2_small_dim_sum_is_bitwise_the_golden_when_each_index_stays_in_one_tile():
+@pytest.mark.parametrize("emb", [24, 20])        # 20: rows padded to 32 B in UB (embeddingDimAlign)
+def test_a2_small_dim_sum_is_bitwise_the_golden_when_each_index_stays_in_one_tile(emb):
     # 512 rows on 48 cores: 10 rows per core, 42 on the last (Tiling4SmallDim); each index's
     # rows lie in one core's tile, shuffled: the kernel sorts the tile and sums each run from 0
     # in position order, then one atomic add into the zeroed out -- the golden's order
     rng = np.random.default_rng(41)
-    n, emb = 512, 24
+    n = 512
     idx = np.empty(n, np.int32)
     for c in range(48):
         lo, hi = eb.small_dim_rows(n, 48, c)
@@ -701,7 +703,6 @@ def test_a2_small_dim_tiles_a_core_rows_by_max_row_in_ub():
 @pytest.mark.parametrize("emb,attrs", [
     (eb.SMALL_DIM_THRESH + 1, {}),                 # embeddingDim 513
     (64, {"deterministic": True}),
-    (64, {"scale_grad_by_freq": True}),            # small-dim on hardware, not modelled: sort path
 ])
 def test_a2_past_the_small_dim_thresholds_the_sort_path_runs(emb, attrs):
     rng = np.random.default_rng(43)
@@ -709,6 +710,21 @@ def test_a2_past_the_small_dim_thresholds_the_sort_path_runs(emb, attrs):
     res = _run(grad=g, indices=idx, num_weights=30, trace="instruction", **attrs)
     names = _launch_names(res)
     assert names[:3] == ["Sort", "ZerosLike", "MemSet"] and not res.tiling.small_dim_kernel
-    assert res.tiling.small_dim == ("scale_grad_by_freq" in attrs)
+    assert not res.tiling.small_dim
     ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=30, **attrs), "fp32")
+    assert ok, info
+
+
+def test_a2_small_dim_with_scale_counts_runs_and_scales_inside_the_one_launch():
+    # embedding_dense_grad_v2.cpp ProcessAndScale<true, false> (tiling key 101): InitWorkspace,
+    # SyncAll, the small-dim kernel (CopyOut adds each run's length to the counts), SyncAll, scale
+    rng = np.random.default_rng(44)
+    g, idx = _grad(rng, (64, 8)), rng.integers(0, 5, 64).astype(np.int32)
+    res = _run(grad=g, indices=idx, num_weights=5, scale_grad_by_freq=True, trace="instruction")
+    assert _launch_names(res) == ["MemSet", "EmbeddingDenseGradV2"] and res.tiling.small_dim_kernel
+    assert res.tiling.block_dim == 5                       # coreNum capped by numWeights with scale
+    count_adds = [s for s in res.trace.slices(thread="MTE3") if s.detail.endswith("atomic add") and s.nbytes == 4]
+    assert count_adds and {s.process for s in res.trace.slices(thread="VECTOR") if s.name == "Muls"}
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=5, scale_grad_by_freq=True),
+                                        "fp32")
     assert ok, info
