@@ -13,14 +13,14 @@ Sort of ops-math math/sort/op_api/sort.cpp and its TIK kernel): ``CastGrad`` (fp
 fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB, gradRow < 512 or scaleGradByFreq, and in
 deterministic mode, opsim's choice), ``CastIndices`` (indices other than int32), ``Sort`` (the
 TIK Sort of the indices seen as fp32, on one core), ``ZerosLike``, ``MemSet`` (the InitValue(0)
-clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut``; see :func:`_launch_v2`
+clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no Sort, no ZerosLike); see :func:`_launch_v2`
 for each launch and its citation, :func:`_tik_sort_kernel` and :func:`_row_kernel` for the two
 kernels re-derived from the sources. The deterministic kernel and the uncast fp16/bf16 kernel
 keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of the sorted rows,
 two fp32 UB accumulators flushed by atomic adds when the index changes, every 10 rows and at
 the last row, embeddingDim in chunks of maxFormerNum; with scaleGradByFreq separate
-``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn
-is not modelled (the sort path runs instead).
+``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn runs
+:func:`_small_dim_kernel` for fp32 rows (the sort path for uncast fp16/bf16 rows).
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
@@ -94,6 +94,7 @@ TIK_SORT_BATCH = 4096
 TIK_SORT_ALIGN = 32                # sort_size: vsort32 sorts 32 elements per repeat
 SMALL_DIM_THRESH = 512             # aclnn CheckIsSmallDimMode: embeddingDim <= 512 ...
 CAST_MAX_NUM = 16777216            # ... and numWeights <= 2^24 (op_api aclnn_embedding_dense_backward.cpp)
+SMALL_DIM_SORT_PART = 10           # UB_SORT_PART of Tiling4SmallDim (op_host embedding_dense_grad_v2_tiling.cpp)
 ZERO_BUF_BYTES = 32768             # UB zero buffer of ZerosLike (assumption)
 WS_ALIGN = 512                     # alignment of workspace regions
 OVERRIDE_KEYS = ("block_dim", "e_chunk", "cast_grad")
@@ -292,7 +293,9 @@ class EmbeddingTiling:
     merge_passes: int = 0     # V2: vmrgsort steps of the TIK Sort's sort_in_gm (B(B-1)/2 for B batches)
     merge_block: int = 0      # merged elements per MrgSort
     row_kernel: bool = False  # V2 fp32 non-deterministic: the ops-nn per-row kernel (embedding_dense_grad_v2.h)
-    small_dim: bool = False   # aclnn's small-dim branch would run (not modelled: see module docstring)
+    small_dim: bool = False   # aclnn's small-dim branch would run (CheckIsSmallDimMode)
+    small_dim_kernel: bool = False   # ... and opsim runs it (fp32 rows, no scaleGradByFreq): see _launch_v2
+    sd_max_rows: int = 0      # small-dim maxRowInUb (rows per UB tile)
     index_cast: bool = False  # V2: l0op::Cast of the indices to int32 before the Sort
     # V1
     ub_indices: int = 0       # indices (and grad rows) per UB block
@@ -422,25 +425,37 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     # determinism off; the deterministic kernel and the uncast fp16/bf16 one keep opsim's model
     row_kernel = (not det) and kdt == nx.FP32
     small_dim = (not det) and emb <= SMALL_DIM_THRESH and nw <= CAST_MAX_NUM
+    # opsim runs the small-dim kernel for fp32 rows; for uncast fp16/bf16 rows
+    # (isDifferentDtype_: the outCasted workspace and its cast tail) the sort path stays
+    sd_kernel = small_dim and row_kernel
+    sd_rows = small_dim_max_rows(ub, emb) if sd_kernel else 0
+    if sd_kernel and sd_rows < 1:
+        raise tiling_error(f"the small-dim kernel fits no row of embeddingDim {emb} in the UB ({ub} B)")
     index_cast = idx.dtype != nx.INT32
     span = runs * TIK_SORT_BATCH if runs > 1 else sort_tile
+    srt = 0 if sd_kernel else 1                           # the small-dim branch has no Sort launch
     layout, ws = _layout([
         ("grad32", n_rows * emb * 4 if cast else 0),
         ("acc32", nw * emb * 4 if acc_is_ws else 0),
         ("idx32", n_rows * 4 if index_cast else 0),
-        ("keys0", n_rows * 4), ("pos0", n_rows * 4),
+        ("keys0", n_rows * 4 * srt), ("pos0", n_rows * 4 * srt),
         # TIK Sort workspaces: sorted batches (tmp_workspace), data_a_list, the aligned outputs
-        ("sws_k", span * 4 if runs > 1 else 0), ("sws_p", span * 4 if runs > 1 else 0),
-        ("alist", sort_tile * 8), ("algk", span * 4), ("algp", span * 4),
+        ("sws_k", span * 4 * srt if runs > 1 else 0), ("sws_p", span * 4 * srt if runs > 1 else 0),
+        ("alist", sort_tile * 8 * srt), ("algk", span * 4 * srt), ("algp", span * 4 * srt),
         ("counts", nw * 4 if scale else 0),
     ])
     zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale and not row_kernel else 0)
+    if sd_kernel:                                         # InitBuffers of the small-dim kernel
+        rows = min(sd_rows, max(n_rows // block_dim, n_rows - (n_rows // block_dim) * (block_dim - 1)))
+        ia, ga = _align(rows, 32), _align(_align(emb, 8) * rows, 16)
+        ub_bytes = ia * 4 * 3 + ia * 12 * 2 + _slot(ga, 4) + _slot(emb, 4)
     return _fits_ub(spec, EmbeddingTiling(
         path="v2", cast_grad=cast, acc_dtype=acc_dtype, block_dim=block_dim, e_chunk=e_chunk,
         ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, zero_bytes), sort_tile=sort_tile,
         sort_runs=runs, merge_passes=passes, merge_block=merge_block,
         scale_block_dim=block_dim if row_kernel else max(1, min(cores, nw)), workspace=ws,
         layout=layout, row_kernel=row_kernel, small_dim=small_dim, index_cast=index_cast,
+        small_dim_kernel=sd_kernel, sd_max_rows=sd_rows,
         cast_index_tiling=(plan_elementwise(spec, n_rows, n_inputs=1, in_itemsize=idx.dtype.itemsize,
                                             out_itemsize=4, calc_bytes=0) if index_cast else None),
         cast_grad_tiling=(plan_elementwise(spec, n_rows * emb, n_inputs=1, in_itemsize=2, out_itemsize=4,
@@ -1359,10 +1374,12 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
        nothing: assumption); l0op::ViewCopy into a contiguous out launches nothing (assumption:
        the executor writes the last result into out; a non-contiguous out is not modelled).
 
-    Not modelled: the small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
-    CheckIsSmallDimMode), where the aclnn skips the Sort and ZerosLike and the small-dim kernel
-    (embedding_dense_grad_v2_small_dim.h) sorts each UB tile of indices itself; opsim runs the
-    sort path for those shapes too (``tiling.small_dim`` says when the real call would differ)."""
+    The small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
+    CheckIsSmallDimMode) skips launches 3 and 4: CastGrad, CastIndices, MemSet, the small-dim
+    EmbeddingDenseGradV2 (:func:`_small_dim_kernel`, embedding_dense_grad_v2_small_dim.h: each
+    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch), CastOut. opsim
+    runs it for fp32 rows (``tiling.small_dim_kernel``); for uncast fp16/bf16 rows the sort path
+    still runs (``tiling.small_dim`` says when the real call would differ)."""
     n_rows, emb, nw = tiling.n_rows, tiling.emb_dim, tiling.num_weights
     g_src = grad
     if tiling.cast_grad:
@@ -1374,6 +1391,17 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         i_src = region("idx32", nx.INT32, n_rows)
         ct = tiling.cast_index_tiling
         go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
+    if tiling.small_dim_kernel:
+        # CheckIsSmallDimMode: no PorcessIndices (Sort) and no ZerosLike; EmbeddingDenseGradV2 gets
+        # the unsorted int32 indices and writes the AllocTensor'd output, which the InitValue(0)
+        # MemSet clears (op_api aclnn_embedding_dense_backward.cpp, the else branch of
+        # `is950 || !CheckIsSmallDimMode`); tiling key 100 (Tiling4SmallDim), block_dim = coreNum
+        go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
+        go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, counts, name="EmbeddingDenseGradV2")
+        if acc is not out:
+            ct = tiling.cast_out_tiling
+            go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
+        return
     keys, pos = region("keys0", nx.INT32, n_rows), region("pos0", nx.INT32, n_rows)
     ws = {name: (region(name, nx.INT32, tiling.region(name)[1] // 4) if tiling.region(name) else None)
           for name in ("sws_k", "sws_p", "alist", "algk", "algp")}
@@ -1393,6 +1421,170 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     if acc is not out:
         ct = tiling.cast_out_tiling
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
+
+
+# ---------------------------------------------------------------------------------------------
+# the small-dim branch (aclnn CheckIsSmallDimMode): no Sort launch, each core sorts its UB tiles
+# ---------------------------------------------------------------------------------------------
+
+def small_dim_max_rows(ub_size: int, emb: int, itemsize: int = 4) -> int:
+    """maxRowInUb of the small-dim tiling (ops-nn op_host embedding_dense_grad_v2_tiling.cpp,
+    Tiling4SmallDim): ((UB - RESERVED_UB_SIZE) / 4 - embeddingDim - 256) / (UB_SORT_PART +
+    embeddingDim aligned to 8), halved when the kernel's grad is 2-byte."""
+    per_row = SMALL_DIM_SORT_PART + _align(emb, 8)
+    rows = ((ub_size - V2_INDEX_RESERVE) // 4 - emb - 256) // per_row
+    return rows if itemsize == 4 else rows // 2
+
+
+def small_dim_rows(n_rows: int, block_dim: int, i: int) -> tuple[int, int]:
+    """Rows [lo, hi) of core i (Tiling4SmallDim / SetGmAddr): formerCopyRow = gradRow / coreNum
+    for every core but the last, which takes the rest (tailCopyRow)."""
+    former = n_rows // block_dim
+    lo = former * i
+    return lo, (lo + former if i < block_dim - 1 else n_rows)
+
+
+def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, grad: GlobalTensor,
+                      acc: GlobalTensor, counts: GlobalTensor | None = None) -> Iterator[Any]:
+    """EmbeddingDenseGradV2 small-dim kernel, fp32 rows (ops-nn index/embedding_dense_grad_v2/
+    op_kernel/embedding_dense_grad_v2_small_dim.h, EmbeddingDenseGradV2SmallDimKernel::Process).
+
+    The core takes its rows of the UNSORTED indices (SetGmAddr: formerCopyRow x coreIdx) in tiles
+    of copyRowNum = min(maxRowInUb, rows); per tile, one after the other (single-buffered queues):
+    CopyIn: DataCopyPad of the tile's int32 indices and of its grad rows (one copy of copyRow
+    blocks of embeddingDim, each padded to embeddingDimAlign in UB; opsim issues one copy per
+    row when embeddingDim is not a multiple of 8, so such tiles pay a start-up per row);
+    SortIndices: Duplicate -1 over the 32-aligned tile, Cast int32 -> fp32 (CAST_ROUND, exact
+    below 2^24 = CAST_MAX_NUM), CreateVecIndex, Sort<float, true> + Extract (opsim's Sort
+    instruction fuses the position vector and the extraction; Extract is priced as a Copy of the
+    keys), Cast back to int32; ComputeAndCopyOut: Duplicate 0 into the accumulator, then the
+    scalar walks the sorted tile (GetValue of position and index), skips paddingIdx rows, Adds
+    every row of a run of equal indices into the one fp32 accumulator (AtomicAddInUb, no
+    LIMIT_COUNT_NUM flush here) and at the run's end CopyOut: SetAtomicAdd, DataCopyPad of the
+    row into out[index], SetAtomicNone, Duplicate 0 (ResetAddQue). At the end PIPE_MTE3_S and
+    SyncAll. Runs of one index from different tiles or cores meet in GM through atomic adds.
+
+    Ascend C's Sort orders descending (the -1 padding ends up past the tile); opsim walks the
+    runs in ascending index order with positions ascending inside a run (assumption: the order
+    of equal keys is not published). Within a run the sum order is the walk order, so results
+    are bitwise those of a golden summing each tile's run in position order, then adding the
+    runs of the tiles in GM (in an order that depends on the atomics).
+
+    With scaleGradByFreq (tiling key 101, embedding_dense_grad_v2.cpp ProcessAndScale<true,
+    false>): InitWorkspace zeroes this core's share of the counts, SyncAll, the kernel above, whose
+    CopyOut also adds the run length (scaleCount_, SetValue + PIPE_S_MTE3) atomically into the
+    counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch."""
+    scale = counts is not None
+    if scale:   # InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
+        clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
+        zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
+        if chi > clo:
+            z = zq.alloc(nx.FP32)
+            yield Duplicate(z, 0.0, count=zn)
+            zq.enque(z)
+            z = zq.deque()
+            for o in range(clo, chi, zn):
+                k = min(zn, chi - o)
+                yield DataCopyPad(counts[o:o + k], z[0:k], k)
+            zq.free(z)
+        yield from _sync_all(0)
+    lo, hi = small_dim_rows(tiling.n_rows, ctx.block_dim, ctx.block_idx)
+    emb, pad = tiling.emb_dim, tiling.padding_idx
+    ea = _align(emb, 8)                                     # embeddingDimAlign: rows padded to 32 B in UB
+    rows = hi - lo
+    copy_rows = min(tiling.sd_max_rows, rows)
+    ia = _align(max(copy_rows, 1), 32)
+    ibuf, pbuf, tmp2 = ctx.tbuf(ia * 4, nx.INT32), ctx.tbuf(ia * 4, nx.INT32), ctx.tbuf(ia * 4, nx.FP32)
+    scratch = ctx.tbuf(ia * 12 * 2, nx.FP32)              # tmpQue_ + sortIndicesQue_
+    gbuf = ctx.tbuf(_slot(_align(_align(emb, 8) * max(copy_rows, 1), 16), 4), nx.FP32)
+    accb = ctx.tbuf(_slot(emb, 4), nx.FP32)
+    cnt_buf = ctx.tbuf(32, nx.FP32) if scale else None
+    ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "VECTOR"), ("VECTOR", "SCALAR"), ("SCALAR", "VECTOR"),
+                                              ("VECTOR", "MTE3"), ("MTE3", "VECTOR"), ("SCALAR", "MTE2"),
+                                              ("VECTOR", "MTE2"), ("MTE3", "SCALAR"))}
+
+    def sync(a: str, b: str) -> None:
+        ctx.emit_set(a, b, ev[(a, b)])
+        ctx.emit_wait(a, b, ev[(a, b)])
+
+    if ctx.functional and rows > 0:
+        vals = _peek(idx, lo, rows).astype(np.int64)
+    else:
+        vals = _assumed_indices(tiling.n_rows, tiling.num_weights)[lo:hi]
+    yield SetAtomicNone()
+    for t, s in enumerate(range(lo, hi, max(copy_rows, 1))):
+        ctx.tile = t
+        n = min(copy_rows, hi - s)
+        if t:
+            sync("VECTOR", "MTE2")                          # the queues' FreeTensor -> next AllocTensor
+            sync("SCALAR", "MTE2")
+        yield DataCopyPad(ibuf[0:n], idx[s:s + n], n)       # CopyIn
+        if ea == emb:                                   # rows already 32 B: one contiguous copy
+            yield DataCopyPad(gbuf[0:n * emb], grad[s * emb:(s + n) * emb], n * emb)
+        else:   # the real copy is one DataCopyPad of copyRow blocks padded to embeddingDimAlign;
+            for r in range(n):                          # opsim's DataCopyPad has no block count
+                yield DataCopyPad(gbuf[r * ea:r * ea + emb], grad[(s + r) * emb:(s + r + 1) * emb], emb)
+        sync("MTE2", "VECTOR")                              # EnQue / DeQue
+        na = _align(n, 32)
+        yield Duplicate(tmp2, -1.0, count=na)               # SortIndices
+        yield Cast(tmp2, ibuf, "round", count=n)
+        yield Sort(ibuf.reinterpret(nx.FP32)[0:na], pbuf[0:na], tmp2[0:na], scratch, na, first_position=0)
+        yield Copy(tmp2[0:na], ibuf.reinterpret(nx.FP32)[0:na], na)   # Extract of the keys
+        yield Cast(ibuf, tmp2, "round", count=n)
+        yield Duplicate(accb, 0.0)                          # ResetAddQue
+        sync("VECTOR", "SCALAR")                            # the scalar reads the sorted tile
+        tv = vals[s - lo:s - lo + n]
+        order = np.argsort(tv, kind="stable")
+        i = 0
+        while i < n:
+            key = int(tv[order[i]])
+            yield ScalarOp(2, "posIdx, index GetValue")
+            if key == pad:
+                i += 1
+                continue
+            j = i
+            while j < n and int(tv[order[j]]) == key:
+                p = int(order[j])
+                if j > i:
+                    yield ScalarOp(2, "nextId, nextPos GetValue")
+                sync("SCALAR", "VECTOR")
+                yield Add(accb[0:emb], accb[0:emb], gbuf[p * ea:p * ea + emb], count=emb)   # AtomicAddInUb
+                j += 1
+            if j < n:
+                yield ScalarOp(1, "nextId GetValue (run end)")
+            sync("VECTOR", "MTE3")                          # CopyOut: addResQue_ DeQue
+            yield SetAtomicAdd(nx.FP32)
+            yield DataCopyPad(acc[key * emb:(key + 1) * emb], accb[0:emb], emb)
+            yield SetAtomicNone()
+            if scale:                                       # tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
+                yield ScalarOp(1, "SetValue count")
+                sync("SCALAR", "VECTOR")
+                yield Duplicate(cnt_buf, float(j - i), count=8)    # the scalar store, as an 8-lane write
+                sync("VECTOR", "MTE3")
+                yield SetAtomicAdd(nx.FP32)
+                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
+                yield SetAtomicNone()
+            sync("MTE3", "VECTOR")                          # FreeTensor -> ResetAddQue
+            yield Duplicate(accb, 0.0)
+            sync("VECTOR", "SCALAR")
+            i = j
+    sync("MTE3", "SCALAR")                                  # PIPE_MTE3_S
+    yield from _sync_all(2)                                 # SyncAll
+    if scale:   # ProcessAndScale: SyncAll, tpipe.Destroy() (the kernel's UB freed), the scale kernel
+        yield from _sync_all(1)
+        sync("VECTOR", "MTE2")                              # the last ResetAddQue before the UB is reused
+        ub = ctx.core.memory(ctx.core.local_memory)
+        for b in (ibuf, pbuf, tmp2, scratch, gbuf, accb, cnt_buf):
+            ub.free(b.addr)
+        cvals = None
+        slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        if shi > slo:
+            if ctx.functional:
+                allk = _peek(idx, 0, tiling.n_rows).astype(np.int64)
+                allk = allk[allk != tiling.padding_idx]
+                cvals = np.bincount(allk, minlength=tiling.num_weights)[slo:shi].astype(np.float32)
+            yield from _scale_kernel(ctx, tiling, counts, acc, cvals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1849,6 +2041,63 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
                        "bytes_written": est.bytes_written + scale.bytes_written})
 
 
+def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool = False) -> Any:
+    """:func:`_small_dim_kernel` on its busiest core (the last: tailCopyRow rows), every step
+    waiting for the previous one. A tile: the index and grad loads, Duplicate + Cast + Sort +
+    Extract (Copy) + Cast of the indices, the accumulator's Duplicate; a row: the scalar's reads
+    and the Add; a run (every index distinct under the timing-mode assumption i mod numWeights,
+    so one per row when gradRow <= numWeights): the atomic store and the Duplicate. All cores
+    load at about the same time (``block_dim`` concurrent copies; grad rows from the L2 when
+    CastGrad just wrote them and they fit); one store in flight."""
+    bd, emb, nw = tiling.block_dim, tiling.emb_dim, tiling.num_weights
+    lo, hi = small_dim_rows(tiling.n_rows, bd, bd - 1)
+    rows = hi - lo
+    keys = _assumed_indices(tiling.n_rows, nw)[lo:hi]
+    rl, _ = shared_rates(spec, bd, 0)
+    _, rs = shared_rates(spec, 0, 1)
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    cpo = spec.scalar.cycles_per_op
+    total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
+    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
+    runs_total = 0
+    for s in range(0, rows, max(min(tiling.sd_max_rows, rows), 1)):
+        n = min(tiling.sd_max_rows, rows - s)
+        na = _align(n, 32)
+        runs = len(np.unique(keys[s:s + n]))
+        runs_total += runs
+        gr = l2_read_rate(spec, bd) if grad_from_l2 else rl
+        load = dma_cycles(st2, n * 4, rl) + (dma_cycles(st2, n * emb * 4, gr) if emb % 8 == 0
+                                             else n * dma_cycles(st2, emb * 4, gr))
+        srt = vector_cycles(spec, "Sort32", "fp32", na) + sort_passes(na) * vector_cycles(spec, "MrgSort", "fp32", na)
+        vec = (vector_cycles(spec, "Duplicate", "fp32", na) + vector_cycles(spec, "Cast_int32_fp32", "int32", n)
+               + srt + vector_cycles(spec, "Copy", "fp32", na) + vector_cycles(spec, "Cast_fp32_int32", "fp32", n)
+               + vector_cycles(spec, "Duplicate", "fp32", emb))
+        add = n * vector_cycles(spec, "Add", "fp32", emb)
+        scal = math.ceil((2 * n + 2 * (n - runs) + runs) * cpo)
+        store = runs * dma_cycles(st3, emb * 4, rs)
+        dup = runs * vector_cycles(spec, "Duplicate", "fp32", emb)
+        total += load + vec + add + scal + store + dup
+        busy["MTE2"] += load
+        busy["VECTOR"] += vec + add + dup
+        busy["MTE3"] += store
+        busy["SCALAR"] += scal
+        if tiling.scale:                                  # the run length's 4 B atomic add
+            total += runs * (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs))
+    written = int(tiling.n_rows * emb * 4 * runs_total / max(rows, 1))
+    est = _est_launch(spec, total, busy, tiling.n_rows * (emb * 4 + 4), min(written, tiling.n_rows * emb * 4),
+                      bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
+    if not tiling.scale:
+        return est
+    # ProcessAndScale<true, false>: counts zeroed, SyncAlls, then the scale kernel (as _est_row_kernel)
+    scale = _est_scale_v2(spec, tiling, _fits_l2(spec, nw * emb * 4))
+    zero = dma_cycles(st3, -(-nw // bd) * 4, rs)
+    return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
+                       "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
+                                     for p in set(est.pipe_busy) | set(scale.pipe_busy)},
+                       "bytes_read": est.bytes_read + scale.bytes_read,
+                       "bytes_written": est.bytes_written + scale.bytes_written})
+
+
 def _row_kernel_flushes(tiling: EmbeddingTiling) -> float:
     """Flushes of the row kernel under the assumed indices (one e-chunk pass): a run of r rows
     flushes after every 11th row (LIMIT_COUNT_NUM rows held before the Add) and at its end."""
@@ -1909,6 +2158,15 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
     if tiling.index_cast:
         parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+    if tiling.small_dim_kernel:                           # no Sort, no ZerosLike (see _launch_v2)
+        parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
+        parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
+        grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 4 * n_rows + acc_bytes)
+        parts.append(_est_small_dim(spec, tiling, grad_l2))
+        if tiling.cast_out_tiling is not None:
+            acc_l2 = _fits_l2(spec, acc_bytes + n_rows * emb * 4 * (2 if tiling.cast_grad else 1))
+            parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
+        return _finish(parts, tiling)
     parts.append(_est_tik_sort(spec, tiling))
     old_counts = tiling.region("counts") is not None and not tiling.row_kernel
     parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)] + ([(nw, 4)] if old_counts else [])))

@@ -29,6 +29,9 @@ def _grad(rng, shape, dtype="fp32"):
     return rng.standard_normal(shape).astype(np.float32).astype(NP[dtype])
 
 
+SORT_DIM = eb.SMALL_DIM_THRESH + 8    # embeddingDim past the A2 small-dim branch: the sort path
+
+
 def _run(device="atlas-a2", **kw):
     kw.setdefault("trace", "off")
     return opsim.run(OP, device=device, **kw)
@@ -95,20 +98,22 @@ def test_padding_row_is_exactly_zero_and_padding_rows_are_never_added(device):
     assert np.count_nonzero(out[np.arange(nw) != pad]) > 0
     ok, info = nx.ecosystem_check(out, _truth(g, idx, num_weights=nw, padding_idx=pad), "fp32")
     assert ok, info
-    # no atomic add ever targets the padding row (out is zeroed from its first byte by ZerosLike)
+    # no atomic add ever targets the padding row (out is zeroed from its first byte by ZerosLike,
+    # or by the MemSet on the A2 small-dim branch, which has no ZerosLike)
     launches = {s.name: (s.start, s.end) for s in res.trace.slices(process="host")}
-    z0, z1 = launches["ZerosLike"]
+    z0, z1 = launches["ZerosLike" if device != "atlas-a2" else "MemSet"]
     out_addr = min(s.addr for s in res.trace.slices(thread="MTE3") if z0 <= s.start < z1)
     pad_row = range(out_addr + pad * emb * 4, out_addr + (pad + 1) * emb * 4)
     adds = [s for s in res.trace.slices(thread="MTE3") if s.detail.endswith("atomic add")]
     assert len(adds) > 0 and not any(s.addr in pad_row for s in adds)
     if device == "atlas-a2":
-        # ops-nn embedding_dense_grad_v2.h: CopyIn loads every sorted row, padding rows too;
-        # ComputeAndCopyOut then skips the Add (and flushes what was summed before it)
+        # embeddingDim 16 takes the small-dim branch: ops-nn embedding_dense_grad_v2_small_dim.h
+        # CopyIn loads each core's rows in one copy, padding rows too; ComputeAndCopyOut skips them
+        assert res.tiling.small_dim_kernel
         t0, t1 = launches["EmbeddingDenseGradV2"]
-        gathers = [s for s in res.trace.slices(thread="MTE2")
-                   if t0 <= s.start < t1 and s.name == "DataCopyPad" and s.elements == emb]
-        assert len(gathers) == idx.size
+        loads = [s for s in res.trace.slices(thread="MTE2")
+                 if t0 <= s.start < t1 and s.name == "DataCopyPad" and s.elements % emb == 0 and s.elements > 1]
+        assert sum(s.elements for s in loads) == idx.size * emb
         adds = [s for s in res.trace.slices(thread="VECTOR") if t0 <= s.start < t1 and s.name == "Add"]
         assert len(adds) == int(np.count_nonzero(idx != pad))
 
@@ -149,7 +154,8 @@ def test_scale_path_counts_and_scales_inside_the_one_kernel_launch_with_counts_i
     # ops-nn embedding_dense_grad_v2.cpp ProcessAndScale: InitWorkspace, SyncAll, the rows (AddFreq
     # adds each flushed run's length to the counts), SyncAll, the scale kernel -- one launch
     rng = np.random.default_rng(12)
-    res = _run(grad=_grad(rng, (64, 8)), indices=rng.integers(0, 5, 64).astype(np.int32), num_weights=5,
+    # (embeddingDim past the small-dim branch: the sort path's row kernel)
+    res = _run(grad=_grad(rng, (64, SORT_DIM)), indices=rng.integers(0, 5, 64).astype(np.int32), num_weights=5,
                scale_grad_by_freq=True, trace="instruction")
     names = _launch_names(res)
     assert names == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
@@ -346,6 +352,7 @@ def test_v1_plan_stays_within_the_budget_and_chunks_wide_rows_without_scale():
 
 def test_sort_accumulation_and_atomic_flushes_are_visible_per_core():
     g, idx, nw = _zipf_case()
+    g = _grad(np.random.default_rng(22), (idx.size, SORT_DIM))     # past the small-dim branch
     res = _run(grad=g, indices=idx, num_weights=nw, trace="instruction")
     names = _launch_names(res)
     assert names == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
@@ -363,16 +370,20 @@ def _flushes(res):
 
 
 def test_more_duplicate_indices_give_fewer_atomic_flushes():
+    # embeddingDim 8: the small-dim kernel (embedding_dense_grad_v2_small_dim.h) stores once per
+    # run of equal indices in a core's UB tile, with no LIMIT_COUNT_NUM flush
     rng = np.random.default_rng(31)
     n, emb = 960, 8
     g = _grad(rng, (n, emb))
     distinct = _run(grad=g, indices=rng.permutation(n).astype(np.int32), num_weights=n, trace="instruction")
-    some = _run(grad=g, indices=(np.arange(n) % 240).astype(np.int32), num_weights=n, trace="instruction")
+    some = _run(grad=g, indices=(np.arange(n) // 4).astype(np.int32), num_weights=n, trace="instruction")
+    spread = _run(grad=g, indices=(np.arange(n) % 240).astype(np.int32), num_weights=n, trace="instruction")
     one = _run(grad=g, indices=np.zeros(n, np.int32), num_weights=n, trace="instruction")
+    assert one.tiling.small_dim_kernel and one.tiling.block_dim == 48
     assert _flushes(distinct) == n                   # every row its own flush
-    # one index: each core flushes every 10 rows and at its last row
-    per_core = [hi - lo for lo, hi in (eb._slice(n, 48, b) for b in range(48))]
-    assert _flushes(one) == sum(-(-k // eb.LIMIT_COUNT_NUM) for k in per_core)
+    assert _flushes(one) == 48                       # one index: one run per core (20 rows, one tile)
+    assert _flushes(some) == n // 4                  # runs of 4 inside a core's tile
+    assert _flushes(spread) == n                     # duplicates in other tiles are not merged in UB
     assert _flushes(distinct) > _flushes(some) > _flushes(one)
 
 
@@ -380,7 +391,7 @@ def test_a2_row_kernel_flushes_a_run_when_the_accumulator_already_holds_ten_rows
     # embedding_dense_grad_v2.h ComputeAndCopyOut: isLimite = (addCount == LIMIT_COUNT_NUM) is
     # checked before the Add, so a run flushes after its 11th row, then at the slice's last row
     rng = np.random.default_rng(33)
-    g = _grad(rng, (21, 8))
+    g = _grad(rng, (21, SORT_DIM))                 # past the small-dim branch
     res = _run(grad=g, indices=np.zeros(21, np.int32), num_weights=1, tiling={"block_dim": 1}, trace="instruction")
     assert _flushes(res) == 2                      # rows 1-11, rows 12-21 (not ceil(21 / 10) = 3)
     ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, np.zeros(21, np.int32), num_weights=1), "fp32")
@@ -634,3 +645,86 @@ def test_a_ub_budget_beyond_the_ub_is_refused_by_plan_with_the_numbers():
                   device_overrides={"kernels.embedding_dense_backward.ub_budget": 393216})
     assert ei.value.code == 561002
     assert "the UB has 262144 B" in ei.value.message and "393216" in ei.value.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Atlas A2 small-dim branch (aclnn CheckIsSmallDimMode)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+def test_a2_small_dim_call_has_no_sort_and_no_zeroslike_launch(dtype):
+    # the demo's default call: embeddingDim 64 <= 512, numWeights 1000 <= 2^24, determinism off
+    rng = np.random.default_rng(40)
+    g, idx = _grad(rng, (512, 64), dtype), rng.integers(0, 1000, 512).astype(np.int32)
+    res = _run(grad=g, indices=idx, num_weights=1000, trace="instruction")
+    expect = ["MemSet", "EmbeddingDenseGradV2"]
+    if dtype == "fp16":
+        expect = ["CastGrad"] + expect + ["CastOut"]
+    assert _launch_names(res) == expect
+    assert res.tiling.small_dim and res.tiling.small_dim_kernel
+    assert res.tiling.region("keys0") is None and res.tiling.region("alist") is None
+    # the kernel sorts its own UB tile: one Sort per core (512 rows / 48 cores fit one tile)
+    t0, t1 = {s.name: (s.start, s.end) for s in res.trace.slices(process="host")}["EmbeddingDenseGradV2"]
+    sorts = [s for s in res.trace.slices(thread="VECTOR") if t0 <= s.start < t1 and s.name == "Sort"]
+    assert len({s.process for s in sorts}) == len(sorts) == res.tiling.block_dim == 48
+    # runs of one index from several cores meet through atomic adds: within tolerance
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=1000), dtype)
+    assert ok, info
+
+
+@pytest.mark.parametrize("emb", [24, 20])        # 20: rows padded to 32 B in UB (embeddingDimAlign)
+def test_a2_small_dim_sum_is_bitwise_the_golden_when_each_index_stays_in_one_tile(emb):
+    # 512 rows on 48 cores: 10 rows per core, 42 on the last (Tiling4SmallDim); each index's
+    # rows lie in one core's tile, shuffled: the kernel sorts the tile and sums each run from 0
+    # in position order, then one atomic add into the zeroed out -- the golden's order
+    rng = np.random.default_rng(41)
+    n = 512
+    idx = np.empty(n, np.int32)
+    for c in range(48):
+        lo, hi = eb.small_dim_rows(n, 48, c)
+        idx[lo:hi] = rng.permutation((np.arange(lo, hi) // 5))
+    g = _grad(rng, (n, emb))
+    res = _run(grad=g, indices=idx, num_weights=n // 5 + 1)
+    assert res.tiling.small_dim_kernel
+    assert _bits(res.outputs["out"]) == _bits(_golden(g, idx, num_weights=n // 5 + 1))
+
+
+def test_a2_small_dim_tiles_a_core_rows_by_max_row_in_ub():
+    # maxRowInUb = ((192 KiB - 20480) / 4 - 512 - 256) / (10 + 512) = 82 rows of embeddingDim 512
+    rng = np.random.default_rng(42)
+    g, idx = _grad(rng, (200, 512)), rng.integers(0, 50, 200).astype(np.int32)
+    res = _run(grad=g, indices=idx, num_weights=50, tiling={"block_dim": 1}, trace="instruction")
+    assert res.tiling.sd_max_rows == eb.small_dim_max_rows(196608, 512) == 82
+    assert [s.elements for s in res.trace.slices(thread="VECTOR") if s.name == "Sort"] == [96, 96, 64]
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=50), "fp32")
+    assert ok, info
+
+
+@pytest.mark.parametrize("emb,attrs", [
+    (eb.SMALL_DIM_THRESH + 1, {}),                 # embeddingDim 513
+    (64, {"deterministic": True}),
+])
+def test_a2_past_the_small_dim_thresholds_the_sort_path_runs(emb, attrs):
+    rng = np.random.default_rng(43)
+    g, idx = _grad(rng, (96, emb)), rng.integers(0, 30, 96).astype(np.int32)
+    res = _run(grad=g, indices=idx, num_weights=30, trace="instruction", **attrs)
+    names = _launch_names(res)
+    assert names[:3] == ["Sort", "ZerosLike", "MemSet"] and not res.tiling.small_dim_kernel
+    assert not res.tiling.small_dim
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=30, **attrs), "fp32")
+    assert ok, info
+
+
+def test_a2_small_dim_with_scale_counts_runs_and_scales_inside_the_one_launch():
+    # embedding_dense_grad_v2.cpp ProcessAndScale<true, false> (tiling key 101): InitWorkspace,
+    # SyncAll, the small-dim kernel (CopyOut adds each run's length to the counts), SyncAll, scale
+    rng = np.random.default_rng(44)
+    g, idx = _grad(rng, (64, 8)), rng.integers(0, 5, 64).astype(np.int32)
+    res = _run(grad=g, indices=idx, num_weights=5, scale_grad_by_freq=True, trace="instruction")
+    assert _launch_names(res) == ["MemSet", "EmbeddingDenseGradV2"] and res.tiling.small_dim_kernel
+    assert res.tiling.block_dim == 5                       # coreNum capped by numWeights with scale
+    count_adds = [s for s in res.trace.slices(thread="MTE3") if s.detail.endswith("atomic add") and s.nbytes == 4]
+    assert count_adds and {s.process for s in res.trace.slices(thread="VECTOR") if s.name == "Muls"}
+    ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=5, scale_grad_by_freq=True),
+                                        "fp32")
+    assert ok, info

@@ -70,8 +70,9 @@ def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
     des, est = _both(EMB, "atlas-a2", **_emb(4096, 512, 1000, "fp16", scale_grad_by_freq=True))
     names = [n for n, _ in est.stats["launch_cycles"]]
     # the aclnn's executor order on Atlas A2 (kernels/ascend/embedding_backward.py _launch_v2);
-    # scaleGradByFreq is counted and applied inside the EmbeddingDenseGradV2 launch
-    assert names == ["CastGrad", "Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2", "CastOut"]
+    # scaleGradByFreq is counted and applied inside the EmbeddingDenseGradV2 launch; embeddingDim
+    # 512 takes the small-dim branch (CheckIsSmallDimMode): no Sort and no ZerosLike
+    assert names == ["CastGrad", "MemSet", "EmbeddingDenseGradV2", "CastOut"]
     assert est.stats["launches"] == des.stats["launches"] == len(names)
     assert est.stats["launch_overhead_cycles"] == des.stats["launch_overhead_cycles"]
     assert est.stats["launch_gap_cycles"] == des.stats["launch_gap_cycles"] > 0
@@ -80,11 +81,24 @@ def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
 
 def test_embedding_estimate_counts_one_flush_per_distinct_index():
     # the same rows and dim: all-distinct indices flush every row, 8 rows per index flush 8x less
-    spread = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 512, 32768))
-    repeated = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 512, 512))
+    # (sort path: embeddingDim 520 is past the A2 small-dim branch)
+    spread = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 520, 32768))
+    repeated = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 520, 512))
     acc = {n: c for n, c in spread.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
     acc_rep = {n: c for n, c in repeated.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
     assert acc_rep < acc
+
+
+def test_embedding_estimate_prices_the_small_dim_branch_without_a_sort():
+    # embeddingDim 512: small-dim branch; a store per run inside a core's UB tile, so the
+    # timing-mode indices i mod numWeights (distinct within a core's 86 rows either way) store alike
+    des, est = _both(EMB, "atlas-a2", **_emb(4096, 512, 32768))
+    assert [n for n, _ in est.stats["launch_cycles"]] == ["MemSet", "EmbeddingDenseGradV2"]
+    assert est.stats["launches"] == des.stats["launches"] == 2
+    few = opsim.run(EMB, device="atlas-a2", mode="estimate", **_emb(4096, 512, 40))
+    acc = {n: c for n, c in est.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
+    acc_few = {n: c for n, c in few.stats["launch_cycles"]}["EmbeddingDenseGradV2"]
+    assert acc_few < acc                          # 40 distinct indices: at most 40 runs per tile
 
 
 def test_an_empty_embedding_call_is_only_the_zero_fill():
