@@ -216,41 +216,15 @@ def _launch_jit(device: Any, stream: Any, jf: Any, name: str, kt: KernelTiling, 
     """An ``@asc.jit`` kernel launched on an existing device and stream (opsim.run's), its GM
     tensors passed as ``asc.GlobalAddress`` parameters -- the blocks run exactly as in
     ``kernel[block_dim, stream](...)`` (opsim.asc.jit.launch)."""
-    from opsim.asc import _core
-    from opsim.asc.jit import LaunchPlan
+    from opsim.asc.jit import launch_on
     from opsim.asc.tensor import GlobalAddress
-    from opsim.simulator.device import MixKernel
     from opsim.simulator.tile import GlobalTensor
 
-    params = list(inspect.signature(jf.fn).parameters.values())
     args = []
-    for p in params:
+    for p in inspect.signature(jf.fn).parameters.values():
         v = _arg(name, p, named)
         if isinstance(v, GlobalTensor):
             v = GlobalAddress(device, v.addr, v.dtype, v.numel)
         args.append(v)
-    kind = jf.kind()
-    arch = device.spec.cores.architecture
-    plan = LaunchPlan(name, kt.block_dim, kind, device, options=dict(jf.options))
-    fn = jf.run_fn
-    cargs = tuple(args)
-
-    def program(role: str) -> Callable[..., Any]:
-        def run(ctx: Any) -> Any:
-            group = None
-            if kind == "mix":
-                from opsim.asc.adv import group_of
-                group = group_of(plan, ctx, role)
-            return _core.run_block(_core.BlockState(ctx, plan, role, group), fn, cargs, {})
-        run.__name__ = name
-        return run
-
-    if kind == "mix" and arch == "split":
-        kernel, unit = MixKernel(aic=program("aic"), aiv=program("aiv"), name=name), "mix"
-    elif kind == "vector":
-        kernel, unit = program("aiv" if arch == "split" else "aicore"), "vector"
-    else:
-        kernel, unit = program("aic" if arch == "split" else "aicore"), "cube"
-        if arch != "split":
-            plan.kind = "cube"
-    return device.launch(stream, kernel, kt.block_dim, unit=unit, core_mask=kt.core_mask, name=name)
+    return launch_on(device, stream, jf, kt.block_dim, tuple(args), {}, options=jf.options,
+                     core_mask=kt.core_mask, name=name)

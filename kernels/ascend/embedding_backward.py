@@ -1054,6 +1054,24 @@ def _sync_all(flag_id: int) -> Iterator[Any]:
     yield CrossCoreWaitFlag(flag_id, mode=0, pipe="MTE2")
 
 
+def _zero_counts(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor) -> Iterator[Any]:
+    """InitWorkspace of the scaleGradByFreq kernels: this core's share of the counts (the
+    Tiling4Scale split of numWeights) set to 0 from a zeroed UB buffer, in pieces, then SyncAll."""
+    clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+    zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
+    zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
+    if chi > clo:
+        z = zq.alloc(nx.FP32)
+        yield Duplicate(z, 0.0, count=zn)
+        zq.enque(z)
+        z = zq.deque()
+        for o in range(clo, chi, zn):
+            k = min(zn, chi - o)
+            yield DataCopyPad(counts[o:o + k], z[0:k], k)
+        zq.free(z)
+    yield from _sync_all(0)
+
+
 def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
                 grad: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> Iterator[Any]:
     """EmbeddingDenseGradV2 on Atlas A2 for fp32 rows, determinism off: ops-nn
@@ -1077,19 +1095,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
     scale = counts is not None
     if scale:   # InitWorkspace: this core's share of the counts (Tiling4Scale split) to 0, SyncAll
-        clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
-        zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
-        zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
-        if chi > clo:                                      # InitOutput: zeros from UB, in pieces
-            z = zq.alloc(nx.FP32)
-            yield Duplicate(z, 0.0, count=zn)
-            zq.enque(z)
-            z = zq.deque()
-            for o in range(clo, chi, zn):
-                k = min(zn, chi - o)
-                yield DataCopyPad(counts[o:o + k], z[0:k], k)
-            zq.free(z)
-        yield from _sync_all(0)
+        yield from _zero_counts(ctx, tiling, counts)
     if lo < hi:
         keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
         pbuf, ibuf = ctx.tbuf(32, nx.INT32), ctx.tbuf(32, nx.INT32)
@@ -1476,19 +1482,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch."""
     scale = counts is not None
     if scale:   # InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
-        clo, chi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
-        zn = min(max(chi - clo, 1), ZERO_BUF_BYTES // 4)
-        zq = ctx.queue("VECOUT", 1, _slot(zn, 4))
-        if chi > clo:
-            z = zq.alloc(nx.FP32)
-            yield Duplicate(z, 0.0, count=zn)
-            zq.enque(z)
-            z = zq.deque()
-            for o in range(clo, chi, zn):
-                k = min(zn, chi - o)
-                yield DataCopyPad(counts[o:o + k], z[0:k], k)
-            zq.free(z)
-        yield from _sync_all(0)
+        yield from _zero_counts(ctx, tiling, counts)
     lo, hi = small_dim_rows(tiling.n_rows, ctx.block_dim, ctx.block_idx)
     emb, pad = tiling.emb_dim, tiling.padding_idx
     ea = _align(emb, 8)                                     # embeddingDimAlign: rows padded to 32 B in UB

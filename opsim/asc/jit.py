@@ -21,7 +21,7 @@ import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -266,11 +266,50 @@ def _sanitizer(device: Device) -> Any:
     return Sanitizer(device)
 
 
+def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_args: tuple,
+              call_kwargs: Mapping[str, Any], *, options: Mapping[str, Any],
+              core_mask: int | None = None, name: str | None = None) -> Any:
+    """Launch ``jf`` with ``call_args`` (GM tensors already as GlobalAddress) on ``block_dim``
+    blocks of an existing device and stream; returns the simulator's Launch. A vector, cube or
+    mixed kernel goes to the matching cores of the part (split AIC/AIV or coupled AI cores)."""
+    name = name or jf.fn.__name__
+    kind = jf.kind()
+    arch = dev.spec.cores.architecture
+    plan = LaunchPlan(name, block_dim, kind, dev, options=dict(options))
+    fn = jf.run_fn
+    ckw = dict(call_kwargs)
+
+    def program(role: str) -> Callable[..., Any]:
+        def run(ctx: Any) -> Any:
+            group = None
+            if kind == "mix":
+                from opsim.asc.adv import group_of
+                group = group_of(plan, ctx, role)
+            state = _core.BlockState(ctx, plan, role, group)
+            if group is not None and role == "aiv":
+                # when this vector core's kernel returns, its cube core stops waiting for it
+                sub = ctx.sub_block_idx
+                state.on_finish.append(lambda: group.mailbox.post(("exit", sub, None)))
+            return _core.run_block(state, fn, call_args, ckw)
+        run.__name__ = name
+        return run
+
+    if kind == "mix" and arch == "split":
+        kernel: Any = MixKernel(aic=program("aic"), aiv=program("aiv"), name=name)
+        unit = "mix"
+    elif kind == "vector":
+        kernel, unit = program("aiv" if arch == "split" else "aicore"), "vector"
+    else:   # cube-only, or a mixed kernel on a part whose AI cores have every pipe
+        kernel, unit = program("aic" if arch == "split" else "aicore"), "cube"
+        if arch != "split":
+            plan.kind = "cube"
+    return dev.launch(stream, kernel, block_dim, unit=unit, core_mask=core_mask, name=name)
+
+
 def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: Any) -> KernelResult:
     """Run ``jf`` on ``block_dim`` blocks of a fresh simulated device; see the module docstring."""
     from opsim.api import collect_stats, device_spec
 
-    fn = jf.run_fn
     params = inspect.signature(jf.fn).parameters
     opts = dict(jf.options)
     for k in _RESERVED:
@@ -280,8 +319,6 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     if spec.family != "ascend":
         raise SimulatorError(f"opsim.asc kernels run on Ascend devices; {spec.name} is a {spec.family} device")
     name = jf.fn.__name__
-    kind = jf.kind()
-    arch = spec.cores.architecture
     trace = _trace(opts.get("trace", "instruction"), spec, name)
     dev = Device(spec, trace=trace, functional=True, seed=int(opts.get("seed", 0)))
     # the front-end stamps every instruction's origin itself: no need for the dispatcher's
@@ -313,36 +350,10 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         else:
             call_args.append(value)
 
-    plan = LaunchPlan(name, block_dim, kind, dev, options=opts)
     san = _sanitizer(dev) if opts.get("sanitize") else None
-    cargs, ckw = tuple(call_args), call_kwargs
-
-    def program(role: str) -> Callable[..., Any]:
-        def run(ctx: Any) -> Any:
-            group = None
-            if kind == "mix":
-                from opsim.asc.adv import group_of
-                group = group_of(plan, ctx, role)
-            state = _core.BlockState(ctx, plan, role, group)
-            if group is not None and role == "aiv":
-                # when this vector core's kernel returns, its cube core stops waiting for it
-                sub = ctx.sub_block_idx
-                state.on_finish.append(lambda: group.mailbox.post(("exit", sub, None)))
-            return _core.run_block(state, fn, cargs, ckw)
-        run.__name__ = name
-        return run
-
-    if kind == "mix" and arch == "split":
-        kernel = MixKernel(aic=program("aic"), aiv=program("aiv"), name=name)
-        unit = "mix"
-    elif kind == "vector":
-        kernel, unit = program("aiv" if arch == "split" else "aicore"), "vector"
-    else:   # cube-only, or a mixed kernel on a part whose AI cores have every pipe
-        kernel, unit = program("aic" if arch == "split" else "aicore"), "cube"
-        if arch != "split":
-            plan.kind = "cube"
-    core_mask = opts.get("core_mask")
-    launched = dev.launch(sim_stream, kernel, block_dim, unit=unit, core_mask=core_mask, name=name)
+    launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
+                         core_mask=opts.get("core_mask"))
+    unit = launched.unit
     try:
         dev.synchronize(sim_stream)
     except SimulatorError as exc:
