@@ -612,6 +612,11 @@ class Device:
         core.begin_block(launch, b)
         t0 = self.env.now
         yield from core.dispatch(kernel(ctx, *launch.args), ctx.pending)
+        # the block is over: its queues point back at their context, so drop the list (and the
+        # core's link to it) rather than leave the pair to the cyclic garbage collector
+        ctx.queues.clear()
+        if getattr(core, "context", None) is ctx:
+            core.context = None
         launch.blocks.append((b, core.name, t0, self.env.now))
         if self.trace is not None and self.trace.enabled:
             self.trace.add_slice(self.trace.track(core.name, "BLOCK"), f"{launch.name} block {b}",

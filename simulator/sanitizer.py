@@ -213,6 +213,7 @@ class Sanitizer:
         self._resettable: dict[str, bool] = {}
         self._found: dict[tuple, list] = {}            # dedup key -> [Finding kwargs, count]
         self._contexts: dict[str, Any] = {}
+        self._unfreed: dict[str, list] = {}    # core -> (region, unfreed buffer) at its block's end
         self.instructions = 0
         self._report: SanitizerReport | None = None
 
@@ -244,6 +245,13 @@ class Sanitizer:
                     _join(vc, q.popleft()[0])
                 return
             if isinstance(instr, BlockEnd):
+                ctx = self._contexts.pop(core.name, None)
+                if ctx is not None and self.memcheck:
+                    # the program has issued everything by its first BlockEnd, so the queues'
+                    # host-side state is final: take what was never freed now (the device drops
+                    # the block's context when the block ends)
+                    self._unfreed[core.name] = [(q.region.name, item) for q in getattr(ctx, "queues", ())
+                                                for item in q.unfreed()]
                 ce = self._core_end.setdefault(core.name, {})
                 _join(ce, vc)
                 le = self._launch_end.setdefault(id(launch), {})
@@ -463,16 +471,17 @@ class Sanitizer:
                 del self._flags[key]
             for key in [k for k in self._waited if k[0] == core]:
                 del self._waited[key]
-        ctx = self._contexts.get(core)
-        if self.memcheck and ctx is not None:
-            for q in getattr(ctx, "queues", ()):
-                for what, addr, nbytes, line in q.unfreed():
-                    self._add(("unfreed", what, line), check="memcheck", kind="buffer-not-freed",
-                              message=f"{what} allocated and never freed by the end of the block",
-                              core=core, pipes=(), instructions=(), lines=(),
-                              ranges=(f"{core}/{q.region.name} [{addr:#x}, {addr + nbytes:#x}) "
-                                      f"allocated at {_short(line)}",), address=addr)
-        self._contexts.pop(core, None)
+        unfreed = self._unfreed.pop(core, None)
+        ctx = self._contexts.pop(core, None)
+        if unfreed is None and ctx is not None:          # a block that never reached its BlockEnd
+            unfreed = [(q.region.name, item) for q in getattr(ctx, "queues", ()) for item in q.unfreed()]
+        if self.memcheck:
+            for region, (what, addr, nbytes, line) in unfreed or ():
+                self._add(("unfreed", what, line), check="memcheck", kind="buffer-not-freed",
+                          message=f"{what} allocated and never freed by the end of the block",
+                          core=core, pipes=(), instructions=(), lines=(),
+                          ranges=(f"{core}/{region} [{addr:#x}, {addr + nbytes:#x}) "
+                                  f"allocated at {_short(line)}",), address=addr)
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self) -> SanitizerReport:

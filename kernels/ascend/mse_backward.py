@@ -39,7 +39,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     check_not_null(gradOutput=g, self=x, target=y, out=out)
     check_same_dtype("self", x, gradOutput=g, target=y)
     check_dtype_in(supported_dtypes(spec), spec.product, self=x, out=out)
-    # The library casts to out's dtype after the kernel (kernels.md 2a); the simulated call
+    # The library casts to out's dtype after the kernel (docs/sources.md#mse-checks); the simulated call
     # does not model that cast, so a different out dtype is refused here with the validation
     # code rather than faulting in the kernel.
     check_same_dtype("self", x, out=out)

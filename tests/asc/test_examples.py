@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from conftest import EXAMPLES
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels"
 
 # the kernels of docs/writing-kernels.md (other scripts in the folder have their own tests)
 SCRIPTS = ["add_manual_flags", "add_tque", "leaky_relu", "softmax", "matmul_cube_only", "matmul_leaky_relu"]
