@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from opsim.traces.layout import PIPES, ns_of, process_sort_key
-from opsim.traces.summary import busy_matrix, summarize
+from opsim.traces.summary import bandwidth_series, busy_matrix, summarize
 from opsim.traces.trace import PIPE_ORDER, Trace
 
 KINDS = ("timeline", "bandwidth", "utilisation", "roofline")
@@ -140,16 +140,7 @@ def _patch(colour: str, label: str) -> Any:
 
 def bandwidth(trace: Trace, path: str | None = None) -> Picture:
     """Each link's bandwidth (GB/s) over time as a step line, with its capacity dashed."""
-    series: dict[str, tuple[list[int], list[float]]] = {}
-    hit: tuple[list[int], list[float]] = ([], [])
-    for proc, name, time, value in trace.counters():
-        if proc == "memory" and name.endswith(" GB/s"):
-            ts, vs = series.setdefault(name[:-5], ([], []))
-            ts.append(time)
-            vs.append(value)
-        elif proc == "memory" and name == "L2 hit rate %":
-            hit[0].append(time)
-            hit[1].append(value)
+    series, hit = bandwidth_series(trace)
     caps = trace.metadata.get("link_capacity_GBps") or {}
     fig = _figure(12, 6 if hit[0] else 4.5)
     axes = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1)) if hit[0] else [fig.add_subplot()]

@@ -370,3 +370,19 @@ def format_summary(s: Summary) -> str:
     if s.notes:
         parts.append("\n".join(f"note: {n}" for n in s.notes))
     return "\n\n".join(parts) + "\n"
+
+
+def bandwidth_series(trace: Trace) -> tuple[dict[str, tuple[list[int], list[float]]], tuple[list[int], list[float]]]:
+    """The trace's link bandwidth counters as {link: (times, GB/s)} and the L2 hit-rate counter
+    as (times, %): what the bandwidth pictures (PNG and SVG) draw."""
+    series: dict[str, tuple[list[int], list[float]]] = {}
+    hit: tuple[list[int], list[float]] = ([], [])
+    for proc, name, time, value in trace.counters():
+        if proc == "memory" and name.endswith(" GB/s"):
+            ts, vs = series.setdefault(name[:-5], ([], []))
+            ts.append(time)
+            vs.append(value)
+        elif proc == "memory" and name == "L2 hit rate %":
+            hit[0].append(time)
+            hit[1].append(value)
+    return series, hit

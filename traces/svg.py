@@ -23,7 +23,7 @@ import numpy as np
 
 from opsim.traces.layout import PIPES, ns_of, process_sort_key
 from opsim.traces.plots import KINDS, MAX_TIMELINE_ROWS, PIPE_COLOURS
-from opsim.traces.summary import busy_matrix, summarize
+from opsim.traces.summary import bandwidth_series, busy_matrix, summarize
 from opsim.traces.trace import PIPE_ORDER, Trace
 
 __all__ = ["KINDS", "SvgPicture", "picture", "timeline", "bandwidth", "utilisation", "roofline"]
@@ -288,16 +288,7 @@ def _merge(x0: np.ndarray, x1: np.ndarray, gap: float) -> list[tuple[float, floa
 
 def bandwidth(trace: Trace) -> SvgPicture:
     """Each link's bandwidth (GB/s) over time as a step line, its capacity dashed; L2 hit rate."""
-    series: dict[str, tuple[list[int], list[float]]] = {}
-    hit: tuple[list[int], list[float]] = ([], [])
-    for proc, name, time, value in trace.counters():
-        if proc == "memory" and name.endswith(" GB/s"):
-            ts, vs = series.setdefault(name[:-5], ([], []))
-            ts.append(time)
-            vs.append(value)
-        elif proc == "memory" and name == "L2 hit rate %":
-            hit[0].append(time)
-            hit[1].append(value)
+    series, hit = bandwidth_series(trace)
     caps = trace.metadata.get("link_capacity_GBps") or {}
     us = 1e6 / trace.clock_hz
     t_start, t_end = trace.run_window()
