@@ -240,6 +240,9 @@ def act_memcpy(s: Session, data: Any) -> None:
         dst = dst.copy() if dst.flags.c_contiguous else np.zeros(64, np.float32)[::2]
     bad = not all(isinstance(v, (int, np.ndarray, bytes)) for v in (dst, src)) or not isinstance(count, int)
     out = [(owner, dst, count)] if isinstance(dst, int) and isinstance(count, int) and count > 0 else []
+    # a copy takes simulated time on the host link, during which kernels already queued on this
+    # runtime's streams keep running: their outputs may change too
+    out += list(s.pending[owner])
     c_call(s, "aclrtMemcpy", lambda: r.aclrtMemcpy(dst, dmax, src, count, kind), ACL_CODES,
            garbage_args=bad, must_fail=listed or non_contig, outputs=lambda _: out)
 
