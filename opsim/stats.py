@@ -41,7 +41,8 @@ class RunStats(TypedDict, total=False):
     peak_bandwidth_GBps: float
     l2_bandwidth_GBps: float           # the L2 link's achieved rate
     gm_link: str                       # name of the main-memory link: "HBM" or "DDR"
-    link_bytes: dict[str, int]         # by the link that carried them: "HBM read", "HBM write", "L2 read"
+    link_bytes: dict[str, int]         # by the link that carried them: "HBM read", "HBM write" (a
+                                       # write-back L2: evicted dirty lines), "L2 read", "L2 write"
     on_chip_bytes: dict[str, int]      # "L1->L0A", "L1->L0B", "UB->UB" moves
     launch_gap_cycles: int             # launch.gap paid by launches queued behind another
     links: dict[str, LinkStats]

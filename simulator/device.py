@@ -380,8 +380,12 @@ class Device:
             self.bytes_read += nbytes
         tag = pipe.core.name
         launch = pipe.core.launch
-        if spec.family == "dsp" or write:
+        if spec.family == "dsp" or (write and not (self.l2 is not None and self.l2.write_back)):
             self._count_bytes(launch, f"{self.gm_link.name} {'write' if write else 'read'}", nbytes)
+        elif write:
+            # a write-back L2 takes the store; HBM sees only the dirty lines it evicts later
+            # (counted as HBM writes in _with_writeback)
+            self._count_bytes(launch, "L2 write", nbytes)
         if spec.family == "dsp":
             m = spec.dma
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
@@ -415,7 +419,7 @@ class Device:
             # write-back L2: the store is taken by the L2 (at the store path's own rate); the dirty
             # lines it evicted go to HBM on the HBM link, and the store completes when both have
             return self._with_writeback(net.transfer(nbytes, base_rate=m.base, links=(self.l2_link,), pool=pool,
-                                                     startup=m.startup + startup_extra, tag=tag), tag)
+                                                     startup=m.startup + startup_extra, tag=tag), tag, launch)
         m = model or spec.mte2
         if lines is not None:
             # the sample's hit fraction stands for the whole transfer
@@ -438,21 +442,22 @@ class Device:
         pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
             return self._with_writeback(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
-                                                     pool=pool, startup=startup, tag=tag), tag)
+                                                     pool=pool, startup=startup, tag=tag), tag, launch)
         events = [net.transfer(hit, base_rate=spec.rates.l2_read, links=(self.l2_link,),
                                startup=startup, tag=tag)]
         if miss:
             events.append(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
                                        pool=pool, startup=startup, tag=tag))
         event = events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
-        return self._with_writeback(event, tag)
+        return self._with_writeback(event, tag, launch)
 
-    def _with_writeback(self, event: simpy.Event, tag: str) -> simpy.Event:
+    def _with_writeback(self, event: simpy.Event, tag: str, launch: Launch | None) -> simpy.Event:
         """``event`` joined with the HBM write of the dirty L2 lines the access evicted (a
         write-back L2), which the transfer waits for: the line it fills must be free."""
         wb = self.l2.take_writeback() if self.l2 is not None else 0
         if not wb:
             return event
+        self._count_bytes(launch, f"{self.gm_link.name} write", wb)
         hbm = self.net.transfer(wb, base_rate=self.spec.bytes_per_cycle(self.spec.gm.bandwidth),
                                 links=(self.gm_link,), startup=0, tag=tag)
         return simpy.AllOf(self.env, [event, hbm])
