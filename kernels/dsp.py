@@ -624,7 +624,7 @@ def hp_binarycrossentropygrad_p(rt: HThread, input_size: int, reduction: int, in
 
 def _storage(attrs: Mapping[str, Any]) -> str:
     storage = attrs.get("storage", "shared")
-    if storage not in ("shared", "private"):
+    if not isinstance(storage, str) or storage not in ("shared", "private"):
         raise _err(DspStatus.ERR_INVALID_ARGUMENT,
                    f"storage is {storage!r}; allowed: 'shared' (_s, DDR/SMC) or 'private' (_p, one core's memory)")
     return storage
