@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from opsim import devices as _devices
+import opsim.devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator import numerics as nx
 from opsim.simulator.cargs import host_bytes, host_destination, int_tuple, is_int

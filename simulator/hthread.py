@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from opsim import devices as _devices
+import opsim.devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator.cargs import host_bytes, host_destination, is_int
 from opsim.simulator.device import Device, Launch, Stream

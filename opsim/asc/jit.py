@@ -256,13 +256,8 @@ def _trace(level: str, spec: Any, name: str) -> Any:
 
 
 def _sanitizer(device: Device) -> Any:
-    # hook for the sanitizer (helper `sanitizer`): Sanitizer(device) attaches itself to
-    # device.observers before the launch; finish() after it returns the report
-    try:
-        from opsim.simulator.sanitizer import Sanitizer  # type: ignore[import-not-found]
-    except ImportError:
-        raise NotImplementedError("sanitize=True needs opsim.simulator.sanitizer.Sanitizer, which this "
-                                  "build does not have") from None
+    """The sanitizer attached to ``device`` for a launch with sanitize=True (docs/sanitizer.md)."""
+    from opsim.simulator.sanitizer import Sanitizer
     return Sanitizer(device)
 
 
