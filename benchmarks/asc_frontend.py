@@ -106,7 +106,8 @@ def main() -> None:
     ap.add_argument("--tile", type=int, default=1024)
     a = ap.parse_args()
     r = measure(a.n, a.tile)
-    print(f"cycles: asc {r['asc_cycles']}, native {r['native_cycles']} (equal: {r['asc_cycles'] == r['native_cycles']}); "
+    equal = r['asc_cycles'] == r['native_cycles']
+    print(f"cycles: asc {r['asc_cycles']}, native {r['native_cycles']} (equal: {equal}); "
           f"bits equal: {r['same_bits']}")
     print(f"{r['instructions']} busy instructions: asc {r['asc_s']:.2f} s, native {r['native_s']:.2f} s, "
           f"front-end/native wall ratio {r['ratio']:.2f}")

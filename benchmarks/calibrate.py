@@ -53,8 +53,8 @@ def simulate_cycles(nbytes: int, block_dim: int, device: str = "atlas-a2") -> in
     s = dev.create_stream()
     dev.launch(s, _kernel, block_dim, src, n)
     dev.synchronize(s)
-    second = [sl.end - sl.start for sl in dev.trace.slices(thread="MTE2") if sl.addr % (2 * nbytes) == nbytes % (2 * nbytes)
-              and sl.addr >= src.addr]
+    second = [sl.end - sl.start for sl in dev.trace.slices(thread="MTE2")
+              if sl.addr % (2 * nbytes) == nbytes % (2 * nbytes) and sl.addr >= src.addr]
     return max(second)
 
 

@@ -3,7 +3,8 @@
 Every example study (examples/studies/*.toml) is swept in estimate mode, then an evenly spaced
 sample of the points that ran (every one when there are few; fewer for operators whose
 simulation is slow) is run by the simulator in timing mode, and the relative error
-``(estimate − simulator) / simulator`` is summarised per study, operator and estimate model. The numbers in docs/estimate.md are the output of this script:
+``(estimate − simulator) / simulator`` is summarised per study, operator and estimate model.
+The numbers in docs/estimate.md are the output of this script:
 
     .venv/bin/python benchmarks/estimate_error.py            # writes docs/estimate.md
     .venv/bin/python benchmarks/estimate_error.py --print    # prints it instead

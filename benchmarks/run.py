@@ -89,7 +89,6 @@ def main(argv: list[str] | None = None) -> dict:
     t_full, res = best_of(lambda: opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x,
                                             target=y, reduction="mean", trace="off"), args.repeat)
     assert np.array_equal(res.outputs["out"], ref), "opsim result differs from numpy"
-    del g, x, y, ref
     t_timing, tres = best_of(lambda: mse_timing(n), args.repeat)
     instr = res.stats["instructions"]
     ips = instr / t_full

@@ -3,7 +3,8 @@
 ``catalogue_table()`` prints one block per device (clock, cores, on-chip memories, GM, L2 ...).
 With ``provenance=True`` every value carries a short tag -- ``[S1]`` for a source, ``[A2]`` for
 an assumption, ``[O1]`` for a what-if override -- and the tagged texts are listed under the
-block, followed by the docs/sources.md entries they cite and the documents behind them. ``provenance_rows()`` gives the same information for one spec as sortable tuples.
+block, followed by the docs/sources.md entries they cite and the documents behind them.
+``provenance_rows()`` gives the same information for one spec as sortable tuples.
 """
 from __future__ import annotations
 
@@ -138,7 +139,7 @@ class _Notes:
     def source_lines(self) -> list[str]:
         """The docs/sources.md entries the tagged texts cite, once each, with their documents."""
         seen: list = []
-        for kind, text in self.tags:
+        for _kind, text in self.tags:
             for entry in resolve(text, documents=True):
                 if entry not in seen:
                     seen.append(entry)

@@ -1,4 +1,6 @@
-"""Closed-form cost model: the simulator's cost tables without the event loop (docs/sources.md#design-modes-s7, estimate).
+"""Closed-form cost model: the simulator's cost tables without the event loop.
+
+(docs/sources.md#design-modes-s7, estimate.)
 
 The same numbers the simulator spends are used here, combined by formulas instead of by SimPy:
 

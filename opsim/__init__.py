@@ -13,5 +13,6 @@ from opsim.sweep import sweep  # the function; the module stays importable as `f
 from opsim.simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
                               UnsupportedInstruction)
 
-__all__ = ["run", "register_operator", "sweep", "devices", "device_spec", "operators", "RunResult", "RunStats", "TensorSpec", "OpError",
+__all__ = ["run", "register_operator", "sweep", "devices", "device_spec", "operators", "RunResult", "RunStats",
+           "TensorSpec", "OpError",
            "SimulatorError", "MemoryFault", "CapacityError", "UnsupportedInstruction", "DeadlockError"]

@@ -1,4 +1,6 @@
-"""The public Python API (docs/sources.md#design-public-api-s9): ``opsim.run``, ``opsim.devices``, ``opsim.device_spec``.
+"""The public Python API: ``opsim.run``, ``opsim.devices``, ``opsim.device_spec``.
+
+(docs/sources.md#design-public-api-s9.)
 
 ``run`` validates the call, plans a tiling, builds a fresh simulated device, copies the operands
 in, launches the operator's kernels on a stream, runs simulated time to completion and returns
@@ -15,7 +17,7 @@ from opsim import devices as _devices
 from opsim.devices.spec import DeviceSpec
 from opsim.arguments import check_choice, check_device, check_dims, check_mapping, check_operand, check_seed
 from opsim.kernels import registry
-from opsim.kernels.common import OpError, TensorDesc, desc_of
+from opsim.kernels.common import TensorDesc, desc_of
 from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device

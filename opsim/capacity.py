@@ -31,7 +31,8 @@ __all__ = ["CapacityRow", "capacity", "format_table", "embedding_scale_limit"]
 
 INT32_MAX = 2147483647
 INT32_INF = 2139095040          # the seed's "INT32_INF" (0x7F800000, the fp32 +inf bit pattern)
-EMBEDDING_RESERVE = 16384 + 32  # RESERVE_SIZE 16 KiB + one 32 B block (docs/sources.md#embedding-ub-limit: 196608 - 16416 = 180192)
+# RESERVE_SIZE 16 KiB + one 32 B block (docs/sources.md#embedding-ub-limit: 196608 - 16416 = 180192)
+EMBEDDING_RESERVE = 16384 + 32
 
 
 @dataclass(frozen=True)
@@ -286,7 +287,7 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
         if per <= 0:
             continue
         guess = int((cap - (b1 - per * g)) // per)
-        best, exact = search(lambda k: total_bytes(scaled(g, k), attrs) <= cap, g, guess)
+        best, exact = search(lambda k, g=g: total_bytes(scaled(g, k), attrs) <= cap, g, guess)
         shapes = ", ".join(f"{n} {[best, *inputs[n].shape[1:]]}" for n in names)
         others = [n for n in inputs if n not in names]
         rows.append(CapacityRow(
@@ -308,7 +309,7 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
         if a2 > a1:
             per_unit = (a2 - a1) / value
             guess = int((cap - (a1 - per_unit * value)) // per_unit)
-            largest, exact = search(lambda v: total_bytes(inputs, {**attrs, name: v}) <= cap, value, guess)
+            largest, exact = search(lambda v, name=name: total_bytes(inputs, {**attrs, name: v}) <= cap, value, guess)
             rows.append(CapacityRow("device memory", f"largest {name}", largest if exact else f">= {largest}",
                                     f"with the other operands of the example call "
                                     f"({', '.join(f'{n} {list(d.shape)}' for n, d in inputs.items())}); "

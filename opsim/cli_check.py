@@ -52,7 +52,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         if getattr(obj, "__opsim_operator__", None) is not None or registry.known(args.target):
-            report, fault = _check_operator(args, _parse_pairs(args.attr, "--attr"), _parse_pairs(args.tiling, "--tiling"))
+            report, fault = _check_operator(args, _parse_pairs(args.attr, "--attr"),
+                                            _parse_pairs(args.tiling, "--tiling"))
         elif type(obj).__name__ == "JitFunction":
             report, fault = _check_jit(args, obj, _parse_pairs(args.arg, "--arg"))
         else:

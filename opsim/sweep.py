@@ -43,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from opsim.devices.spec import read_toml
 from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
@@ -222,13 +222,13 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
         if not isinstance(table, Mapping) or set(table) - {"dtype", "shape"}:
             raise err(f"operands.{name}", "must be a table with 'dtype' and/or 'shape'")
         if "dtype" in table:
-            _check_dtype_value(table["dtype"], lambda m: err(f"operands.{name}.dtype", m))
+            _check_dtype_value(table["dtype"], lambda m, name=name: err(f"operands.{name}.dtype", m))
         if "shape" in table:
-            _check_shape_value(table["shape"], lambda m: err(f"operands.{name}.shape", m))
+            _check_shape_value(table["shape"], lambda m, name=name: err(f"operands.{name}.shape", m))
     plots = doc.get("plot", [])
     if isinstance(plots, Mapping):
         plots = [plots]
-    for i, p in enumerate(plots):
+    for p in plots:
         if not isinstance(p, Mapping) or p.get("kind") not in ("heatmap", "lines"):
             raise err("plot.kind", "each [[plot]] needs kind = \"heatmap\" or \"lines\"")
         for ax in ("x", "y", "series"):
@@ -269,7 +269,8 @@ def _check_shape_value(v: Any, fail: Callable[[str], Exception]) -> None:
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_ASSIGN = re.compile(r"^\s*((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=")
+_KEY = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGN = re.compile(rf"^\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*=")
 
 
 def _split_key(k: str) -> list[str]:

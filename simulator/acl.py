@@ -492,7 +492,8 @@ class AclRuntime:
     # -- tensors -------------------------------------------------------------------------------
     @_null_on_error
     def aclCreateTensor(self, view_dims: Sequence[int], data_type: Any, stride: Sequence[int] | None,
-                        offset: int, fmt: int, storage_dims: Sequence[int] | None, tensor_data: int) -> AclTensor | None:
+                        offset: int, fmt: int, storage_dims: Sequence[int] | None,
+                        tensor_data: int) -> AclTensor | None:
         """Returns None on failure (as the C API returns nullptr); the reason is in the error log."""
         if self.device is None:
             self.fail(ACL_ERROR_RT_INVALID_DEVICEID, "aclCreateTensor: no device set")

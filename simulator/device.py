@@ -30,7 +30,7 @@ from opsim.devices.spec import DeviceSpec, DmaModel
 from opsim.simulator.atomics import AtomicCommitter
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
-from opsim.simulator.errors import DeadlockError, MemoryFault, SimulatorError
+from opsim.simulator.errors import DeadlockError, SimulatorError
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Region

@@ -76,7 +76,7 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
             td.thread.tid = tid
             td.thread.thread_name = row
             td.thread.legacy_sort_index = k
-    for c, (p, s) in enumerate(trace._counter_tracks):
+    for c, (_p, s) in enumerate(trace._counter_tracks):
         td = builder.add_packet().track_descriptor
         td.uuid = _COUNTER_UUID + c
         td.parent_uuid = _PROCESS_UUID + lay.counter_pid[c]

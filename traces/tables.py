@@ -195,7 +195,8 @@ def pipe_utilization(records: Sequence[LaunchRecord]) -> tuple[list[str], list[l
     return head, rows
 
 
-INSTR_HEAD = ["Op Name", "core", "instr", "pipe", "call_count", "cycles", "running_time(us)", "bytes"]  # bytes: of copies
+# bytes: of copies
+INSTR_HEAD = ["Op Name", "core", "instr", "pipe", "call_count", "cycles", "running_time(us)", "bytes"]
 CODE_HEAD = ["Op Name", "core", "code", "call_count", "cycles", "running_time(us)"]
 
 

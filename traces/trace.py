@@ -21,7 +21,7 @@ layout), :mod:`traces.loader` (JSON back to a Trace), :mod:`traces.perfetto` (pr
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 import numpy as np

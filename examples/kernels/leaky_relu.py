@@ -5,7 +5,6 @@ Run: ``python examples/kernels/leaky_relu.py`` -- checks against numpy and print
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 import opsim.asc as asc

@@ -1,11 +1,13 @@
 """aclnnEmbeddingDenseBackward: out[k] = sum of the grad rows i with indices[i] = k (k != paddingIdx),
 times 1/count[k] when scaleGradByFreq is set.
 
-Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels: docs/sources.md#embedding-checks, #embedding-paths,
+Seed: seeds/aclnnEmbeddingDenseBackward.txt. Checks, paths and kernels:
+docs/sources.md#embedding-checks, #embedding-paths,
 #embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
 Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain) follows the aclnn's call chain launch by launch, as the public
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain)
+follows the aclnn's call chain launch by launch, as the public
 ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
 aclnn_embedding_dense_backward.cpp and embedding_dense_grad.cpp, op_host
 embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h; the
@@ -13,7 +15,8 @@ Sort of ops-math math/sort/op_api/sort.cpp and its TIK kernel): ``CastGrad`` (fp
 fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB, gradRow < 512 or scaleGradByFreq, and in
 deterministic mode, opsim's choice), ``CastIndices`` (indices other than int32), ``Sort`` (the
 TIK Sort of the indices seen as fp32, on one core), ``ZerosLike``, ``MemSet`` (the InitValue(0)
-clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no Sort, no ZerosLike); see :func:`_launch_v2`
+clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no
+Sort, no ZerosLike); see :func:`_launch_v2`
 for each launch and its citation, :func:`_tik_sort_kernel` and :func:`_row_kernel` for the two
 kernels re-derived from the sources. The deterministic kernel and the uncast fp16/bf16 kernel
 keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of the sorted rows,
@@ -390,7 +393,8 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         if not half:
             raise tiling_error(f"cast_grad applies to fp16/bf16 grad; grad is {g.dtype}")
         if det and not ov["cast_grad"]:
-            raise tiling_error("deterministic mode sums in fp32 (docs/sources.md#embedding-determinism): cast_grad must stay on")
+            raise tiling_error("deterministic mode sums in fp32 (docs/sources.md#embedding-determinism): "
+                               "cast_grad must stay on")
         cast = ov["cast_grad"]
     kdt = nx.FP32 if (cast or not half) else g.dtype
     k = 3 if kdt == nx.FP32 else 4
@@ -1386,7 +1390,7 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch), CastOut. opsim
     runs it for fp32 rows (``tiling.small_dim_kernel``); for uncast fp16/bf16 rows the sort path
     still runs (``tiling.small_dim`` says when the real call would differ)."""
-    n_rows, emb, nw = tiling.n_rows, tiling.emb_dim, tiling.num_weights
+    n_rows, emb = tiling.n_rows, tiling.emb_dim
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
@@ -1641,7 +1645,7 @@ def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[s
 def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32",
             shape: tuple[int, ...] = (512, 64)) -> dict[str, Any]:
     """A heavy-duplicate (Zipf) index set over numWeights = rows/8 rows."""
-    rows, emb = int(np.prod(shape[:-1])), int(shape[-1])
+    rows = int(np.prod(shape[:-1]))
     nw = max(8, rows // 8)
     dt = nx.dtype(dtype).np_dtype
     idx = ((rng.zipf(1.3, rows) - 1) % nw).astype(np.int32).reshape(shape[:-1])
@@ -1956,7 +1960,8 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         return c
 
     def sort_batch(count: int) -> float:
-        v = vector_cycles(spec, "Sort32", "fp32", count) + sort_passes(count) * vector_cycles(spec, "MrgSort", "fp32", count)
+        v = (vector_cycles(spec, "Sort32", "fp32", count)
+             + sort_passes(count) * vector_cycles(spec, "MrgSort", "fp32", count))
         return add("SCALAR", math.ceil(nb * cpo)) + add("MTE2", ld(count * 4)) + add("VECTOR", v)
 
     def moveout(count: int) -> float:

@@ -333,7 +333,7 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
         sizes: dict[tuple, int] = {}
         results: dict[int, int] = {}
         wave = [(c, tiles[w]) for c, tiles in enumerate(lists) if w < len(tiles)]
-        for c, (_, (i, tm, tn)) in wave:
+        for _c, (_, (i, tm, tn)) in wave:
             (ta, va), (tb, vb) = views[i]
             ka, kb = (ta, va, tm), (tb, vb, tn)
             users[ka] = users.get(ka, 0) + 1
@@ -601,7 +601,7 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
             for k, size, reps in _runs(keys):   # repeating groups of tiles: steady states skip
                 group = [(tiling.matmuls[i], tm, tn, *misses[(c, j)], out_items[i])
                          for j, (i, tm, tn) in mine[k:k + size]]
-                cc.core.repeat(reps, lambda g=group: [cc.tile(costs, *x) for x in g], cc.ques)
+                cc.core.repeat(reps, lambda g=group, cc=cc, costs=costs: [cc.tile(costs, *x) for x in g], cc.ques)
             replayed[seq] = cc
             result.append(cc)
         end = max((cc.core.end for cc in result), default=start)

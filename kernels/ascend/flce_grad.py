@@ -926,7 +926,7 @@ def golden(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, n
 def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The same formula in fp64 with no intermediate rounding (the precision-standard truth)."""
     x, w = np.asarray(a["input"]).astype(np.float64), np.asarray(a["weight"]).astype(np.float64)
-    bt, v = x.shape[0], w.shape[0]
+    bt = x.shape[0]
     grad = np.asarray(a["grad"]).astype(np.float64)
     mask = unpack_mask(a["target_mask"], bt)
     target = np.asarray(a["masked_target"]).astype(np.int64).reshape(-1)

@@ -14,8 +14,8 @@ from typing import Any
 from opsim.asc import _core
 from opsim.asc.enums import CMPMODE, ROUND_MODE_NAME, ReduceOrder, RoundMode, SELMODE
 from opsim.asc.tensor import DeferredScalar, GlobalTensor, LocalTensor
-from opsim.asc.types import (BinaryRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
-                             DataCopyPadParams, DataCopyParams, Nd2NzParams, UnaryRepeatParams)
+from opsim.asc.types import (DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
+                             DataCopyPadParams, DataCopyParams, Nd2NzParams)
 from opsim.simulator import isa, isa_ext
 from opsim.simulator.tile import GlobalSlice, GlobalTensor as SimGlobalTensor
 

@@ -211,7 +211,7 @@ def test_bf16_matmul_meets_the_fp32_standard(example):
 
 
 def test_with_iterate_that_cannot_be_rewritten_is_refused_not_run_once(example):
-    mod = example("matmul_leaky_relu")
+    example("matmul_leaky_relu")
     src = "\n".join(["def k(mm):", "    with mm.iterate() as count:", "        pass"])
     ns = {}
     exec(compile(src, "<no source>", "exec"), ns)

@@ -20,7 +20,7 @@ def scale_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, n: int, bug: bool =
     pipe.init_buffer(q, 2, n * 4)
     pipe.init_buffer(o, 2, n * 4)
     if bug:
-        n.no_such_attribute                     # a plain Python bug in the kernel
+        _ = n.no_such_attribute                 # a plain Python bug in the kernel
     t = q.alloc_tensor(asc.float32)
     asc.data_copy(t, xg, n)
     q.enque(t)

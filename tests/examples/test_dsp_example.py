@@ -24,7 +24,7 @@ def test_both_seed_examples_run_and_match_the_golden(argv, capsys):
     results = load_example().main(argv)
     printed = capsys.readouterr().out
     assert "shared:" in printed and "private:" in printed
-    for kind, res in results.items():
+    for res in results.values():
         a = dict(res["inputs"])
         assert ("weight" in a) == (res["weight_defined"] == 1)            # _s: 1, _p: 0 as in the seed
         assert res["reduction"] == 1 and res["dx"].size == 1024

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from opsim.kernels import aclnn
 from opsim.simulator import acl
-from opsim.simulator.acl import AclRuntime, AclStream, AclTensor
+from opsim.simulator.acl import AclRuntime, AclTensor
 
 from fuzz_harness import COUNTS, _python_text, changed_outside, fuzz_settings, garbage, record, snapshot
 

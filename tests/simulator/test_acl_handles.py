@@ -3,7 +3,6 @@ memory as it was; wrong copies are refused; aclrtResetDevice clears a fault; a l
 runtime does not grow per call."""
 from __future__ import annotations
 
-import gc
 import logging
 import tracemalloc
 

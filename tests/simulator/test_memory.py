@@ -434,7 +434,7 @@ def test_fault_context_is_filled_by_the_caller_and_shows_in_the_message():
             region.view(a.addr + 4096 - 32, 64)
         except SimulatorError as exc:
             raise exc.at(core="core0.veccore1", pipe="MTE2", instruction="DataCopyPad",
-                         address=0)
+                         address=0) from None
     err = info.value
     assert str(err).startswith(
         f"MemoryFault on core0.veccore1 pipe MTE2 in DataCopyPad at {a.addr + 4064:#x}: ")

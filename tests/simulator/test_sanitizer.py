@@ -1,6 +1,7 @@
 """The sanitizer: racecheck, memcheck and synccheck on small generator kernels with known bugs."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any, Iterator
@@ -235,7 +236,7 @@ def test_a_flag_left_set_at_the_end_of_the_block_is_reported() -> None:
 def test_the_last_release_of_a_tque_buffer_is_not_a_flag_left_set() -> None:
     def kernel(ctx: KernelContext, x: GlobalTensor) -> Iterator[Any]:
         q = ctx.queue("VECIN", 2, 256)
-        for t in range(3):
+        for _ in range(3):
             b = q.alloc(nx.FP32)
             yield DataCopy(b, x[0:64])
             q.enque(b)
@@ -426,7 +427,7 @@ def test_an_atomic_store_says_so() -> None:
 def test_findings_and_reports_are_frozen_and_readable() -> None:
     f = Finding("racecheck", "race", "x", core="c", pipes=("MTE2", "VECTOR"), instructions=("a", "b"),
                 lines=("k.py:1", None))
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         f.kind = "y"  # type: ignore[misc]
     text = str(SanitizerReport((f,)))
     assert "1 finding" in text and "k.py:1" in text and "(unknown source line)" in text

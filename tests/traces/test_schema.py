@@ -90,7 +90,6 @@ def test_layout_is_the_vendor_one_host_first_cores_in_order_pipes_as_threads(mse
 
 def test_instruction_slices_carry_instruction_dtype_elements_bytes_tile_and_address_range(mse_runs):
     doc = mse_runs["instruction"].trace.to_chrome_json()
-    names = _names(doc)
     tid_name = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
                 if e["ph"] == "M" and e["name"] == "thread_name"}
     loads = [e for e in doc["traceEvents"] if e["ph"] == "X" and tid_name[(e["pid"], e["tid"])] == "MTE2"]
