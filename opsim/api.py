@@ -115,7 +115,7 @@ def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], d
 def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
         device_overrides: Mapping[str, Any] | None = None, source_lines: bool = False,
-        sanitize: bool = False,
+        sanitize: bool = False, fast_forward: bool = True,
         **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
@@ -126,6 +126,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     line for the code_exe hot-spot table (``res.tables()``). Raises :class:`OpError` (with the
     aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
+
+    ``fast_forward=False`` runs every round of the kernels step by step; by default the engine
+    skips rounds it proves repeat (simulator/fastforward.py), with identical results.
 
     ``sanitize=True`` (full and timing mode) runs the sanitizer (racecheck, memcheck, synccheck;
     docs/sanitizer.md) alongside: ``res.sanitizer`` is its report. Results and cycles are the
@@ -196,7 +199,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             "shapes": {n: list(d.shape) for n, d in descs.items() if d is not None},
             "dtypes": {n: d.dtype.name for n, d in descs.items() if d is not None},
             "tiling": _tiling_dict(tiling_obj), "opsim_version": _version()})
-    dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed)
+    dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed, fast_forward=fast_forward)
     profiler = Profiler()
     dev.observers.append(profiler)
     dev.source_lines = source_lines

@@ -59,7 +59,7 @@ class Pipe:
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
-                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held")
+                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
         self.core = core
@@ -80,6 +80,8 @@ class Pipe:
         self.held = 0                           # idle cycles its next instruction was held back
         self._tile_slice = -1
         self._tile_index = -2
+        self.current: "Instruction | None" = None   # issued, not yet complete (fast-forward reads it)
+        self.started = 0     # cycle ``current`` was issued (an attribute: the fast-forward shifts it)
         self.proc = self.env.process(self._run())
 
     # -- queue ---------------------------------------------------------------------------------
@@ -110,10 +112,11 @@ class Pipe:
                 yield self._item_ev
                 self.idle_mark = None
             instr = self.queue.popleft()
+            self.current = instr
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
-            start = env.now
+            self.started = env.now
             try:
                 wait = instr.issue(self)
                 if self.held:
@@ -137,11 +140,16 @@ class Pipe:
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
             end = env.now
+            start = self.started
+            self.current = None
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
             if self.track >= 0 or device.observers:   # else record() has nothing to do
                 core.record(self, instr, start, end)
+            ff = device.ff
+            if ff is not None:
+                ff.on_complete(self, instr, start, end)
 
     @property
     def waiting_on(self) -> str | None:
@@ -195,6 +203,7 @@ class Core:
         self.issue_starved: dict[str, int] = {}
         self.blocked_since: float | None = None
         self._blocked_acc = 0.0                  # cycles the dispatcher has spent blocked so far
+        self.stream: Any = None                  # the running block's ProgramStream (fast-forward)
         trace = device.trace
         if trace is not None and trace.enabled:
             for p in self.pipes.values():
@@ -297,29 +306,22 @@ class Core:
 
         Queue helpers (TQue alloc/enque/deque/free) append flag instructions to ``pending``
         while the generator runs; they precede the next yielded instruction in program order.
+        :class:`~opsim.simulator.fastforward.ProgramStream` flattens the two into one numbered
+        sequence, stamped with tile and source line as it is drawn (the fast-forward reads ahead
+        in it), and the dispatcher holds one instruction at a time (``stream.held``).
         """
-        from opsim.simulator.isa import Instruction, BlockEnd  # local: isa imports core types
+        from opsim.simulator.isa import BlockEnd  # local: isa imports core types
+        from opsim.simulator.fastforward import ProgramStream
+        stream = self.stream = ProgramStream(self, program, pending)
         try:
-            for item in program:
-                if pending:
-                    # the common case first: room in every queue, pushed without a generator
-                    if self.device.source_lines:
-                        yield from self._push_all(pending, program)
-                    else:
-                        done = self._push_ready(pending)
-                        if done < len(pending):
-                            yield from self._push_all(pending[done:])
-                        pending.clear()
-                if item is None:
-                    continue
-                if not isinstance(item, Instruction):
-                    raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
-                                         core=self.name)
-                if self.device.source_lines or not self._push_ready((item,)):
-                    yield from self._push_all((item,), program)
-            yield from self._push_all(pending)
+            for instr in stream:
+                if not self._push_ready((instr,)):
+                    yield from self._push_all((instr,))
+                stream.held = None
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
+        finally:
+            self.stream = None
         done = [BlockEnd(self.env) for _ in self.pipes]
         for p, end in zip(self.pipes.values(), done):
             while p.full():
@@ -328,13 +330,9 @@ class Core:
         yield simpy.AllOf(self.env, [d.event for d in done])
         self.blocks_run += 1
 
-    def _push_all(self, instrs: Any, program: Any = None) -> Iterator[simpy.Event]:
-        """Stamp each instruction with the current tile and push it, waiting while its queue is full."""
-        origin = source_line(program) if program is not None and self.device.source_lines else None
+    def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:
+        """Push each instruction (stamped by the program stream), waiting while its queue is full."""
         for instr in instrs:
-            instr.tile = self.tile
-            if origin is not None and getattr(instr, "origin", None) is None:
-                instr.origin = origin
             pipe = self._pipe_for(instr)
             if pipe.full():
                 self.blocked_since = self.env.now
@@ -349,23 +347,18 @@ class Core:
                 pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
                 pipe.idle_mark = None
             pipe.push(instr)
-        if isinstance(instrs, list):
-            instrs.clear()
 
     def _push_ready(self, instrs: Any) -> int:
         """Push instructions in order while their queues have room; return how many it pushed.
 
-        The steps of :meth:`_push_all` for instructions that need not wait (no origin stamping:
-        callers use it only when the device does not record source lines); the rest, from the
+        The steps of :meth:`_push_all` for instructions that need not wait; the rest, from the
         first that would wait (or has no pipe), is left to :meth:`_push_all`.
         """
-        tile = self.tile
         pipes = self.pipes
         for i, instr in enumerate(instrs):
             pipe = pipes.get(instr.pipe)
             if pipe is None or len(pipe.queue) >= pipe.depth:
                 return i
-            instr.tile = tile
             if pipe.idle_mark is not None:
                 pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
                 pipe.idle_mark = None

@@ -31,6 +31,7 @@ from opsim.simulator.atomics import AtomicCommitter
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
 from opsim.simulator.errors import DeadlockError, SimulatorError
+from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Region
@@ -201,8 +202,12 @@ class Device:
     """One simulated NPU or DSP."""
 
     def __init__(self, spec: DeviceSpec, *, trace: Trace | None = None, functional: bool = True,
-                 seed: int = 0) -> None:
+                 seed: int = 0, fast_forward: bool = True) -> None:
         self.spec = spec
+        # steady-state fast-forward (simulator/fastforward.py): exact, skips repeated rounds;
+        # False runs every instruction step by step
+        self.ff: FastForward | None = FastForward(self) if fast_forward else None
+        self.drawing: Any = None    # the ProgramStream whose kernel generator is running
         self.env = simpy.Environment()
         self.trace = trace
         # clients of the execution (sanitizer, profilers): each gets
@@ -348,6 +353,10 @@ class Device:
         self.space.check(addr, nbytes, write=write)
 
     def global_view(self, addr: int, nbytes: int, *, write: bool = False) -> np.ndarray:
+        if self.drawing is not None:
+            # a kernel program reads device data while it runs: its instructions may depend on
+            # it, so the fast-forward never reads that program ahead
+            self.drawing.reads_data = True
         return self.space.view(addr, nbytes, write=write)
 
     # -- DMA timing ----------------------------------------------------------------------------
@@ -355,6 +364,25 @@ class Device:
                     startup_extra: int = 0, model: DmaModel | None = None,
                     ranges: Sequence[tuple[int, int]] | None = None,
                     geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
+        """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
+        ff, l2 = self.ff, self.l2
+        if ff is None:
+            return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
+                                     model=model, ranges=ranges, geometry=geometry)
+        h0, wb0 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
+        ev = self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
+                               model=model, ranges=ranges, geometry=geometry)
+        launch = pipe.core.launch
+        plain = ranges is None and geometry is None and model is None and (
+            launch is None or launch.l2_sample is None)
+        h1, wb1 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
+        ff.on_gm(pipe, addr, nbytes, write, plain, h1 - h0, wb1 - wb0)
+        return ev
+
+    def _gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
+                     startup_extra: int = 0, model: DmaModel | None = None,
+                     ranges: Sequence[tuple[int, int]] | None = None,
+                     geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
         """Move ``nbytes`` between GM at ``addr`` and a core; returns the completion event.
 
         Ascend loads use the calibrated MTE2 model (per-transfer ``base`` plus a share of the
@@ -641,7 +669,10 @@ class Device:
         markers = [s.marker() for s in streams]
         until = markers[0] if len(markers) == 1 else simpy.AllOf(self.env, markers)
         try:
-            self.env.run(until=until)
+            if self.ff is None:
+                self.env.run(until=until)
+            else:
+                self._run_fast_forward(until)
         except SimulatorError as exc:
             # SimPy re-raises a copy of a process's exception; the original keeps the context
             # (one copy per level of process nesting: a mixed launch runs a process per core)
@@ -664,6 +695,22 @@ class Device:
                 err = SimulatorError(f"internal error in a kernel: {type(original).__name__}: {original}")
             self.faulted = err
             raise err from exc
+
+    def _run_fast_forward(self, until: simpy.Event) -> None:
+        """``env.run(until=until)``, stepping SimPy here so that the fast-forward sees each clean
+        boundary: the moment every event of the current cycle has been processed."""
+        env = self.env
+        ff = self.ff
+        assert ff is not None
+        queue = env._queue
+        step = env.step
+        while until.callbacks is not None:          # not yet processed
+            queue = env._queue
+            if not queue:
+                raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
+            if queue[0][0] > env._now:
+                ff.boundary()
+            step()
 
     @property
     def now(self) -> int:

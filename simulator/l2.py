@@ -234,6 +234,21 @@ class L2Cache:
             self._used -= self._lru.pop(ch, 0.0)
             self._dirty.discard(ch)
 
+    def save_state(self) -> tuple:
+        """A copy of the cache's state (lines in LRU order, dirty lines, counters), for
+        :meth:`restore_state` (the fast-forward tries accesses ahead and may take them back)."""
+        return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback,
+                self.hit_bytes, self.miss_bytes, self.writeback_bytes)
+
+    def restore_state(self, state: tuple) -> None:
+        """Put back a state taken by :meth:`save_state`."""
+        lru, used, dirty, pending, hit, miss, wb = state
+        self._lru = OrderedDict(lru)
+        self._used = used
+        self._dirty = set(dirty)
+        self.pending_writeback = pending
+        self.hit_bytes, self.miss_bytes, self.writeback_bytes = hit, miss, wb
+
     @property
     def hit_rate(self) -> float:
         total = self.hit_bytes + self.miss_bytes

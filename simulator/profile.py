@@ -29,6 +29,10 @@ COPY_PIPES = frozenset(("MTE1", "MTE2", "MTE3", "FIXP", "DMA"))
 class Profiler:
     """Counts calls, busy cycles and on-chip bytes per (launch, core, pipe, instruction, origin)."""
 
+    # it only adds up its calls: the fast-forward may make them for the instructions of the
+    # rounds it skips, in simulated-time order (simulator/fastforward.py)
+    fast_forward_safe = True
+
     def __init__(self) -> None:
         self.rows: dict[tuple, list[int]] = {}
         self.on_chip: dict[str, int] = {}             # "L1->L0A", "UB->UB": bytes moved

@@ -1,0 +1,764 @@
+"""Exact steady-state fast-forward of the simulated machine.
+
+Tiled kernels repeat: after a warm-up, the whole machine (every core's pipes, queues, flags and
+dispatcher, every transfer on the links) is in the same state one round of tiles later, up to a
+shift of time, of the GM addresses each core works on and of the tile index. From then on the
+step-by-step run would repeat that round, so the engine may jump over many rounds at once.
+
+How (all in this module; core.py and device.py only call in):
+
+* **Clean boundaries.** ``Device.synchronize`` steps SimPy itself and calls
+  :meth:`FastForward.boundary` whenever every event of the current cycle has been processed.
+  There the only scheduled events are timeouts (a pipe's instruction, the link network's
+  wake-up), so the state is a set of plain Python objects.
+* **Snapshots.** At the first clean boundary after the reference core (the launch's first core)
+  starts a new tile, :meth:`FastForward._snapshot` writes the state canonically: per core the
+  index (in its :class:`ProgramStream`) of every instruction the machine holds, its signature
+  (class, operands, GM slice starts kept apart), the pipes' queues, in-flight instructions and
+  their remaining cycles, flags, waiters and the dispatcher's blocked time; per link and pool
+  the transfers with their remaining bytes, rates, rate classes and history tail; all times
+  relative to now. Two snapshots one candidate period apart that are equal except for a
+  per-core stream-index offset ``L`` and GM start shift ``d`` prove the period.
+* **Template.** Between the two snapshots the engine recorded what happened: the completions
+  (time, core, pipe, stream index), the GM transfers with their L2 outcome (hit bytes, dirty
+  bytes written back), and every counter's change.
+* **Skip k rounds.** The program streams are read ahead ``k·L`` instructions; each must equal
+  the instruction ``L`` before it with its GM start shifted by ``d`` (else k stops there). The
+  L2 accesses of the skipped rounds are applied in their recorded order and each outcome must
+  equal the template's (else the L2 is restored and k stops at the last good round). The
+  skipped instructions' address checks run, and in full mode their numeric effects are
+  applied one by one in their completion order (the order of the step-by-step run). Observers
+  get their ``on_instruction`` calls in time order. Then time, the link network, counters and
+  link histories are shifted by ``k`` rounds, and each instruction the machine holds takes the
+  operands of its counterpart ``k·L`` later (:func:`_become`).
+
+Where the engine cannot prove the repetition it does not skip, and ``Device.ff.reason`` says
+why: a trace is recorded, an observer needs more than ``on_instruction`` (the sanitizer), more
+than one launch is in flight, an instruction outside the known set (scalar reads, atomics,
+cube, sort, cross-core flags...), a strided or sampled GM transfer.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterator
+
+from opsim.simulator.errors import SimulatorError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from opsim.simulator.core import Core, Pipe
+    from opsim.simulator.device import Device
+
+# candidate periods, in tiles of the reference core (double buffering repeats every 2 tiles)
+PERIODS = (1, 2, 4)
+# a skip is worth its bookkeeping only over at least this many rounds
+MIN_ROUNDS = 2
+
+
+class _Fault:
+    """A kernel yielded something that is not an instruction: raised when the dispatcher gets there."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: SimulatorError) -> None:
+        self.error = error
+
+
+class ProgramStream:
+    """A block's program as one numbered sequence of instructions.
+
+    The queue helpers append flag instructions to ``pending`` while the kernel generator runs;
+    they precede the next instruction it yields. The stream takes both in program order,
+    stamps each with the core's tile (and source line, when the device records them) at the
+    moment the generator produced it, which is what the dispatcher saw when it pushed it
+    straight away, and numbers them. The fast-forward reads ahead with :meth:`take`.
+    """
+
+    def __init__(self, core: "Core", program: Iterator[Any], pending: list) -> None:
+        self.core = core
+        self.program = program
+        self.pending = pending
+        self.ready: deque = deque()       # drawn from the program, not yet given to the dispatcher
+        self.count = 0                    # instructions drawn so far (the next one's index)
+        self.given = 0                    # instructions given to the dispatcher
+        self.done = False
+        self.held: Any = None             # the instruction the dispatcher is pushing
+        self.reads_data = False           # the program read device memory while it ran
+        self.index: dict[int, int] = {}   # id(instruction) -> stream index, while ff records
+        self.by_index: dict[int, Any] = {}
+
+    def __iter__(self) -> "ProgramStream":
+        return self
+
+    def __next__(self) -> Any:
+        ready = self.ready
+        while not ready:
+            if not self._draw():
+                raise StopIteration
+        instr = ready.popleft()
+        if isinstance(instr, _Fault):
+            raise instr.error
+        self.given += 1
+        self.held = instr
+        return instr
+
+    def _draw(self) -> bool:
+        """Run the program to its next instruction; False once it has ended (pending flushed)."""
+        if self.done:
+            return False
+        from opsim.simulator.core import source_line
+        from opsim.simulator.isa import Instruction
+        core = self.core
+        pending = self.pending
+        device = core.device
+        device.drawing = self
+        try:
+            item = next(self.program)
+        except StopIteration:
+            self.done = True
+            item = None
+        finally:
+            device.drawing = None
+        if item is not None and not isinstance(item, Instruction):
+            self._add(list(pending))
+            pending.clear()
+            self.ready.append(_Fault(SimulatorError(
+                f"kernel yielded {item!r}, which is not an instruction", core=core.name)))
+            return True
+        new = list(pending)
+        pending.clear()
+        if item is not None:
+            new.append(item)
+        if new:
+            tile = core.tile
+            origin = source_line(self.program) if core.device.source_lines else None
+            for instr in new:
+                instr.tile = tile
+                if origin is not None and getattr(instr, "origin", None) is None:
+                    instr.origin = origin
+            self._add(new)
+        return not self.done or bool(self.ready)
+
+    def _add(self, instrs: list) -> None:
+        track = self.core.device.ff is not None
+        for instr in instrs:
+            if track:
+                self.index[id(instr)] = self.count
+                self.by_index[self.count] = instr
+            self.count += 1
+            self.ready.append(instr)
+
+    def take(self, n: int) -> list:
+        """Draw instructions until ``n`` are ready beyond those given (fewer if the program ends)."""
+        while len(self.ready) < n and self._draw():
+            pass
+        return list(self.ready)[:n]
+
+
+# ---------------------------------------------------------------------------------------------
+# signatures: an instruction's static form, and the GM slice starts that shift between rounds
+# ---------------------------------------------------------------------------------------------
+
+def _local(t: Any) -> tuple:
+    return ("L", id(t.region), t.addr, t.dtype.name, t.count)
+
+
+def _signature(instr: Any) -> tuple[tuple, tuple] | None:
+    """(static part, GM starts) of an instruction the fast-forward knows; None otherwise."""
+    from opsim.simulator import isa
+    cls = type(instr)
+    if cls in (isa.SetFlag, isa.QueueFreeFlag, isa.WaitFlag):
+        return (cls, instr.src, instr.dst, instr.event_id), ()
+    if cls in (isa.DataCopy, isa.DataCopyPad):
+        g = instr.glob
+        t = g.tensor
+        return ((cls, instr._to_gm, instr.count, instr._pipe, instr._nbytes, instr._atomic,
+                 _local(instr.local), id(t), g.count, t.is_contiguous), (g.start,))
+    if isinstance(instr, isa.Cast):
+        return (cls, _local(instr.dst), _local(instr.src), instr.mode, instr.count), ()
+    if isinstance(instr, isa.VectorOp):
+        scalar = instr.scalar
+        if scalar is not None and not isinstance(scalar, (int, float)):
+            return None                      # a scalar read from local memory: data-dependent
+        src = (_local(instr.src),) if isinstance(instr, isa.Copy) else ()
+        return ((cls, _local(instr.dst), tuple(_local(s) for s in instr.srcs), scalar, instr.count, src), ())
+    return None
+
+
+def _become(old: Any, new: Any) -> None:
+    """Give ``old`` (held by the machine) the operands of ``new`` (its counterpart k rounds on)."""
+    for klass in type(old).__mro__:
+        for slot in getattr(klass, "__slots__", ()):
+            if hasattr(new, slot):
+                setattr(old, slot, getattr(new, slot))
+
+
+# ---------------------------------------------------------------------------------------------
+# the controller
+# ---------------------------------------------------------------------------------------------
+
+class FastForward:
+    """Detects a repeating round of the whole machine and skips whole rounds (module docstring)."""
+
+    def __init__(self, device: "Device") -> None:
+        self.device = device
+        self.rounds = 0              # rounds skipped so far
+        self.cycles = 0              # simulated cycles skipped
+        self.instructions = 0        # instructions completed inside skipped rounds
+        self.skips = 0               # jumps made
+        self.reason = ""             # why it did not skip (the last reason seen)
+        self._log: list[tuple] = []  # (kind, ...) since the oldest snapshot
+        self._snaps: dict[int, tuple] = {}
+        self._launch: Any = None
+        self._cores: list["Core"] = []
+        self._ref_tile = None
+        self._quiet_until = -1       # a failed proof of period p is not retried before this tile
+
+    # -- what the run reports -------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        return {"skipped_rounds": self.rounds, "skipped_cycles": self.cycles,
+                "skipped_instructions": self.instructions, "jumps": self.skips,
+                "reason": self.reason if not self.rounds else ""}
+
+    # -- recording (hooks) ---------------------------------------------------------------------
+    def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
+        stream = pipe.core.stream
+        idx = stream.index.pop(id(instr), -1) if stream is not None else -1
+        if self._snaps:
+            self._log.append(("c", pipe, idx, start, end, instr))
+
+    def on_gm(self, pipe: "Pipe", addr: int, nbytes: int, write: bool, plain: bool,
+              hit: int, wb: int) -> None:
+        if self._snaps:
+            instr = pipe.current
+            stream = pipe.core.stream
+            idx = stream.index.get(id(instr), -1) if stream is not None else -1
+            self._log.append(("g", pipe, idx, addr, nbytes, write, plain, hit, wb))
+
+    # -- eligibility ------------------------------------------------------------------------------
+    def _eligible(self) -> bool:
+        dev = self.device
+        if dev.trace is not None and dev.trace.enabled:
+            self.reason = "a trace is recorded (every slice is kept)"
+            return False
+        for ob in dev.observers:
+            if not getattr(ob, "fast_forward_safe", False):
+                self.reason = f"observer {type(ob).__name__} needs every instruction as it runs"
+                return False
+        running = [launch for launch in dev.launches if launch.start >= 0 and launch.end < 0]
+        if len(running) != 1:
+            self.reason = "no single launch in flight" if running else self.reason
+            return False
+        launch = running[0]
+        if launch.unit == "mix" or launch.l2_sample is not None:
+            self.reason = "mixed AIC/AIV launch or L2 sampling"
+            return False
+        if launch is not self._launch:
+            self._launch = launch
+            self._reset()
+            self._cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
+        cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
+        if cores != self._cores or not cores:
+            self._cores = cores
+            self._reset()
+            return False
+        if dev.atomics.pending:
+            self.reason = "atomic commits pending"
+            return False
+        return True
+
+    def _reset(self) -> None:
+        self._snaps.clear()
+        self._log.clear()
+        self._ref_tile = None
+
+    # -- the boundary hook ------------------------------------------------------------------------
+    def boundary(self) -> None:
+        """Called at each clean boundary (every event of this cycle processed)."""
+        cores = self._cores
+        if cores and cores[0].stream is not None and cores[0].tile == self._ref_tile:
+            return
+        if not self._eligible():
+            return
+        ref = self._cores[0]
+        tile = ref.tile
+        if tile == self._ref_tile:
+            return
+        self._ref_tile = tile
+        snap = self._snapshot()
+        if snap is None:
+            self._snaps.clear()      # a gap: the next proof starts from the next snapshots
+            self._log.clear()
+            return
+        now = self.device.env.now
+        self._snaps[tile] = (now, snap, len(self._log), self._counters())
+        if tile < self._quiet_until:
+            self._trim(tile)
+            return
+        for p in PERIODS:
+            old = self._snaps.get(tile - p)
+            if old is None:
+                continue
+            shift = _match(old[1], snap)
+            if shift is None:
+                continue
+            k = self._skip(old, (now, snap, len(self._log), self._counters()), shift, p)
+            if k:
+                self._reset()
+                return
+            self._quiet_until = tile + p   # outcomes differ ahead: step at least one period on
+            break
+        self._trim(tile)
+
+    def _trim(self, tile: int) -> None:
+        keep = tile - max(PERIODS)
+        for t in [t for t in self._snaps if t < keep]:
+            del self._snaps[t]
+        if self._snaps:
+            oldest = self._snaps[min(self._snaps)][1][0]
+            for c, (_, base, *_rest) in zip(self._cores, oldest):
+                by = c.stream.by_index
+                if len(by) > 4 * (c.stream.count - base) + 64:
+                    for m in [m for m in by if m < base]:
+                        del by[m]
+            first = min(s[2] for s in self._snaps.values())
+            if first > 4096:
+                del self._log[:first]
+                self._snaps = {t: (s[0], s[1], s[2] - first, s[3]) for t, s in self._snaps.items()}
+
+    # -- counters that add up over a round --------------------------------------------------------
+    def _counters(self) -> dict[str, Any]:
+        dev = self.device
+        out: dict[str, Any] = {"bytes_read": dev.bytes_read, "bytes_written": dev.bytes_written,
+                               "link_bytes": dict(dev.link_bytes),
+                               "launch_link_bytes": dict(self._launch.link_bytes),
+                               "completed": dev.net.completed, "recomputes": dev.net.recompute_count,
+                               "seq": dev.net._seq, "rank": dev.net._rank}
+        for c in self._cores:
+            out[c.name] = (c._blocked_acc, dict(c.issue_starved),
+                           {n: (p.busy_cycles, p.instructions, p.idle_mark) for n, p in c.pipes.items()},
+                           c.stream.count)
+        for name, link in dev.net.links.items():
+            out["link " + name] = (link.bytes_carried, len(link._times), link._end,
+                                   link._bytes[-1] if link._bytes else None)
+        for name, pool in dev.net.pools.items():
+            out["pool " + name] = pool.bytes_carried
+        if dev.l2 is not None:
+            l2 = dev.l2
+            out["l2"] = (l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes)
+        return out
+
+    # -- snapshot ---------------------------------------------------------------------------------
+    def _snapshot(self) -> tuple | None:
+        """The machine's state relative to now (None: a state the fast-forward does not model)."""
+        dev = self.device
+        env = dev.env
+        now = env.now
+        owner: dict[int, tuple] = {}
+        per_core = []
+        for ci, c in enumerate(self._cores):
+            state = self._core_state(ci, c, now, owner)
+            if state is None:
+                return None
+            per_core.append(state)
+        # the event queue: only timeouts of pipes and the link network's wake-ups
+        net = dev.net
+        queue = []
+        for t, prio, _eid, ev in sorted(env._queue):
+            cbs = ev.callbacks or []
+            who: tuple | None = None
+            if len(cbs) == 1:
+                cb = cbs[0]
+                proc = getattr(cb, "__self__", None)
+                if proc is not None and id(proc) in owner:
+                    who = ("pipe", owner[id(proc)])
+                elif getattr(cb, "__defaults__", None) and getattr(cb, "__qualname__", "").startswith(
+                        "LinkNetwork._schedule"):
+                    if cb.__defaults__[0] != net._gen:
+                        continue                      # superseded wake-up: a no-op when it fires
+                    who = ("net",)
+            if who is None:
+                self.reason = f"an event the fast-forward does not model is scheduled ({cbs!r:.200})"
+                return None
+            queue.append((t - now, prio, who))
+        return (tuple(per_core), tuple(queue), self._net_state(now))
+
+    def _core_state(self, ci: int, c: "Core", now: int, owner: dict[int, tuple]) -> tuple | None:
+        """One core's part of the snapshot: (state, stream base, GM starts, tile, drawn, idle
+        marks, blocked clock). ``owner`` learns which process is which pipe."""
+        stream = c.stream
+        if c.atomic is not None:
+            self.reason = "SetAtomicAdd in effect"
+            return None
+        if stream.reads_data:
+            self.reason = f"{c.name}'s program reads device data while it runs (data-dependent)"
+            return None
+        held: list[tuple[int, Any, tuple]] = []     # (stream index, instruction, static signature)
+
+        def note(instr: Any) -> int | None:
+            idx = stream.index.get(id(instr))
+            sig = _signature(instr)
+            if idx is None or sig is None:
+                self.reason = f"{type(instr).__name__} is not an instruction the fast-forward models"
+                return None
+            held.append((idx, instr, sig[0]))
+            return idx
+
+        pipes = []
+        marks: list[float | None] = []
+        for name, p in c.pipes.items():
+            q = [note(instr) for instr in p.queue]
+            cur = p.current
+            run: tuple = () if cur is None else (note(cur), p._waiting is not None)
+            if None in q or (run and run[0] is None):
+                return None
+            owner[id(p.proc)] = (ci, name)
+            pipes.append((name, q, run, p.held, p.head_pending, p.idle_mark is None,
+                          p._item_ev is not None, p._space_ev is not None))
+            marks.append(p.idle_mark)
+        hi = None if stream.held is None else note(stream.held)
+        if stream.held is not None and hi is None:
+            return None
+        if None in [note(instr) for instr in stream.ready]:
+            return None
+        base = min(i for i, _, _ in held) if held else stream.count
+        held.sort(key=lambda h: h[0])
+        gm = tuple(st for _, instr, _ in held for st in _signature(instr)[1])
+        pipes = [(name, tuple(i - base for i in q), (run[0] - base, run[1]) if run else run, *rest)
+                 for name, q, run, *rest in pipes]
+        state = (tuple(i - base for i, _, _ in held), tuple(sig for _, _, sig in held),
+                 None if hi is None else hi - base, len(stream.ready), stream.done, stream.count - base,
+                 tuple(pipes), tuple(sorted((k, v) for k, v in c.flags.items() if v)),
+                 tuple(sorted(c.flag_waiters)),
+                 None if c.blocked_since is None else now - c.blocked_since)
+        return (state, base, gm, c.tile, stream.count, tuple(marks), c._blocked_acc)
+
+    def _net_state(self, now: int) -> tuple:
+        net = self.device.net
+        seq0 = net._seq
+        pending = tuple((t.start - now, t.issue - now, t.nbytes, _key(t.key), t.tag, seq0 - t.seq)
+                        for _, _, t in sorted(net._pending, key=lambda e: (e[0], e[1])))
+        classes = []
+        for c in net._classes.values():
+            members = tuple((k - c.served, seq0 - t.seq, t.tag, t.nbytes, t.issue - now, t.start - now,
+                             net._rank - t.rank, t.threshold - c.served)
+                            for k, _, t in c.heap)
+            order = tuple(seq0 - t.seq for t in c.order if not t.done)
+            classes.append((_key((c.base, c.pool, c.links)), c.n, c.rate, c.demand, members, order))
+        links = []
+        for name, link in net.links.items():
+            tail = (link._times[-1] - now, link._bytes[-1], link._end - now) if link._times else None
+            links.append((name, link._alloc, link.rate, link.active,
+                          None if link._open_start is None else link._open_start - now,
+                          link._open_bytes, tail, link in net._busy))
+        pools = tuple((name, p._alloc, p.active, p in net._busy_pools) for name, p in net.pools.items())
+        return (pending, tuple(classes), tuple(links), pools,
+                None if net._wake_at is None else net._wake_at - now, net._last - now)
+
+    # -- the jump -----------------------------------------------------------------------------------
+    def _skip(self, old: tuple, new: tuple, shift: dict[int, tuple[int, int]], ptiles: int) -> int:
+        """Skip as many rounds as can be proven (0 if none); returns the rounds skipped."""
+        t0, _, log0, c0 = old
+        t1, _, log1, c1 = new
+        period = t1 - t0
+        if period <= 0:
+            return 0
+        log = self._log[log0:log1]
+        cores = self._cores
+        cidx = {id(c): i for i, c in enumerate(cores)}
+        # per core: stream-index offset L, GM start shift d
+        L = [shift[i][0] for i in range(len(cores))]
+        D = [shift[i][1] for i in range(len(cores))]
+        if any(n <= 0 for n in L):
+            return 0
+        completions = [e for e in log if e[0] == "c"]
+        gms = [e for e in log if e[0] == "g"]
+        per_core_done = [0] * len(cores)
+        for e in completions:
+            per_core_done[cidx[id(e[1].core)]] += 1
+            if e[2] < 0:
+                self.reason = "a completed instruction has no stream index"
+                return 0
+        if per_core_done != L:
+            self.reason = "a round completes a different number of instructions than it draws"
+            return 0
+        if any(not e[6] for e in gms):
+            self.reason = "a strided or sampled GM transfer"
+            return 0
+        # how many rounds: bounded by each program's remaining instructions (drawn ahead, checked)
+        if any(c.stream.done and not c.stream.ready for c in cores):
+            return 0
+        k = self._rounds_available(L, D, ptiles, 1 << 30)
+        if k < MIN_ROUNDS:
+            self.reason = self.reason or "too few rounds left"
+            return 0
+        # L2 outcomes: apply in recorded order, each must repeat (restore and shorten if not)
+        k = self._apply_l2(gms, L, cidx, k)
+        if k < MIN_ROUNDS:
+            if k:
+                self._l2_restore()
+            self.reason = "the L2 outcome of an access differs in the rounds ahead"
+            return 0
+        self._l2_saved = None
+        self._apply_instructions(completions, L, cidx, k, period)
+        self._shift(k, period, c0, c1, L)
+        self.rounds += k
+        self.cycles += k * period
+        self.instructions += k * sum(L)
+        self.skips += 1
+        return k
+
+    def _rounds_available(self, L: list[int], D: list[int], ptiles: int, limit: int) -> int:
+        """Rounds whose instructions the programs produce, each the one L before shifted by d."""
+        k = limit
+        for i, c in enumerate(self._cores):
+            stream = c.stream
+            by = stream.by_index
+            top = stream.count - 1            # the newest instruction drawn
+            dh = [D[i]]
+            j = 0
+            while True:
+                # round j+1 needs instructions up to top + (j+1)*L drawn and checked
+                want = top + (j + 1) * L[i]
+                ok = True
+                while stream.count <= want:
+                    before = stream.count
+                    stream.take(len(stream.ready) + 1)
+                    if stream.count == before:
+                        ok = False
+                        break
+                if not ok:
+                    break
+                for m in range(top + j * L[i] + 1, want + 1):
+                    a, b = by.get(m - L[i]), by.get(m)
+                    if a is None or b is None or not _same_shifted(a, b, dh, ptiles):
+                        ok = False
+                        break
+                if not ok:
+                    break
+                j += 1
+                if j >= k:
+                    break
+            D[i] = dh[0]
+            k = min(k, j)
+            if k == 0:
+                self.reason = f"{c.name}'s program does not repeat ahead"
+                return 0
+        # the rounds ahead must not reach the drawn instructions of a shorter last round: the
+        # instructions the machine holds after the jump (top + k*L) were checked above
+        return k
+
+    # -- L2 ---------------------------------------------------------------------------------------
+    def _apply_l2(self, gms: list[tuple], L: list[int], cidx: dict[int, int], k: int) -> int:
+        dev = self.device
+        l2 = dev.l2
+        self._l2_saved = None
+        if l2 is None or not gms:
+            return k
+        self._l2_saved = l2.save_state()
+        for j in range(k):
+            for e in gms:
+                _, pipe, idx, addr, nbytes, write, _, hit, wb = e
+                c = pipe.core
+                instr = c.stream.by_index[idx + (j + 1) * L[cidx[id(c)]]]
+                lo, hi = instr.glob.byte_range(instr.count)
+                n = min(instr._nbytes, hi - lo)
+                if n != nbytes:
+                    return self._l2_redo(gms, L, cidx, j)
+                h = l2.access_runs(((lo, n),), write=write)
+                w = l2.take_writeback()
+                if h != hit or w != wb:
+                    return self._l2_redo(gms, L, cidx, j)
+        return k
+
+    def _l2_redo(self, gms: list[tuple], L: list[int], cidx: dict[int, int], good: int) -> int:
+        """Restore the L2 and re-apply the ``good`` rounds whose outcomes matched."""
+        l2 = self.device.l2
+        l2.restore_state(self._l2_saved)
+        if good < MIN_ROUNDS:
+            return good
+        for j in range(good):
+            for e in gms:
+                _, pipe, idx, _, _, write, _, _, _ = e
+                c = pipe.core
+                instr = c.stream.by_index[idx + (j + 1) * L[cidx[id(c)]]]
+                lo, hi = instr.glob.byte_range(instr.count)
+                l2.access_runs(((lo, min(instr._nbytes, hi - lo)),), write=write)
+                l2.take_writeback()
+        return good
+
+    def _l2_restore(self) -> None:
+        if self._l2_saved is not None:
+            self.device.l2.restore_state(self._l2_saved)
+            self._l2_saved = None
+
+    # -- instructions of the skipped rounds ---------------------------------------------------------
+    def _apply_instructions(self, completions: list[tuple], L: list[int], cidx: dict[int, int],
+                            k: int, period: int) -> None:
+        """Checks and numerics of the skipped instructions, in completion order; observers."""
+        from opsim.simulator import isa
+        dev = self.device
+        functional = dev.functional
+        observers = dev.observers
+        for j in range(k):
+            dt = (j + 1) * period
+            for e in completions:
+                _, pipe, idx, start, end, _ = e
+                c = pipe.core
+                instr = c.stream.by_index[idx + (j + 1) * L[cidx[id(c)]]]
+                if isinstance(instr, isa.DataCopy):
+                    instr.local.check(instr.count, write=not instr._to_gm)
+                    instr.glob.check(instr.count, write=instr._to_gm)
+                    if functional:
+                        instr.complete(pipe)
+                elif instr.busy:
+                    instr.issue(pipe)                   # operand checks; no side effect here
+                    if functional:
+                        instr.complete(pipe)
+                for ob in observers:
+                    ob.on_instruction(c, pipe, instr, start + dt, end + dt)
+
+    # -- shifting the machine by k rounds -------------------------------------------------------------
+    def _shift(self, k: int, period: int, c0: dict, c1: dict, L: list[int]) -> None:
+        dev = self.device
+        env = dev.env
+        delta = k * period
+        # 1. every instruction the machine holds (drawn before the jump) becomes its counterpart
+        #    k rounds on; the stream resumes after the newest of them, and what was drawn beyond
+        #    it (reading ahead) stays ready in order
+        for i, c in enumerate(self._cores):
+            stream = c.stream
+            count_t = c1[c.name][3]           # instructions drawn at the boundary
+            held = [stream.held] if stream.held is not None else []
+            for p in c.pipes.values():
+                held.extend(p.queue)
+                if p.current is not None:
+                    held.append(p.current)
+            held.extend(x for x in stream.ready if stream.index.get(id(x), count_t) < count_t)
+            off = k * L[i]
+            by = stream.by_index
+            index: dict[int, int] = {}
+            for instr in held:
+                idx = stream.index[id(instr)]
+                _become(instr, by[idx + off])
+                index[id(instr)] = idx + off
+            ready_t = [x for x in stream.ready if stream.index.get(id(x), count_t) < count_t]
+            rest = [by[m] for m in range(count_t + off, stream.count)]
+            for m, x in enumerate(rest, count_t + off):
+                index[id(x)] = m
+            stream.ready = deque(ready_t + rest)
+            stream.given += off
+            stream.index = index
+            stream.by_index = {m: x for x in held + rest for m in (index[id(x)],)}
+        # 2. time: the event queue, the network, the cores
+        q = env._queue
+        env._queue = [(t + delta, prio, eid, ev) for t, prio, eid, ev in q]
+        heapq.heapify(env._queue)
+        env._now += delta
+        net = dev.net
+        net._last += delta
+        if net._wake_at is not None:
+            net._wake_at += delta
+        net._pending = [(s + delta, seq, t) for s, seq, t in net._pending]
+        heapq.heapify(net._pending)
+        for t in list(net._active.values()) + [e[2] for e in net._pending]:
+            t.issue += delta
+            t.start += delta
+        net.completed += k * (c1["completed"] - c0["completed"])
+        net.recompute_count += k * (c1["recomputes"] - c0["recomputes"])
+        for name, link in net.links.items():
+            b0, n0, e0, last0 = c0["link " + name]
+            b1, n1, e1, last1 = c1["link " + name]
+            times = link._times[n0:n1]
+            nbytes = link._bytes[n0:n1]
+            mod = link._bytes[n0 - 1] if n0 and n1 > n0 else None
+            for j in range(k):
+                dt = (j + 1) * period
+                if n1 > n0:
+                    if mod is not None:
+                        link._bytes[-1] = mod
+                    link._times.extend(x + dt for x in times)
+                    link._bytes.extend(nbytes)
+                elif n0 and last1 is not None:
+                    link._bytes[-1] = last1
+                link.bytes_carried += b1 - b0
+            link._end = link._end + delta if link._times else link._end
+            if link._open_start is not None:
+                link._open_start += delta
+        for name, pool in net.pools.items():
+            pool.bytes_carried += k * (c1["pool " + name] - c0["pool " + name])
+        for c in self._cores:
+            acc0, st0, pipes0, _ = c0[c.name]
+            acc1, st1, pipes1, _ = c1[c.name]
+            dacc = k * (acc1 - acc0)
+            c._blocked_acc += dacc
+            if c.blocked_since is not None:
+                c.blocked_since += delta
+            for name, v in st1.items():
+                c.issue_starved[name] = c.issue_starved.get(name, 0) + k * (v - st0.get(name, 0))
+            for name, p in c.pipes.items():
+                if p.current is not None:
+                    p.started += delta
+                p.busy_cycles += k * (pipes1[name][0] - pipes0[name][0])
+                p.instructions += k * (pipes1[name][1] - pipes0[name][1])
+                if p.idle_mark is not None and p.idle_mark != pipes0[name][2]:
+                    p.idle_mark += dacc
+        # 3. counters of the device and the launch
+        dev.bytes_read += k * (c1["bytes_read"] - c0["bytes_read"])
+        dev.bytes_written += k * (c1["bytes_written"] - c0["bytes_written"])
+        for key, v in c1["link_bytes"].items():
+            d = v - c0["link_bytes"].get(key, 0)
+            if d:
+                dev.link_bytes[key] = dev.link_bytes.get(key, 0) + k * d
+        launch = self._launch
+        for key, v in c1["launch_link_bytes"].items():
+            d = v - c0["launch_link_bytes"].get(key, 0)
+            if d:
+                launch.link_bytes[key] = launch.link_bytes.get(key, 0) + k * d
+        if dev.l2 is not None:
+            h0, m0, _ = c0["l2"]
+            h1, m1, _ = c1["l2"]
+            dev.l2.count(k * (h1 - h0), k * (m1 - m0))
+
+
+def _key(key: tuple) -> tuple:
+    base, pool, links = key
+    return (base, None if pool is None else pool.name, tuple(link.name for link in links))
+
+
+def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
+    """``b`` is ``a`` one round on: the same static form, GM starts + d, tile + the period.
+    ``d`` is a one-element list: the core's GM start shift, learnt from the first pair if None."""
+    sa, sb = _signature(a), _signature(b)
+    if sa is None or sb is None or sa[0] != sb[0]:
+        return False
+    for x, y in zip(sa[1], sb[1]):
+        if d[0] is None:
+            d[0] = y - x
+        if y - x != d[0]:
+            return False
+    return b.tile - a.tile == ptiles and getattr(a, "origin", None) == getattr(b, "origin", None)
+
+
+def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int]] | None:
+    """Per core (stream-index offset, GM start shift) if snapshot ``b`` is ``a`` one round on."""
+    cores_a, queue_a, net_a = a
+    cores_b, queue_b, net_b = b
+    if queue_a != queue_b or net_a != net_b or len(cores_a) != len(cores_b):
+        return None
+    out = {}
+    for i, (ca, cb) in enumerate(zip(cores_a, cores_b)):
+        state_a, base_a, gm_a, tile_a, _, marks_a, acc_a = ca
+        state_b, base_b, gm_b, tile_b, _, marks_b, acc_b = cb
+        if state_a != state_b or len(gm_a) != len(gm_b):
+            return None
+        # a pipe idle all round keeps its mark; one that went idle again has it as far behind
+        # the dispatcher's blocked clock as before (Core._push_all turns the gap into ``held``)
+        for ma, mb in zip(marks_a, marks_b):
+            if ma != mb and (ma is None or mb is None or ma - acc_a != mb - acc_b):
+                return None
+        shifts = {y - x for x, y in zip(gm_a, gm_b)}
+        if len(shifts) > 1:
+            return None
+        out[i] = (base_b - base_a, shifts.pop() if shifts else None)
+    return out
