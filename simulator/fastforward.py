@@ -12,7 +12,7 @@ How (all in this module; core.py and device.py only call in):
   There the only scheduled events are timeouts (a pipe's instruction, the link network's
   wake-up), so the state is a set of plain Python objects.
 * **Snapshots.** At the first clean boundary after the reference core (the launch's first core)
-  starts a new tile, :meth:`FastForward._snapshot` writes the state canonically: per core the
+  starts a new tile, :meth:`FastForward._global_state` and :meth:`FastForward._cores_state` write the state canonically: per core the
   index (in its :class:`ProgramStream`) of every instruction the machine holds, its signature
   (class, operands, GM slice starts kept apart), the pipes' queues, in-flight instructions and
   their remaining cycles, flags, waiters and the dispatcher's blocked time; per link and pool
@@ -30,7 +30,7 @@ How (all in this module; core.py and device.py only call in):
   applied one by one in their completion order (the order of the step-by-step run). Observers
   get their ``on_instruction`` calls in time order. Then time, the link network, counters and
   link histories are shifted by ``k`` rounds, and each instruction the machine holds takes the
-  operands of its counterpart ``k·L`` later (:func:`_become`).
+  operands of its counterpart ``k·L`` later (:func:`_slots`).
 
 Where the engine cannot prove the repetition it does not skip, and ``Device.ff.reason`` says
 why: a trace is recorded, an observer needs more than ``on_instruction`` (the sanitizer), more
@@ -86,6 +86,7 @@ class ProgramStream:
         self.reads_data = False           # the program read device memory while it ran
         self.index: dict[int, int] = {}   # id(instruction) -> stream index, while ff records
         self.by_index: dict[int, Any] = {}
+        self.sigs: dict[int, Any] = {}    # id(instruction) -> _signature, computed once
 
     def __iter__(self) -> "ProgramStream":
         return self
@@ -148,6 +149,14 @@ class ProgramStream:
             self.count += 1
             self.ready.append(instr)
 
+    def signature(self, instr: Any) -> tuple[tuple, tuple] | None:
+        """:func:`_signature` of an instruction of this stream, computed once."""
+        key = id(instr)
+        sig = self.sigs.get(key)
+        if sig is None:
+            sig = self.sigs[key] = _signature(instr)
+        return sig
+
     def take(self, n: int) -> list:
         """Draw instructions until ``n`` are ready beyond those given (fewer if the program ends)."""
         while len(self.ready) < n and self._draw():
@@ -163,9 +172,16 @@ def _local(t: Any) -> tuple:
     return ("L", id(t.region), t.addr, t.dtype.name, t.count)
 
 
+_ISA: Any = None
+
+
 def _signature(instr: Any) -> tuple[tuple, tuple] | None:
     """(static part, GM starts) of an instruction the fast-forward knows; None otherwise."""
-    from opsim.simulator import isa
+    global _ISA
+    if _ISA is None:
+        from opsim.simulator import isa as _isa_module    # isa imports core, which imports us
+        _ISA = _isa_module
+    isa = _ISA
     cls = type(instr)
     if cls in (isa.SetFlag, isa.QueueFreeFlag, isa.WaitFlag):
         return (cls, instr.src, instr.dst, instr.event_id), ()
@@ -185,12 +201,11 @@ def _signature(instr: Any) -> tuple[tuple, tuple] | None:
     return None
 
 
-def _become(old: Any, new: Any) -> None:
-    """Give ``old`` (held by the machine) the operands of ``new`` (its counterpart k rounds on)."""
-    for klass in type(old).__mro__:
-        for slot in getattr(klass, "__slots__", ()):
-            if hasattr(new, slot):
-                setattr(old, slot, getattr(new, slot))
+def _slots(instr: Any) -> dict[str, Any]:
+    """An instruction's fields (operands, tile, origin): what a held instruction takes from its
+    counterpart k rounds on when the machine jumps."""
+    return {slot: getattr(instr, slot) for klass in type(instr).__mro__
+            for slot in getattr(klass, "__slots__", ()) if hasattr(instr, slot)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -211,6 +226,7 @@ class FastForward:
         self._snaps: dict[int, tuple] = {}
         self._launch: Any = None
         self._cores: list["Core"] = []
+        self._owner: dict[int, tuple[int, str]] = {}   # id(pipe process) -> (core, pipe)
         self._ref_tile = None
         self._quiet_until = -1       # a failed proof of period p is not retried before this tile
 
@@ -223,7 +239,10 @@ class FastForward:
     # -- recording (hooks) ---------------------------------------------------------------------
     def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
         stream = pipe.core.stream
-        idx = stream.index.pop(id(instr), -1) if stream is not None else -1
+        idx = -1
+        if stream is not None:
+            idx = stream.index.pop(id(instr), -1)
+            stream.sigs.pop(id(instr), None)
         if self._snaps:
             self._log.append(("c", pipe, idx, start, end, instr))
 
@@ -257,9 +276,12 @@ class FastForward:
             self._launch = launch
             self._reset()
             self._cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
+            self._owner = {id(p.proc): (i, name) for i, c in enumerate(self._cores)
+                           for name, p in c.pipes.items()}
         cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
         if cores != self._cores or not cores:
             self._cores = cores
+            self._owner = {id(p.proc): (i, name) for i, c in enumerate(cores) for name, p in c.pipes.items()}
             self._reset()
             return False
         if dev.atomics.pending:
@@ -285,19 +307,28 @@ class FastForward:
         if tile == self._ref_tile:
             return
         self._ref_tile = tile
-        snap = self._snapshot()
-        if snap is None:
+        glob = self._global_state()
+        if glob is None:
             self._snaps.clear()      # a gap: the next proof starts from the next snapshots
             self._log.clear()
             return
         now = self.device.env.now
+        # the cores' part (the costly one) only when the global part repeats one of the last
+        # periods; a proof then compares two full snapshots, one period later
+        cands = [p for p in PERIODS if (old := self._snaps.get(tile - p)) is not None and old[1][0] == glob]
+        cores = self._cores_state() if cands else None
+        if cands and cores is None:
+            self._snaps.clear()
+            self._log.clear()
+            return
+        snap = (glob, cores)
         self._snaps[tile] = (now, snap, len(self._log), self._counters())
         if tile < self._quiet_until:
             self._trim(tile)
             return
-        for p in PERIODS:
-            old = self._snaps.get(tile - p)
-            if old is None:
+        for p in cands:
+            old = self._snaps[tile - p]
+            if old[1][1] is None:
                 continue
             shift = _match(old[1], snap)
             if shift is None:
@@ -315,11 +346,12 @@ class FastForward:
         for t in [t for t in self._snaps if t < keep]:
             del self._snaps[t]
         if self._snaps:
-            oldest = self._snaps[min(self._snaps)][1][0]
-            for c, (_, base, *_rest) in zip(self._cores, oldest):
+            full = [s[1][1] for _, s in sorted(self._snaps.items()) if s[1][1] is not None]
+            for i, c in enumerate(self._cores):
+                keep = full[0][i][1] if full else c.stream.count - 1024
                 by = c.stream.by_index
-                if len(by) > 4 * (c.stream.count - base) + 64:
-                    for m in [m for m in by if m < base]:
+                if len(by) > 2 * (c.stream.count - keep) + 64:
+                    for m in [m for m in by if m < keep]:
                         del by[m]
             first = min(s[2] for s in self._snaps.values())
             if first > 4096:
@@ -349,19 +381,13 @@ class FastForward:
         return out
 
     # -- snapshot ---------------------------------------------------------------------------------
-    def _snapshot(self) -> tuple | None:
-        """The machine's state relative to now (None: a state the fast-forward does not model)."""
+    def _global_state(self) -> tuple | None:
+        """The scheduled events and the link network, relative to now (None: an event the
+        fast-forward does not model). Cheap next to the cores' part, so it is compared first."""
         dev = self.device
         env = dev.env
         now = env.now
-        owner: dict[int, tuple] = {}
-        per_core = []
-        for ci, c in enumerate(self._cores):
-            state = self._core_state(ci, c, now, owner)
-            if state is None:
-                return None
-            per_core.append(state)
-        # the event queue: only timeouts of pipes and the link network's wake-ups
+        owner = self._owner
         net = dev.net
         queue = []
         for t, prio, _eid, ev in sorted(env._queue):
@@ -378,14 +404,26 @@ class FastForward:
                         continue                      # superseded wake-up: a no-op when it fires
                     who = ("net",)
             if who is None:
-                self.reason = f"an event the fast-forward does not model is scheduled ({cbs!r:.200})"
+                self.reason = ("a core outside the repeating set is still working, or an event the "
+                               "fast-forward does not model is scheduled")
                 return None
             queue.append((t - now, prio, who))
-        return (tuple(per_core), tuple(queue), self._net_state(now))
+        return (tuple(queue), self._net_state(now))
 
-    def _core_state(self, ci: int, c: "Core", now: int, owner: dict[int, tuple]) -> tuple | None:
+    def _cores_state(self) -> tuple | None:
+        """Every core's part of the snapshot (None: a state the fast-forward does not model)."""
+        now = self.device.env.now
+        per_core = []
+        for c in self._cores:
+            state = self._core_state(c, now)
+            if state is None:
+                return None
+            per_core.append(state)
+        return tuple(per_core)
+
+    def _core_state(self, c: "Core", now: int) -> tuple | None:
         """One core's part of the snapshot: (state, stream base, GM starts, tile, drawn, idle
-        marks, blocked clock). ``owner`` learns which process is which pipe."""
+        marks, blocked clock)."""
         stream = c.stream
         if c.atomic is not None:
             self.reason = "SetAtomicAdd in effect"
@@ -397,7 +435,7 @@ class FastForward:
 
         def note(instr: Any) -> int | None:
             idx = stream.index.get(id(instr))
-            sig = _signature(instr)
+            sig = stream.signature(instr)
             if idx is None or sig is None:
                 self.reason = f"{type(instr).__name__} is not an instruction the fast-forward models"
                 return None
@@ -412,7 +450,6 @@ class FastForward:
             run: tuple = () if cur is None else (note(cur), p._waiting is not None)
             if None in q or (run and run[0] is None):
                 return None
-            owner[id(p.proc)] = (ci, name)
             pipes.append((name, q, run, p.held, p.head_pending, p.idle_mark is None,
                           p._item_ev is not None, p._space_ev is not None))
             marks.append(p.idle_mark)
@@ -423,7 +460,7 @@ class FastForward:
             return None
         base = min(i for i, _, _ in held) if held else stream.count
         held.sort(key=lambda h: h[0])
-        gm = tuple(st for _, instr, _ in held for st in _signature(instr)[1])
+        gm = tuple(st for _, instr, _ in held for st in stream.signature(instr)[1])
         pipes = [(name, tuple(i - base for i in q), (run[0] - base, run[1]) if run else run, *rest)
                  for name, q, run, *rest in pipes]
         state = (tuple(i - base for i, _, _ in held), tuple(sig for _, _, sig in held),
@@ -638,10 +675,13 @@ class FastForward:
             off = k * L[i]
             by = stream.by_index
             index: dict[int, int] = {}
-            for instr in held:
-                idx = stream.index[id(instr)]
-                _become(instr, by[idx + off])
-                index[id(instr)] = idx + off
+            # read every counterpart before changing any: a counterpart may itself be held
+            moves = [(instr, stream.index[id(instr)] + off) for instr in held]
+            contents = [_slots(by[m]) for _, m in moves]
+            for (instr, m), values in zip(moves, contents):
+                for slot, value in values.items():
+                    setattr(instr, slot, value)
+                index[id(instr)] = m
             ready_t = [x for x in stream.ready if stream.index.get(id(x), count_t) < count_t]
             rest = [by[m] for m in range(count_t + off, stream.count)]
             for m, x in enumerate(rest, count_t + off):
@@ -650,6 +690,7 @@ class FastForward:
             stream.given += off
             stream.index = index
             stream.by_index = {m: x for x in held + rest for m in (index[id(x)],)}
+            stream.sigs = {}               # the held instructions changed operands
         # 2. time: the event queue, the network, the cores
         q = env._queue
         env._queue = [(t + delta, prio, eid, ev) for t, prio, eid, ev in q]
@@ -742,9 +783,9 @@ def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
 
 def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int]] | None:
     """Per core (stream-index offset, GM start shift) if snapshot ``b`` is ``a`` one round on."""
-    cores_a, queue_a, net_a = a
-    cores_b, queue_b, net_b = b
-    if queue_a != queue_b or net_a != net_b or len(cores_a) != len(cores_b):
+    glob_a, cores_a = a
+    glob_b, cores_b = b
+    if glob_a != glob_b or cores_a is None or cores_b is None or len(cores_a) != len(cores_b):
         return None
     out = {}
     for i, (ca, cb) in enumerate(zip(cores_a, cores_b)):
