@@ -406,4 +406,6 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     }
     if dev.l2 is not None:
         stats["l2_hit_rate"] = dev.l2.hit_rate
+    # what the steady-state fast-forward skipped, or why it did not (simulator/fastforward.py)
+    stats["fast_forward"] = dev.ff.summary() if dev.ff is not None else {"enabled": False}
     return stats

@@ -57,6 +57,7 @@ class RunStats(TypedDict, total=False):
     launch_overhead_cycles: int
     instructions: int
     issue_starved: dict[str, int]
+    fast_forward: dict[str, Any]       # rounds/cycles/instructions the fast-forward skipped, or why not
     bound: str                         # "memory" | "vector" | "cube" | "launch" | ...
     bound_reason: str
     l2_hit_rate: float

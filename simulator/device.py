@@ -357,6 +357,8 @@ class Device:
             # a kernel program reads device data while it runs: its instructions may depend on
             # it, so the fast-forward never reads that program ahead
             self.drawing.reads_data = True
+            if self.ff is not None:
+                self.ff.reason = f"{self.drawing.core.name}'s program reads device data while it runs (data-dependent)"
         return self.space.view(addr, nbytes, write=write)
 
     # -- DMA timing ----------------------------------------------------------------------------

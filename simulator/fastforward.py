@@ -188,14 +188,24 @@ def _signature(instr: Any) -> tuple[tuple, tuple] | None:
     if cls in (isa.DataCopy, isa.DataCopyPad):
         g = instr.glob
         t = g.tensor
+        if t.is_contiguous:
+            # a contiguous slice is its first byte (views of one buffer may be new objects)
+            where: tuple = ("contiguous", t.dtype.name, g.count)
+            start = g.byte_range(instr.count)[0]
+        else:
+            where, start = ("view", id(t), g.count), g.start
         return ((cls, instr._to_gm, instr.count, instr._pipe, instr._nbytes, instr._atomic,
-                 _local(instr.local), id(t), g.count, t.is_contiguous), (g.start,))
+                 _local(instr.local), where), (start,))
     if isinstance(instr, isa.Cast):
         return (cls, _local(instr.dst), _local(instr.src), instr.mode, instr.count), ()
     if isinstance(instr, isa.VectorOp):
         scalar = instr.scalar
-        if scalar is not None and not isinstance(scalar, (int, float)):
-            return None                      # a scalar read from local memory: data-dependent
+        if isinstance(scalar, isa.LocalTensor):
+            # read from local memory when it executes: the data differ, the timing does not, and
+            # the skipped rounds execute in the step-by-step order
+            scalar = ("scalar", _local(scalar))
+        elif scalar is not None and not isinstance(scalar, (int, float)):
+            return None
         src = (_local(instr.src),) if isinstance(instr, isa.Copy) else ()
         return ((cls, _local(instr.dst), tuple(_local(s) for s in instr.srcs), scalar, instr.count, src), ())
     return None
@@ -219,7 +229,7 @@ class FastForward:
         self.device = device
         self.rounds = 0              # rounds skipped so far
         self.cycles = 0              # simulated cycles skipped
-        self.instructions = 0        # instructions completed inside skipped rounds
+        self.instructions = 0        # busy instructions completed inside skipped rounds (flags not counted)
         self.skips = 0               # jumps made
         self.reason = ""             # why it did not skip (the last reason seen)
         self._log: list[tuple] = []  # (kind, ...) since the oldest snapshot
@@ -232,9 +242,9 @@ class FastForward:
 
     # -- what the run reports -------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        return {"skipped_rounds": self.rounds, "skipped_cycles": self.cycles,
+        return {"enabled": True, "skipped_rounds": self.rounds, "skipped_cycles": self.cycles,
                 "skipped_instructions": self.instructions, "jumps": self.skips,
-                "reason": self.reason if not self.rounds else ""}
+                "reason": "" if self.rounds else (self.reason or "the machine's state never repeated one round later")}
 
     # -- recording (hooks) ---------------------------------------------------------------------
     def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
@@ -298,12 +308,11 @@ class FastForward:
     def boundary(self) -> None:
         """Called at each clean boundary (every event of this cycle processed)."""
         cores = self._cores
-        if cores and cores[0].stream is not None and cores[0].tile == self._ref_tile:
+        if cores and cores[0].stream is not None and self._marker() == self._ref_tile:
             return
         if not self._eligible():
             return
-        ref = self._cores[0]
-        tile = ref.tile
+        tile = self._marker()
         if tile == self._ref_tile:
             return
         self._ref_tile = tile
@@ -340,6 +349,14 @@ class FastForward:
             self._quiet_until = tile + p   # outcomes differ ahead: step at least one period on
             break
         self._trim(tile)
+
+    def _marker(self) -> int:
+        """Where the reference core is in its program: the tile its kernel stamps, or (a kernel
+        that stamps none, e.g. a user's opsim.asc kernel) the stores its store pipe finished."""
+        ref = self._cores[0]
+        if ref.tile >= 0:
+            return ref.tile
+        return ref.pipes[ref.store_pipe].instructions if ref.store_pipe in ref.pipes else -1
 
     def _trim(self, tile: int) -> None:
         keep = tile - max(PERIODS)
@@ -541,7 +558,7 @@ class FastForward:
         self._shift(k, period, c0, c1, L)
         self.rounds += k
         self.cycles += k * period
-        self.instructions += k * sum(L)
+        self.instructions += k * sum(b[1] - c0[c.name][2][n][1] for c in cores for n, b in c1[c.name][2].items())
         self.skips += 1
         return k
 
@@ -552,7 +569,7 @@ class FastForward:
             stream = c.stream
             by = stream.by_index
             top = stream.count - 1            # the newest instruction drawn
-            dh = [D[i]]
+            dh = [D[i], None]
             j = 0
             while True:
                 # round j+1 needs instructions up to top + (j+1)*L drawn and checked
@@ -768,8 +785,8 @@ def _key(key: tuple) -> tuple:
 
 
 def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
-    """``b`` is ``a`` one round on: the same static form, GM starts + d, tile + the period.
-    ``d`` is a one-element list: the core's GM start shift, learnt from the first pair if None."""
+    """``b`` is ``a`` one round on: the same static form, GM starts + d[0], tile + d[1].
+    ``d`` holds the core's GM start shift and tile shift, each learnt from the first pair if None."""
     sa, sb = _signature(a), _signature(b)
     if sa is None or sb is None or sa[0] != sb[0]:
         return False
@@ -778,7 +795,9 @@ def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
             d[0] = y - x
         if y - x != d[0]:
             return False
-    return b.tile - a.tile == ptiles and getattr(a, "origin", None) == getattr(b, "origin", None)
+    if d[1] is None:
+        d[1] = b.tile - a.tile
+    return b.tile - a.tile == d[1] and getattr(a, "origin", None) == getattr(b, "origin", None)
 
 
 def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int]] | None:

@@ -1,0 +1,262 @@
+"""The steady-state fast-forward (simulator/fastforward.py) changes nothing but the wall time.
+
+Each case runs once step by step (``fast_forward=False``) and once with the fast-forward, and
+compares what the run reports: cycles, every integer statistic (per-pipe busy cycles, per-core
+busy, link bytes, GM bytes, L2 hit rate, issue starvation...), the output bits and the stream of
+``on_instruction`` calls an observer sees (core, pipe, instruction, start, end, tile, operands).
+The link-history statistics that are floating-point integrals of the bandwidth series
+(``bandwidth_GBps``, ``window_bytes``...) are compared to 1e-9 relative: a skipped round copies
+the recorded round's history, whose float rounding differs from the step-by-step run's in the
+last bits (see the module docstring of simulator/fastforward.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import zlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opsim
+from opsim import api, devices
+from opsim.kernels import registry
+
+FLOAT_STATS = {"bandwidth_GBps", "l2_bandwidth_GBps", "links", "fast_forward"}
+
+
+class Recorder:
+    """An observer that only adds up its calls, so the fast-forward may make them for skipped rounds."""
+
+    fast_forward_safe = True
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.n = 0
+
+    def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
+        self.h.update(f"{core.name}|{pipe.name}|{instr.name}|{start}|{end}|{instr.tile}|"
+                      f"{instr.trace_args()}\n".encode())
+        self.n += 1
+
+
+def _run(op: str, device: str, dtype: str, mode: str, example: dict, tiling: dict | None, ff: bool,
+         monkeypatch: pytest.MonkeyPatch, trace: str = "off") -> tuple[Any, Recorder, Any]:
+    o = registry.get(op)
+    spec = devices.load(device)
+    kwargs = o.example(np.random.default_rng(zlib.crc32(f"{op}{device}{dtype}{example}".encode())), spec,
+                       dtype, **example)
+    if mode == "timing":
+        kwargs = {k: (opsim.TensorSpec(v.shape, v.dtype) if isinstance(v, np.ndarray)
+                      and k in (*o.inputs, *o.optional) else v) for k, v in kwargs.items()}
+    rec = Recorder()
+    made: list = []
+    real = api.Device
+
+    def device_with_recorder(*a: Any, **kw: Any) -> Any:
+        dev = real(*a, **kw)
+        dev.observers.append(rec)
+        made.append(dev)
+        return dev
+
+    with monkeypatch.context() as m:
+        m.setattr(api, "Device", device_with_recorder)
+        res = opsim.run(op, device=device, mode=mode, trace=trace, tiling=tiling, fast_forward=ff, **kwargs)
+    return res, rec, made[0]
+
+
+def assert_same_run(a: Any, ra: Recorder, b: Any, rb: Recorder) -> None:
+    assert a.cycles == b.cycles
+    for key in set(a.stats) | set(b.stats):
+        if key not in FLOAT_STATS:
+            assert a.stats.get(key) == b.stats.get(key), key
+    for name, link in a.stats.get("links", {}).items():
+        other = b.stats["links"][name]
+        assert link["bytes"] == other["bytes"], name
+        for f in ("window_bytes", "achieved_GBps", "max_rate_GBps"):
+            assert other[f] == pytest.approx(link[f], rel=1e-9, abs=0), (name, f)
+    assert set(a.outputs) == set(b.outputs)
+    for name, out in a.outputs.items():
+        x, y = np.asarray(out), np.asarray(b.outputs[name])
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes(), name
+    assert (ra.n, ra.h.hexdigest()) == (rb.n, rb.h.hexdigest())
+
+
+# (op, device, dtype, example, tiling): each of these repeats long enough to be skipped
+SKIPPED = [
+    ("mse_loss_backward", "atlas-a2", "fp32", {"shape": (40, 1000)}, {"block_dim": 1, "tile_length": 512}),
+    ("mse_loss_backward", "atlas-a2", "fp16", {"shape": (7, 3001)}, {"block_dim": 1, "tile_length": 512}),
+    ("mse_loss_backward", "atlas-training", "fp32", {"shape": (7, 3001)},
+     {"block_dim": 1, "tile_length": 256, "buffer_num": 1}),
+    ("mse_loss_backward", "atlas-inference", "fp32", {"shape": (40, 1000)},
+     {"block_dim": 2, "tile_length": 256, "buffer_num": 1}),
+    ("binary_cross_entropy_backward", "atlas-a2", "fp32", {"shape": (40, 1000)}, {"block_dim": 1, "tile_length": 512}),
+    ("binary_cross_entropy_backward", "atlas-a3", "fp16", {"shape": (7, 3001)}, {"block_dim": 1, "tile_length": 384}),
+]
+
+
+@pytest.mark.parametrize("mode", ["timing", "full"])
+@pytest.mark.parametrize("op,device,dtype,example,tiling", SKIPPED)
+def test_skipped_rounds_change_nothing(op: str, device: str, dtype: str, example: dict, tiling: dict,
+                                       mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, ra, _ = _run(op, device, dtype, mode, example, tiling, False, monkeypatch)
+    b, rb, dev = _run(op, device, dtype, mode, example, tiling, True, monkeypatch)
+    ff = b.stats["fast_forward"]
+    assert ff["skipped_rounds"] > 0 and ff["skipped_cycles"] > 0, ff
+    assert a.stats["fast_forward"] == {"enabled": False}
+    assert_same_run(a, ra, b, rb)
+
+
+@pytest.mark.parametrize("mode", ["timing", "full"])
+@pytest.mark.parametrize("device,example,tiling", [
+    ("ft78ne", {"size": 20011}, None),
+    ("mt7004", {"size": 30000}, {"tile_length": 512}),
+])
+def test_dsp_operator_same_with_fast_forward(device: str, example: dict, tiling: dict | None, mode: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    a, ra, _ = _run("binarycrossentropygrad", device, "fp32", mode, example, tiling, False, monkeypatch)
+    b, rb, _ = _run("binarycrossentropygrad", device, "fp32", mode, example, tiling, True, monkeypatch)
+    assert_same_run(a, ra, b, rb)
+
+
+def test_default_multicore_plans_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many cores that drift against each other through the shared links never repeat exactly:
+    the run is stepped (and still equal)."""
+    for op in ("mse_loss_backward", "binary_cross_entropy_backward"):
+        a, ra, _ = _run(op, "atlas-a2", "fp32", "full", {"shape": (7, 3001)}, None, False, monkeypatch)
+        b, rb, _ = _run(op, "atlas-a2", "fp32", "full", {"shape": (7, 3001)}, None, True, monkeypatch)
+        assert_same_run(a, ra, b, rb)
+
+
+def test_trace_is_never_summarised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recorded trace keeps every slice: the engine steps every round and says why."""
+    case = SKIPPED[0]
+    a, ra, _ = _run(*case[:3], "timing", *case[3:], False, monkeypatch, trace="tile")
+    b, rb, _ = _run(*case[:3], "timing", *case[3:], True, monkeypatch, trace="tile")
+    assert b.stats["fast_forward"]["skipped_rounds"] == 0
+    assert "trace" in b.stats["fast_forward"]["reason"]
+    assert_same_run(a, ra, b, rb)
+    assert len(a.trace.s_start) == len(b.trace.s_start)
+
+
+def test_an_observer_that_needs_every_instruction_live_stops_it() -> None:
+    case = SKIPPED[0]
+    o = registry.get(case[0])
+    kwargs = o.example(np.random.default_rng(0), devices.load(case[1]), case[2], **case[3])
+    res = opsim.run(case[0], device=case[1], trace="off", tiling=case[4], sanitize=True, **kwargs)
+    ff = res.stats["fast_forward"]
+    assert ff["skipped_rounds"] == 0 and "Sanitizer" in ff["reason"]
+
+
+def test_data_dependent_kernel_is_stepped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedding backward reads indices (scalar GetValue, GM reads while its program runs):
+    never skipped, and equal."""
+    args = ("embedding_dense_backward", "atlas-a2", "fp32", "full", {"shape": (256, 96)}, {"block_dim": 2})
+    a, ra, _ = _run(*args, False, monkeypatch)
+    b, rb, _ = _run(*args, True, monkeypatch)
+    ff = b.stats["fast_forward"]
+    assert ff["skipped_rounds"] == 0 and ff["reason"], ff
+    assert_same_run(a, ra, b, rb)
+
+
+def test_cube_and_atomic_kernel_is_stepped(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ("fused_linear_cross_entropy_loss_grad", "atlas-a2", "bf16", "timing", {"shape": (8, 32, 256)}, None)
+    a, ra, _ = _run(*args, False, monkeypatch)
+    b, rb, _ = _run(*args, True, monkeypatch)
+    ff = b.stats["fast_forward"]
+    assert ff["skipped_rounds"] == 0 and ff["reason"], ff
+    assert_same_run(a, ra, b, rb)
+
+
+def test_asc_kernel_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's own element-wise kernel (opsim.asc, hand-placed flags, fixed UB addresses)."""
+    import importlib
+
+    import opsim.asc as asc
+    import opsim.asc.lib.runtime as rt
+    jit = importlib.import_module("opsim.asc.jit")   # the module (opsim.asc.jit is also the decorator)
+
+    @asc.jit
+    def add_kernel(x: asc.GlobalAddress, y: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):
+        start = asc.get_block_idx() * block_length
+        xg, yg, zg = asc.GlobalTensor(), asc.GlobalTensor(), asc.GlobalTensor()
+        xg.set_global_buffer(x + start, block_length)
+        yg.set_global_buffer(y + start, block_length)
+        zg.set_global_buffer(z + start, block_length)
+        tile = 256
+        dtype = x.dtype
+        region = tile * 2 * dtype.sizeof()
+        x_ub = asc.LocalTensor(dtype, asc.TPosition.VECIN, 0, tile * 2)
+        y_ub = asc.LocalTensor(dtype, asc.TPosition.VECIN, region, tile * 2)
+        z_ub = asc.LocalTensor(dtype, asc.TPosition.VECOUT, 2 * region, tile * 2)
+        for i in range(block_length // tile):
+            b = i % 2
+            asc.data_copy(x_ub[b * tile:], xg[i * tile:], tile)
+            asc.data_copy(y_ub[b * tile:], yg[i * tile:], tile)
+            asc.set_flag(asc.HardEvent.MTE2_V, b)
+            asc.wait_flag(asc.HardEvent.MTE2_V, b)
+            asc.add(z_ub[b * tile:], x_ub[b * tile:], y_ub[b * tile:], tile)
+            asc.set_flag(asc.HardEvent.V_MTE3, b)
+            asc.wait_flag(asc.HardEvent.V_MTE3, b)
+            asc.data_copy(zg[i * tile:], z_ub[b * tile:], tile)
+            asc.set_flag(asc.HardEvent.MTE3_MTE2, b)
+            asc.wait_flag(asc.HardEvent.MTE3_MTE2, b)
+
+    rng = np.random.default_rng(0)
+    x = rng.random(2 * 256 * 40, dtype=np.float32)
+    y = rng.random(x.size, dtype=np.float32)
+    results = {}
+    for ff in (False, True):
+        rec = Recorder()
+        real = jit.Device
+
+        def device(*a: Any, _ff: bool = ff, _rec: Recorder = rec, **kw: Any) -> Any:
+            dev = real(*a, **kw, fast_forward=_ff)
+            dev.observers.append(_rec)
+            return dev
+
+        z = np.zeros_like(x)
+        with monkeypatch.context() as m:
+            m.setattr(jit, "Device", device)
+            res = add_kernel[2, rt.current_stream()](x, y, z, x.size // 2, trace="off")
+        results[ff] = (res, rec, z)
+    (a, ra, za), (b, rb, zb) = results[False], results[True]
+    assert np.array_equal(za, x + y) and za.tobytes() == zb.tobytes()
+    assert b.stats["fast_forward"]["skipped_rounds"] > 0, b.stats["fast_forward"]
+    assert a.cycles == b.cycles and (ra.n, ra.h.hexdigest()) == (rb.n, rb.h.hexdigest())
+    for key in ("pipe_busy", "pipe_busy_total", "per_core", "bytes_read", "bytes_written", "issue_starved"):
+        assert a.stats[key] == b.stats[key], key
+
+
+def test_l2_state_round_trips() -> None:
+    from opsim.simulator.l2 import L2Cache
+    l2 = L2Cache(8 * 512, 512, write_back=True)
+    l2.access(0, 4096, write=True)
+    saved = l2.save_state()
+    before = (list(l2._lru.items()), set(l2._dirty), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes)
+    l2.access(8192, 4096, write=False)
+    assert l2.take_writeback() > 0
+    l2.restore_state(saved)
+    assert (list(l2._lru.items()), set(l2._dirty), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["timing", "full"])
+@pytest.mark.parametrize("device", ["atlas-a2", "atlas-training", "atlas-inference", "atlas-a3"])
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("op", ["mse_loss_backward", "binary_cross_entropy_backward"])
+def test_matrix_same_with_fast_forward(op: str, dtype: str, device: str, mode: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = devices.load(device)
+    if spec.product not in registry.get(op).products and spec.series not in registry.get(op).products:
+        pytest.skip(f"{op} is not supported on {device}")
+    for example in ({"shape": (40, 1000)}, {"shape": (7, 3001)}):
+        for tiling in (None, {"block_dim": 1, "tile_length": 512}, {"block_dim": 2, "tile_length": 256, "buffer_num": 1},
+                       {"block_dim": 3, "tile_length": 384}):
+            try:
+                a, ra, _ = _run(op, device, dtype, mode, example, tiling, False, monkeypatch)
+            except opsim.OpError:
+                pytest.skip(f"{op} refuses {device} {dtype}")
+            b, rb, _ = _run(op, device, dtype, mode, example, tiling, True, monkeypatch)
+            assert_same_run(a, ra, b, rb)
