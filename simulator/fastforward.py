@@ -1,41 +1,55 @@
 """Exact steady-state fast-forward of the simulated machine.
 
-Tiled kernels repeat: after a warm-up, the whole machine (every core's pipes, queues, flags and
-dispatcher, every transfer on the links) is in the same state one round of tiles later, up to a
-shift of time, of the GM addresses each core works on and of the tile index. From then on the
-step-by-step run would repeat that round, so the engine may jump over many rounds at once.
+Tiled kernels repeat: after a warm-up the whole machine (every core's pipes, queues, flags and
+dispatcher, every transfer on the links) may be in the same state one round of tiles later, up
+to a shift of time, of the GM addresses each core works on and of the tile index. From then on
+the step-by-step run repeats that round, so the engine may jump over many rounds at once.
 
 How (all in this module; core.py and device.py only call in):
 
 * **Clean boundaries.** ``Device.synchronize`` steps SimPy itself and calls
   :meth:`FastForward.boundary` whenever every event of the current cycle has been processed.
-  There the only scheduled events are timeouts (a pipe's instruction, the link network's
+  The only scheduled events are then timeouts (a pipe's instruction, the link network's
   wake-up), so the state is a set of plain Python objects.
-* **Snapshots.** At the first clean boundary after the reference core (the launch's first core)
-  starts a new tile, :meth:`FastForward._global_state` and :meth:`FastForward._cores_state` write the state canonically: per core the
-  index (in its :class:`ProgramStream`) of every instruction the machine holds, its signature
-  (class, operands, GM slice starts kept apart), the pipes' queues, in-flight instructions and
-  their remaining cycles, flags, waiters and the dispatcher's blocked time; per link and pool
-  the transfers with their remaining bytes, rates, rate classes and history tail; all times
-  relative to now. Two snapshots one candidate period apart that are equal except for a
-  per-core stream-index offset ``L`` and GM start shift ``d`` prove the period.
-* **Template.** Between the two snapshots the engine recorded what happened: the completions
-  (time, core, pipe, stream index), the GM transfers with their L2 outcome (hit bytes, dirty
-  bytes written back), and every counter's change.
+* **Snapshots.** At the first clean boundary after the reference core (the launch's first
+  core) starts a new tile (or, for a kernel that stamps no tile, finishes a store),
+  :meth:`FastForward._global_state` writes the scheduled events and the link network (each
+  transfer's remaining bytes, rate, rate class, the links' open segment and history tail) and,
+  only when that part repeats, :meth:`FastForward._cores_state` writes every core: the stream
+  index and signature (class, operands; GM slice positions kept apart) of every instruction the
+  machine holds, the pipes' queues and in-flight instructions, flags, waiters, the dispatcher's
+  blocked clock. All times are relative to now. Two snapshots one candidate period apart
+  (1, 2 or 4 tiles) that are equal except for a per-core stream-index offset ``L`` and GM
+  shift ``d`` prove the period.
+* **Template.** Between the two snapshots the engine recorded the completions (time, core,
+  pipe, stream index), the GM transfers with their L2 outcome (hit bytes, dirty bytes written
+  back) and every counter.
 * **Skip k rounds.** The program streams are read ahead ``k·L`` instructions; each must equal
-  the instruction ``L`` before it with its GM start shifted by ``d`` (else k stops there). The
-  L2 accesses of the skipped rounds are applied in their recorded order and each outcome must
-  equal the template's (else the L2 is restored and k stops at the last good round). The
-  skipped instructions' address checks run, and in full mode their numeric effects are
-  applied one by one in their completion order (the order of the step-by-step run). Observers
-  get their ``on_instruction`` calls in time order. Then time, the link network, counters and
-  link histories are shifted by ``k`` rounds, and each instruction the machine holds takes the
-  operands of its counterpart ``k·L`` later (:func:`_slots`).
+  the instruction ``L`` before it with its GM position shifted by ``d`` and its tile by the
+  period (else k stops there). The L2 accesses of the skipped rounds are applied in their
+  recorded order and each outcome must equal the template's (else the L2 is restored and k
+  stops at the last good round). The skipped instructions' address checks run, and in full
+  mode their numeric effects are applied one by one in their completion order, the order of
+  the step-by-step run (so no independence argument is needed). Observers that declare
+  ``fast_forward_safe`` (the profiler) get their ``on_instruction`` calls in time order. Then
+  time, the event queue, the link network, the counters and the link histories move on by k
+  rounds, and every instruction the machine holds takes the fields of its counterpart ``k·L``
+  later (:func:`_slots`).
 
-Where the engine cannot prove the repetition it does not skip, and ``Device.ff.reason`` says
-why: a trace is recorded, an observer needs more than ``on_instruction`` (the sanitizer), more
-than one launch is in flight, an instruction outside the known set (scalar reads, atomics,
-cube, sort, cross-core flags...), a strided or sampled GM transfer.
+Exact: cycles, per-pipe and per-core busy cycles, issue starvation, GM and link bytes, L2
+counters, output bits and the observers' call stream equal the step-by-step run's. The link
+history of a skipped round is a copy of the recorded round's, so statistics that integrate it
+in floating point (``bandwidth_GBps``, a link's ``window_bytes``) can differ in the last bits
+(about 1e-15 relative): the step-by-step run's float rounding depends on absolute byte counters
+the jump does not replay.
+
+Where the engine cannot prove the repetition it does not skip, and ``stats["fast_forward"]``
+says why: a trace is recorded (every slice is kept), an observer is not ``fast_forward_safe``
+(the sanitizer), more than one launch is in flight, an instruction outside the known set
+(scalar programs, atomics, cube, sort, cross-core flags...), a strided or sampled GM transfer,
+a kernel program that reads device data while it runs (embedding indices), or simply a machine
+whose state never repeats: many cores whose rounds drift against each other through the shared
+links and L2 (the default 48-core plans of large element-wise calls do this).
 """
 from __future__ import annotations
 
@@ -237,7 +251,8 @@ class FastForward:
         self._launch: Any = None
         self._cores: list["Core"] = []
         self._owner: dict[int, tuple[int, str]] = {}   # id(pipe process) -> (core, pipe)
-        self._ref_tile = None
+        self._ref_tile: int | None = None
+        self._l2_saved: tuple | None = None
         self._quiet_until = -1       # a failed proof of period p is not retried before this tile
 
     # -- what the run reports -------------------------------------------------------------------
@@ -325,12 +340,12 @@ class FastForward:
         # the cores' part (the costly one) only when the global part repeats one of the last
         # periods; a proof then compares two full snapshots, one period later
         cands = [p for p in PERIODS if (old := self._snaps.get(tile - p)) is not None and old[1][0] == glob]
-        cores = self._cores_state() if cands else None
-        if cands and cores is None:
+        cores_part = self._cores_state() if cands else None
+        if cands and cores_part is None:
             self._snaps.clear()
             self._log.clear()
             return
-        snap = (glob, cores)
+        snap = (glob, cores_part)
         self._snaps[tile] = (now, snap, len(self._log), self._counters())
         if tile < self._quiet_until:
             self._trim(tile)
@@ -462,10 +477,11 @@ class FastForward:
         pipes = []
         marks: list[float | None] = []
         for name, p in c.pipes.items():
-            q = [note(instr) for instr in p.queue]
+            noted = [note(instr) for instr in p.queue]
+            q = [i for i in noted if i is not None]
             cur = p.current
             run: tuple = () if cur is None else (note(cur), p._waiting is not None)
-            if None in q or (run and run[0] is None):
+            if len(q) != len(noted) or (run and run[0] is None):
                 return None
             pipes.append((name, q, run, p.held, p.head_pending, p.idle_mark is None,
                           p._item_ev is not None, p._space_ev is not None))
@@ -478,11 +494,11 @@ class FastForward:
         base = min(i for i, _, _ in held) if held else stream.count
         held.sort(key=lambda h: h[0])
         gm = tuple(st for _, instr, _ in held for st in stream.signature(instr)[1])
-        pipes = [(name, tuple(i - base for i in q), (run[0] - base, run[1]) if run else run, *rest)
-                 for name, q, run, *rest in pipes]
+        rel = [(name, tuple(i - base for i in q), (run[0] - base, run[1]) if run else run, *rest)
+               for name, q, run, *rest in pipes]
         state = (tuple(i - base for i, _, _ in held), tuple(sig for _, _, sig in held),
                  None if hi is None else hi - base, len(stream.ready), stream.done, stream.count - base,
-                 tuple(pipes), tuple(sorted((k, v) for k, v in c.flags.items() if v)),
+                 tuple(rel), tuple(sorted((k, v) for k, v in c.flags.items() if v)),
                  tuple(sorted(c.flag_waiters)),
                  None if c.blocked_since is None else now - c.blocked_since)
         return (state, base, gm, c.tile, stream.count, tuple(marks), c._blocked_acc)
@@ -510,7 +526,7 @@ class FastForward:
                 None if net._wake_at is None else net._wake_at - now, net._last - now)
 
     # -- the jump -----------------------------------------------------------------------------------
-    def _skip(self, old: tuple, new: tuple, shift: dict[int, tuple[int, int]], ptiles: int) -> int:
+    def _skip(self, old: tuple, new: tuple, shift: dict[int, tuple[int, int | None]], ptiles: int) -> int:
         """Skip as many rounds as can be proven (0 if none); returns the rounds skipped."""
         t0, _, log0, c0 = old
         t1, _, log1, c1 = new
@@ -522,7 +538,7 @@ class FastForward:
         cidx = {id(c): i for i, c in enumerate(cores)}
         # per core: stream-index offset L, GM start shift d
         L = [shift[i][0] for i in range(len(cores))]
-        D = [shift[i][1] for i in range(len(cores))]
+        D: list[int | None] = [shift[i][1] for i in range(len(cores))]
         if any(n <= 0 for n in L):
             return 0
         completions = [e for e in log if e[0] == "c"]
@@ -562,7 +578,7 @@ class FastForward:
         self.skips += 1
         return k
 
-    def _rounds_available(self, L: list[int], D: list[int], ptiles: int, limit: int) -> int:
+    def _rounds_available(self, L: list[int], D: list[int | None], ptiles: int, limit: int) -> int:
         """Rounds whose instructions the programs produce, each the one L before shifted by d."""
         k = limit
         for i, c in enumerate(self._cores):
@@ -800,7 +816,7 @@ def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
     return b.tile - a.tile == d[1] and getattr(a, "origin", None) == getattr(b, "origin", None)
 
 
-def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int]] | None:
+def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int | None]] | None:
     """Per core (stream-index offset, GM start shift) if snapshot ``b`` is ``a`` one round on."""
     glob_a, cores_a = a
     glob_b, cores_b = b

@@ -209,10 +209,9 @@ def test_asc_kernel_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> N
     results = {}
     for ff in (False, True):
         rec = Recorder()
-        real = jit.Device
 
-        def device(*a: Any, _ff: bool = ff, _rec: Recorder = rec, **kw: Any) -> Any:
-            dev = real(*a, **kw, fast_forward=_ff)
+        def device(*a: Any, _ff: bool = ff, _rec: Recorder = rec, _real: Any = jit.Device, **kw: Any) -> Any:
+            dev = _real(*a, **kw, fast_forward=_ff)
             dev.observers.append(_rec)
             return dev
 
