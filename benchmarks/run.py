@@ -6,12 +6,16 @@
 3. Simulated instructions per second over raw SimPy timeouts per second (one process yielding
    env.timeout(1) in a loop): how close the machine model runs to the event engine's speed;
    from the full-mode run and from a timing-mode run (engine only, no numerics). target >= 0.25x
+   Each figure also prints what the steady-state fast-forward skipped (simulator/fastforward.py),
+   or why it did not: it is exact, so it only skips rounds of a machine whose state repeats.
 4. With --flce: FusedLinearCrossEntropyLossGrad BT 4096 / H 4096 / V 32000 bf16 on atlas-a2,
    high-performance mode, timing mode with the exact schedule (coarsen 1: no coarse cube
    instructions, no L2 sampling): wall seconds.                           target <= 20 s
    (minutes today, so behind a flag).
+5. The fast-forward where the state repeats: timing-mode MSE backward at --elements on one core
+   of atlas-a2 (tiling block_dim 1), wall with the fast-forward over wall without (one run each).
 
-Run: python benchmarks/run.py [--elements N] [--timing-elements N] [--repeat R] [--flce]
+Run: python benchmarks/run.py [--elements N] [--timing-elements N] [--repeat R] [--flce] [--no-ff-demo]
 """
 from __future__ import annotations
 
@@ -55,10 +59,20 @@ def simpy_timeouts_per_second(n: int = 1_000_000) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def mse_timing(n: int):
+def mse_timing(n: int, **kw):
     spec = opsim.TensorSpec((n,), "fp32")
     return opsim.run("mse_loss_backward", device="atlas-a2", mode="timing", trace="off",
-                     grad_output=spec, self=spec, target=spec, reduction="mean")
+                     grad_output=spec, self=spec, target=spec, reduction="mean", **kw)
+
+
+def skipped(res) -> str:
+    ff = res.stats.get("fast_forward") or {}
+    if not ff.get("enabled"):
+        return "fast-forward off"
+    if ff.get("skipped_rounds"):
+        return (f"fast-forward skipped {ff['skipped_rounds']} rounds, {ff['skipped_cycles']} cycles, "
+                f"{ff['skipped_instructions']} instructions")
+    return f"fast-forward skipped nothing: {ff.get('reason')}"
 
 
 def flce_exact() -> object:
@@ -78,6 +92,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="timing-mode MSE elements (2^30); 0 skips figure 2")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--flce", action="store_true", help="also time the exact FLCE 910B-class schedule")
+    ap.add_argument("--no-ff-demo", dest="ff_demo", action="store_false",
+                    help="skip figure 5 (the fast-forward on a one-core plan)")
     args = ap.parse_args(argv)
     n = args.elements
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -110,6 +126,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"                               {ips_timing:11.0f}   timing mode")
     print(f"  raw SimPy timeouts/s         {sps:11.0f}   (instructions/s = {ips / sps:.3f} x raw SimPy full mode, "
           f"{ips_timing / sps:.3f} x timing mode; target >= 0.25)")
+    print(f"  full mode: {skipped(res)}")
+    print(f"  timing mode: {skipped(tres)}")
     big = args.timing_elements
     if big:
         t_big, bres = best_of(lambda: mse_timing(big), 1)
@@ -120,6 +138,16 @@ def main(argv: list[str] | None = None) -> dict:
               f"{bres.stats['instructions']} instructions)")
         print(f"  wall                         {t_big * 1e3:9.1f} ms   = {t_big / t_full:6.2f} x full mode at "
               f"{n} elements (target <= 2)")
+        print(f"  {skipped(bres)}")
+    if args.ff_demo:
+        t_on, on = best_of(lambda: mse_timing(n, tiling={"block_dim": 1}), 1)
+        t_off, off = best_of(lambda: mse_timing(n, tiling={"block_dim": 1}, fast_forward=False), 1)
+        assert on.cycles == off.cycles and on.stats["pipe_busy"] == off.stats["pipe_busy"]
+        figures.update({"ff_demo_on_s": t_on, "ff_demo_off_s": t_off})
+        print(f"MSE backward fp32, {n} elements, timing mode, one core ({on.cycles} simulated cycles, identical "
+              f"with and without the fast-forward)")
+        print(f"  wall with / without          {t_on * 1e3:9.1f} / {t_off * 1e3:.1f} ms = {t_on / t_off:.2f}")
+        print(f"  {skipped(on)}")
     if args.flce:
         t_flce, fres = best_of(flce_exact, 1)
         figures.update({"flce_exact_s": t_flce, "flce_cycles": fres.cycles,

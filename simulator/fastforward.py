@@ -85,7 +85,7 @@ class ProgramStream:
     they precede the next instruction it yields. The stream takes both in program order,
     stamps each with the core's tile (and source line, when the device records them) at the
     moment the generator produced it, which is what the dispatcher saw when it pushed it
-    straight away, and numbers them. The fast-forward reads ahead with :meth:`take`.
+    straight away, and numbers them. The fast-forward reads ahead with :meth:`draw`.
     """
 
     def __init__(self, core: "Core", program: Iterator[Any], pending: list) -> None:
@@ -171,11 +171,13 @@ class ProgramStream:
             sig = self.sigs[key] = _signature(instr)
         return sig
 
-    def take(self, n: int) -> list:
-        """Draw instructions until ``n`` are ready beyond those given (fewer if the program ends)."""
-        while len(self.ready) < n and self._draw():
-            pass
-        return list(self.ready)[:n]
+    def draw(self) -> bool:
+        """Run the program to its next instruction(s), kept ready in order; False at its end."""
+        before = self.count
+        while self.count == before:
+            if not self._draw() or self.done:
+                break
+        return self.count > before
 
 
 # ---------------------------------------------------------------------------------------------
@@ -592,16 +594,14 @@ class FastForward:
                 want = top + (j + 1) * L[i]
                 ok = True
                 while stream.count <= want:
-                    before = stream.count
-                    stream.take(len(stream.ready) + 1)
-                    if stream.count == before:
+                    if not stream.draw():
                         ok = False
                         break
                 if not ok:
                     break
                 for m in range(top + j * L[i] + 1, want + 1):
                     a, b = by.get(m - L[i]), by.get(m)
-                    if a is None or b is None or not _same_shifted(a, b, dh, ptiles):
+                    if a is None or b is None or not _same_shifted(stream, a, b, dh):
                         ok = False
                         break
                 if not ok:
@@ -800,10 +800,10 @@ def _key(key: tuple) -> tuple:
     return (base, None if pool is None else pool.name, tuple(link.name for link in links))
 
 
-def _same_shifted(a: Any, b: Any, d: list, ptiles: int) -> bool:
+def _same_shifted(stream: ProgramStream, a: Any, b: Any, d: list) -> bool:
     """``b`` is ``a`` one round on: the same static form, GM starts + d[0], tile + d[1].
     ``d`` holds the core's GM start shift and tile shift, each learnt from the first pair if None."""
-    sa, sb = _signature(a), _signature(b)
+    sa, sb = stream.signature(a), stream.signature(b)
     if sa is None or sb is None or sa[0] != sb[0]:
         return False
     for x, y in zip(sa[1], sb[1]):
