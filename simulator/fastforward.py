@@ -557,6 +557,9 @@ class FastForward:
         if any(not e[6] for e in gms):
             self.reason = "a strided or sampled GM transfer"
             return 0
+        if any(e[2] < 0 for e in gms):
+            self.reason = "a GM transfer of an instruction the program stream does not know"
+            return 0
         # how many rounds: bounded by each program's remaining instructions (drawn ahead, checked)
         if any(c.stream.done and not c.stream.ready for c in cores):
             return 0
