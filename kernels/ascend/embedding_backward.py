@@ -6,31 +6,30 @@ docs/sources.md#embedding-checks, #embedding-paths,
 #embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
 Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain)
-follows the aclnn's call chain launch by launch, as the public
-ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain,
+#embedding-a2-determinist, #embedding-a2-uncast-half) follows the aclnn's call chain launch by
+launch, as the public ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
 aclnn_embedding_dense_backward.cpp and embedding_dense_grad.cpp, op_host
-embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h; the
-Sort of ops-math math/sort/op_api/sort.cpp and its TIK kernel): ``CastGrad`` (fp16/bf16 grad ->
-fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB, gradRow < 512 or scaleGradByFreq, and in
-deterministic mode, opsim's choice), ``CastIndices`` (indices other than int32), ``Sort`` (the
-TIK Sort of the indices seen as fp32, on one core), ``ZerosLike``, ``MemSet`` (the InitValue(0)
-clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no
-Sort, no ZerosLike); see :func:`_launch_v2`
-for each launch and its citation, :func:`_tik_sort_kernel` and :func:`_row_kernel` for the two
-kernels re-derived from the sources. The deterministic kernel and the uncast fp16/bf16 kernel
-keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of the sorted rows,
-two fp32 UB accumulators flushed by atomic adds when the index changes, every 10 rows and at
-the last row, embeddingDim in chunks of maxFormerNum; with scaleGradByFreq separate
-``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn runs
-:func:`_small_dim_kernel` for fp32 rows (the sort path for uncast fp16/bf16 rows).
+embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h /
+_determinist.h / _small_dim.h; the Sort of ops-math math/sort/op_api/sort.cpp and its TIK
+kernel): ``CastGrad`` (fp16/bf16 grad -> fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB,
+gradRow < 512 or scaleGradByFreq; the determinism setting plays no part), ``CastIndices``
+(indices other than int32), ``Sort`` (the TIK Sort of the indices seen as fp32, on one core),
+``ZerosLike``, ``MemSet`` (the InitValue(0) clean of the kernel's output),
+``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no Sort, no ZerosLike); see
+:func:`_launch_v2` for each launch and its citation. EmbeddingDenseGradV2 runs the kernel of its
+tiling key: :func:`_row_kernel` (fp32 rows, determinism off), :func:`_det_kernel` (fp32 rows,
+determinism on), :func:`_half_kernel` (uncast fp16/bf16 rows, determinism on or off),
+:func:`_small_dim_kernel` (the small-dim branch, fp32 or uncast fp16/bf16 rows); with
+scaleGradByFreq the counts and the scale run inside the same launch.
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
-seed (simulator/atomics.py). With ``deterministic`` each core walks its slice backwards, leaves
-the rows that share the previous core's last index to that core, and continues past its own end
-while the index is unchanged (ContinueCompute): every output row is summed by one core in a
-fixed order, whatever the seed.
+seed (simulator/atomics.py). With ``deterministic`` (fp32 rows) each core walks its slice
+backwards, leaves the rows that share the previous core's last index to that core, and continues
+past its own end while the index is unchanged (ContinueCompute): every output row is summed by
+one core in a fixed order, whatever the seed. Uncast fp16/bf16 rows off the small-dim branch
+(ProcessForHalf) write out without atomic adds, so they are deterministic either way.
 
 Atlas training series: the real kernel is the V1 TIK ``EmbeddingDenseGrad`` whose UB plan is in
 docs/sources.md#embedding-ub-limit; its loop structure is not published, so the kernels here are opsim's model of it,
@@ -1643,10 +1642,12 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
        "clear the GM space of the operator output before implementation"). Modelled as a zero-fill
        launch like ZerosLike (assumption: the clean kernel's tiling is not public);
     6. ``EmbeddingDenseGradV2`` (op_api embedding_dense_grad.cpp: one ADD_TO_LAUNCHER_LIST_AICORE,
-       block_dim = coreNum of the tiling): :func:`_row_kernel` for fp32 rows with determinism
-       off (scaleGradByFreq inside the same launch); the deterministic and uncast fp16/bf16
-       kernels keep opsim's earlier model (:func:`_v2_kernel`, with separate EmbeddingCount and
-       EmbeddingDenseGradScale launches for scaleGradByFreq);
+       block_dim = coreNum of the tiling), the kernel its tiling key selects
+       (docs/sources.md#embedding-a2-determinist, #embedding-a2-uncast-half): :func:`_row_kernel`
+       for fp32 rows with determinism off (key 0/1), :func:`_det_kernel` for fp32 rows with
+       determinism on (key 10/11), :func:`_half_kernel` for uncast fp16/bf16 rows with
+       determinism on or off (key 0: the tiling's deterministic mode needs 4-byte rows);
+       scaleGradByFreq runs inside the same launch (ProcessAndScale);
     7. ``CastOut``: l0op::Cast to out's dtype when it differs (a same-dtype Cast launches
        nothing: assumption); l0op::ViewCopy into a contiguous out launches nothing (assumption:
        the executor writes the last result into out; a non-contiguous out is not modelled).
@@ -1654,9 +1655,9 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     The small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
     CheckIsSmallDimMode) skips launches 3 and 4: CastGrad, CastIndices, MemSet, the small-dim
     EmbeddingDenseGradV2 (:func:`_small_dim_kernel`, embedding_dense_grad_v2_small_dim.h: each
-    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch), CastOut. opsim
-    runs it for fp32 rows (``tiling.small_dim_kernel``); for uncast fp16/bf16 rows the sort path
-    still runs (``tiling.small_dim`` says when the real call would differ)."""
+    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch; uncast
+    fp16/bf16 rows sum into the fp32 outCasted workspace and the same launch casts it into out),
+    CastOut."""
     n_rows, emb = tiling.n_rows, tiling.emb_dim
     g_src = grad
     if tiling.cast_grad:
@@ -1994,7 +1995,8 @@ def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...]
 #
 # The launches are the ones launch() queues, costed from the same tiling and the same cost
 # tables the simulator spends (kernels/analytic.py): ZerosLike, MemSet, the casts, the Sort and the
-# merge passes, EmbeddingCount, the accumulation kernel, the scale kernel, CastOut, each paying
+# merge passes, the accumulation kernel (with the counts and the scale inside it on Atlas A2), the
+# Atlas training series' scale kernel, CastOut, each paying
 # the launch overhead. What the real work takes from the index values is taken from the
 # data-independent pattern timing mode assumes (_assumed_indices: row i has index
 # i mod numWeights), so the estimate and a timing run price the same work: every index is
@@ -2058,27 +2060,6 @@ def _est_cast(spec: DeviceSpec, ct: ElementwiseTiling, src: str, dst: str, from_
                         l2_loads=load if from_l2 else ())
     e = estimate_elementwise(spec, ct, work)
     return Estimate(**{**e.__dict__, "model": "embedding", "notes": name})
-
-
-def _est_count(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
-    """EmbeddingCount: per run of equal sorted indices a Duplicate and a 4 B atomic add
-    (two-deep queue); the scalar feed of sorted keys runs beside it on MTE2/SCALAR."""
-    bd = tiling.block_dim
-    rows = -(-tiling.n_rows // bd)
-    # one add per run of equal indices: rows / (gradRow / numWeights) runs when indices repeat
-    runs = rows * min(tiling.num_weights, tiling.n_rows) / max(tiling.n_rows, 1)
-    rl, rs = shared_rates(spec, bd, bd)
-    dup = vector_cycles(spec, "Duplicate", "fp32", 8)
-    add = dma_cycles(spec.mte3.startup, 4, rs)
-    period = max(dup, add, (dup + add) / 2)
-    chain = head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd) + runs * period + add
-    batches = -(-rows // INDEX_BATCH)
-    feed = (head_cycles(spec, "MTE2", bd) + batches * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
-            + (batches - 1) * math.ceil(INDEX_BATCH * spec.scalar.cycles_per_op))
-    busy = {"VECTOR": runs * dup, "MTE3": runs * add, "MTE2": feed,
-            "SCALAR": rows * spec.scalar.cycles_per_op}
-    return _est_launch(spec, max(chain, feed), busy, tiling.n_rows * 4, int(runs * bd * 4), bd,
-                       INDEX_BATCH * 4 + 2 * 32, "EmbeddingCount")
 
 
 def _run_end(p: int, n_rows: int, num_weights: int) -> int:
@@ -2351,11 +2332,18 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
                       int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
                       "EmbeddingDenseGradV2")
+    return _with_scale(spec, tiling, est)
+
+
+def _with_scale(spec: DeviceSpec, tiling: EmbeddingTiling, est: Any) -> Any:
+    """ProcessAndScale (keys 1, 11): counts zeroed (InitWorkspace), two SyncAlls, then the scale
+    kernel's rows, inside the accumulation kernel's launch."""
     if not tiling.scale:
         return est
-    # ProcessAndScale: counts zeroed (InitWorkspace), two SyncAlls, then the scale kernel's rows
+    bd = tiling.block_dim
+    _, rs = shared_rates(spec, 0, 1)
     scale = _est_scale_v2(spec, tiling, _fits_l2(spec, tiling.num_weights * tiling.emb_dim * 4))
-    zero = dma_cycles(st3, -(-tiling.num_weights // bd) * 4, rs)
+    zero = dma_cycles(spec.mte3.startup, -(-tiling.num_weights // bd) * 4, rs)
     return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
                        "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
                                      for p in set(est.pipe_busy) | set(scale.pipe_busy)},
@@ -2490,8 +2478,7 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
             parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
         return _finish(parts, tiling)
     parts.append(_est_tik_sort(spec, tiling))
-    old_counts = tiling.region("counts") is not None and not tiling.row_kernel
-    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)] + ([(nw, 4)] if old_counts else [])))
+    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
     parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
     parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
     flushed = int(_assumed_flushes(tiling)) * emb * acc_item
@@ -2500,12 +2487,8 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
     if tiling.row_kernel:
         parts.append(_est_row_kernel(spec, tiling))
-    else:
-        if tiling.scale:
-            parts.append(_est_count(spec, tiling))
-        parts.append(_est_v2(spec, tiling, grad_l2))
-        if tiling.scale:
-            parts.append(_est_scale_v2(spec, tiling, acc_l2))
+    else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
+        parts.append(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(parts, tiling)
