@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -820,7 +820,7 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
             yield SetAtomicNone()
-            if scale and c0 == 0:                           # tmpLocal.SetValue(count), 4 B atomic add
+            if counts is not None and c0 == 0:      # tmpLocal.SetValue(count), 4 B atomic add
                 yield ScalarOp(1, "SetValue count")
                 sync("SCALAR", "VECTOR")
                 yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
@@ -833,7 +833,7 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield Duplicate(accs[a], 0.0)                   # ResetAddQue
             cnt[a] = 0
 
-        def copy_in(j: int, same_stops: bool, c0: int, n: int) -> Iterator[Any]:
+        def copy_in(j: int, same_stops: bool, c0: int, n: int) -> Generator[Any, None, bool]:
             """CopyIn(progress, flag): False when (index == standIdice) == flag."""
             yield from load_index(j, "index GetValue, compare")
             if (int(keys[j]) == st["stand"]) == same_stops:
@@ -1876,7 +1876,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             i = j
     sync("MTE3", "SCALAR")                                  # PIPE_MTE3_S
     yield from _sync_all(2)                                 # SyncAll
-    if half:    # SplitOutCasted + CopyCastedOut: this core's share of outCasted cast into out
+    if out is not None:     # SplitOutCasted + CopyCastedOut: this core's share of outCasted cast into out
         total = tiling.num_weights * emb
         tail, form_blocks = divmod(total, ctx.block_dim)
         me = ctx.block_idx
