@@ -786,8 +786,9 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
     UB from 0 and atomically added into the zeroed out row. The accumulator state (which buffer,
     the last index) carries over from one embedding chunk to the next, as in the source.
 
-    Queues are single-buffered: the next row's grad DataCopyPad waits for this row's Add
-    (gradQue FreeTensor), and the index/position loads wait for the scalar (in-order issue)."""
+    Queues are single-buffered: the next row's position and grad loads wait for this row's Add
+    (gradQue_.AllocTensor after its FreeTensor), the index load only for the scalar (in-order
+    issue); there is no PIPE_V_S after the Add, so the next index load overlaps this row's Add."""
     n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
     scale = counts is not None
@@ -839,13 +840,13 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             if (int(keys[j]) == st["stand"]) == same_stops:
                 return False
             sync("SCALAR", "MTE2")
+            if st["owe_free"]:                              # gradQue_.AllocTensor: the last row's Add is done
+                ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+                st["owe_free"] = False
             yield DataCopyPad(pbuf[0:1], spos[j:j + 1], 1)
             sync("MTE2", "SCALAR")                          # PIPE_MTE2_S
             yield ScalarOp(2, "posIdx GetValue, grad address")
             sync("SCALAR", "MTE2")
-            if st["owe_free"]:                              # gradQue_: the last row's Add is done
-                ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
-                st["owe_free"] = False
             p = int(pos[j])
             yield DataCopyPad(row[0:n], grad[p * emb + c0:p * emb + c0 + n], n)
             sync("MTE2", "VECTOR")                          # gradQue_ EnQue / DeQue
@@ -1057,12 +1058,12 @@ def _half_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTenso
             if st["issued"]:
                 sync("SCALAR", "MTE2")                      # in-order issue after the scalar's last step
             st["issued"] = True
-            yield DataCopyPad(pbuf[0:1], spos[lo + j:lo + j + 1], 1)    # CopyIn
+            free_wait()                                     # CopyIn: gradQue_.AllocTensor
+            yield DataCopyPad(pbuf[0:1], spos[lo + j:lo + j + 1], 1)
             yield DataCopyPad(ibuf[0:1], skeys[lo + j:lo + j + 1], 1)
             sync("MTE2", "SCALAR")                          # PIPE_MTE2_S
             yield ScalarOp(2, "posIdx GetValue, grad address")
             sync("SCALAR", "MTE2")
-            free_wait()
             p = int(pos[j])
             yield DataCopyPad(row_half[0:n], grad[p * emb + c0:p * emb + c0 + n], n)
             sync("MTE2", "VECTOR")                          # PIPE_MTE2_V

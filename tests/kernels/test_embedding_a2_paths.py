@@ -277,3 +277,17 @@ def test_small_dim_half_rows_sum_in_the_fp32_workspace_then_cast(dtype):
     assert {s.process for s in casts} == {s.process for s in res.trace.slices(thread="MTE2")}
     want = eb.golden({"grad": g, "indices": idx}, {"num_weights": n // 5 + 1})["out"]
     assert _bits(res.outputs["out"]) == _bits(want)
+
+
+def test_the_determinism_setting_changes_nothing_for_uncast_half_rows():
+    # the op_api's IsNeedCast ignores the setting and the tiling's deterministic mode needs 4-byte
+    # rows: with uncast rows both settings launch the same ProcessForHalf kernel (no CastGrad and
+    # CastOut pair, as opsim ran before), so the time and the bits are the same
+    rng = np.random.default_rng(10)
+    idx = _zipf(rng, 300, 20)
+    g = rng.standard_normal((300, SORT_DIM)).astype(ml_dtypes.bfloat16)
+    runs = [_run(grad=g, indices=idx, num_weights=20, tiling={"cast_grad": False}, deterministic=d,
+                 trace="launch") for d in (False, True)]
+    assert _names(runs[0]) == _names(runs[1]) == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
+    assert runs[0].cycles == runs[1].cycles
+    assert _bits(runs[0].outputs["out"]) == _bits(runs[1].outputs["out"]) == _bits(half_golden(g, idx, 20))
