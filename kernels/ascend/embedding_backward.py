@@ -1049,6 +1049,7 @@ def _half_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTenso
     yield SetAtomicNone()
     for b in (*accs, cache):                                # InitQue: ResetQue of the three buffers
         yield from reset(b)
+    yield ScalarOp(2, "firstIndex, endIndex GetValue")      # Process: two scalar reads of GM
     t = 0
     for c0 in range(0, emb, ec):
         n = min(ec, emb - c0)
