@@ -259,3 +259,39 @@ def test_matrix_same_with_fast_forward(op: str, dtype: str, device: str, mode: s
                 pytest.skip(f"{op} refuses {device} {dtype}")
             b, rb, _ = _run(op, device, dtype, mode, example, tiling, True, monkeypatch)
             assert_same_run(a, ra, b, rb)
+
+
+@pytest.mark.slow
+def test_corpus_configurations_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every configuration of the regression corpus, without a trace (so the fast-forward may
+    skip), equal with and without it. (Its shapes are small: few of their rounds repeat.)"""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "corpus.py"
+    spec = importlib.util.spec_from_file_location("corpus_for_ff", path)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    for cfg in corpus.configs():
+        runs = []
+        for ff in (False, True):
+            rec = Recorder()
+            real = api.Device
+
+            def device(*a: Any, _rec: Recorder = rec, _real: Any = real, **kw: Any) -> Any:
+                dev = _real(*a, **kw)
+                dev.observers.append(_rec)
+                return dev
+
+            with monkeypatch.context() as m:
+                m.setattr(api, "Device", device)
+                try:
+                    res = opsim.run(cfg["op"], device=cfg["device"], mode=cfg["mode"], trace="off",
+                                    tiling=cfg["tiling"], fast_forward=ff, **corpus._operands(cfg))
+                except opsim.OpError:
+                    res = None
+            runs.append((res, rec))
+        (a, ra), (b, rb) = runs
+        if a is None:
+            assert b is None, cfg["id"]
+            continue
+        assert_same_run(a, ra, b, rb)
