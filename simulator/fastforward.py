@@ -70,11 +70,12 @@ MIN_ROUNDS = 2
 
 
 class _Fault:
-    """A kernel yielded something that is not an instruction: raised when the dispatcher gets there."""
+    """An error of the kernel program (it raised, or yielded something that is not an
+    instruction): raised when the dispatcher gets there."""
 
     __slots__ = ("error",)
 
-    def __init__(self, error: SimulatorError) -> None:
+    def __init__(self, error: Exception) -> None:
         self.error = error
 
 
@@ -132,9 +133,17 @@ class ProgramStream:
         except StopIteration:
             self.done = True
             item = None
+        except Exception as exc:
+            # raised when the dispatcher reaches this point, as if the program had raised then
+            # (the fast-forward may be reading ahead); the flags it queued are never pushed
+            self.done = True
+            pending.clear()
+            self.ready.append(_Fault(exc))
+            return True
         finally:
             device.drawing = None
         if item is not None and not isinstance(item, Instruction):
+            self.done = True             # the program is not resumed after it
             self._add(list(pending))
             pending.clear()
             self.ready.append(_Fault(SimulatorError(
@@ -707,7 +716,8 @@ class FastForward:
                 held.extend(p.queue)
                 if p.current is not None:
                     held.append(p.current)
-            held.extend(x for x in stream.ready if stream.index.get(id(x), count_t) < count_t)
+            held.extend(x for x in stream.ready if not isinstance(x, _Fault)
+                        and stream.index.get(id(x), count_t) < count_t)
             off = k * L[i]
             by = stream.by_index
             index: dict[int, int] = {}
@@ -718,11 +728,13 @@ class FastForward:
                 for slot, value in values.items():
                     setattr(instr, slot, value)
                 index[id(instr)] = m
-            ready_t = [x for x in stream.ready if stream.index.get(id(x), count_t) < count_t]
+            ready_t = [x for x in stream.ready if not isinstance(x, _Fault)
+                       and stream.index.get(id(x), count_t) < count_t]
             rest = [by[m] for m in range(count_t + off, stream.count)]
             for m, x in enumerate(rest, count_t + off):
                 index[id(x)] = m
-            stream.ready = deque(ready_t + rest)
+            faults = [x for x in stream.ready if isinstance(x, _Fault)]
+            stream.ready = deque(ready_t + rest + faults)
             stream.given += off
             stream.index = index
             stream.by_index = {m: x for x in held + rest for m in (index[id(x)],)}

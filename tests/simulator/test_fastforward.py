@@ -295,3 +295,46 @@ def test_corpus_configurations_same_with_fast_forward(monkeypatch: pytest.Monkey
             assert b is None, cfg["id"]
             continue
         assert_same_run(a, ra, b, rb)
+
+
+def _elementwise_device_run(fail_at: int | None, ff: bool) -> tuple[Any, str]:
+    """A hand-written element-wise kernel on a bare Device (one core, double-buffered TQue
+    pipeline); ``fail_at`` makes the program raise at that tile, long after the steady state."""
+    from opsim.simulator import numerics as nx
+    from opsim.simulator.device import Device
+    from opsim.simulator.errors import SimulatorError
+    from opsim.simulator.isa import Adds
+    from opsim.simulator.tile import GlobalTensor, elementwise_pipeline
+
+    dev = Device(devices.load("atlas-a2"), fast_forward=ff)
+    n, tile = 64 * 512, 512
+    x = GlobalTensor.contiguous(dev, dev.malloc(n * 4), nx.FP32, (n,))
+    out = GlobalTensor.contiguous(dev, dev.malloc(n * 4), nx.FP32, (n,))
+    dev.write(x.addr, np.arange(n, dtype=np.float32))
+
+    def compute(ctx: Any, ins: list, o: Any, count: int) -> Any:
+        if fail_at is not None and ctx.tile == fail_at:
+            raise SimulatorError(f"tile {ctx.tile} refused")
+        yield Adds(o, ins[0], scalar=1.0, count=count)
+
+    def kernel(ctx: Any) -> Any:
+        yield from elementwise_pipeline(ctx, inputs=[x], output=out, start=0, length=n, tile_length=tile,
+                                        buffer_num=2, compute=compute)
+
+    stream = dev.create_stream()
+    dev.launch(stream, kernel, 1)
+    try:
+        dev.synchronize(stream)
+    except SimulatorError as exc:
+        return dev, f"{type(exc).__name__}: {exc}"
+    return dev, dev.read(out.addr, n * 4).view(np.float32).tobytes().hex()[:64] + f" {dev.now}"
+
+
+@pytest.mark.parametrize("fail_at", [None, 50])
+def test_program_error_ahead_is_raised_where_the_step_run_raises_it(fail_at: int | None) -> None:
+    """The fast-forward reads programs ahead; an error there surfaces at the same point."""
+    dev_off, off = _elementwise_device_run(fail_at, False)
+    dev_on, on = _elementwise_device_run(fail_at, True)
+    assert on == off
+    assert dev_on.now == dev_off.now
+    assert dev_on.ff.rounds > 0
