@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 __all__ = [
     "SimulatorError",
@@ -56,6 +56,8 @@ class SimulatorError(Exception):
     # Extra fields that are optional and so may also be filled in later by `at()`.
     FILLABLE_EXTRA_FIELDS: ClassVar[tuple[str, ...]] = ()
     DEFAULT_REASON: ClassVar[str] = "simulator error"
+    # The kernel source line of the faulting instruction, filled in by the pipe that ran it.
+    origin: str | None = None
 
     def __init__(
         self,
@@ -261,7 +263,7 @@ class error_context:  # noqa: N801 - used like a function: ``with error_context(
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         if isinstance(exc, SimulatorError):
             exc.at(**self._fields)
         return False  # never swallow
