@@ -450,7 +450,11 @@ class LinkNetwork:
 
     def active_rates(self) -> list[tuple[object, float]]:
         """``(tag, allocated rate)`` of each active transfer, in activation order."""
-        return [(t.tag, t.cls.rate) for t in self._active.values()]
+        rates = []
+        for t in self._active.values():
+            assert t.cls is not None    # an active transfer belongs to its class
+            rates.append((t.tag, t.cls.rate))
+        return rates
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -470,7 +474,7 @@ class LinkNetwork:
         gen = self._gen
         self._wake_at = when
         timer = self.env.timeout(when - self._now())
-        timer.callbacks.append(lambda _ev, gen=gen: self._wake(gen))
+        timer.callbacks.append(lambda _ev: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen != self._gen:
@@ -511,6 +515,7 @@ class LinkNetwork:
         ceil = math.ceil
         heappop = heapq.heappop
         emptied = False
+        c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
             heap = c.heap
             s_last = c.served
@@ -546,8 +551,8 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
-            for key in [key for key, c in classes.items() if not c.n]:
-                del classes[key]
+            for empty in [k for k, c in classes.items() if not c.n]:
+                del classes[empty]
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
         pending = self._pending
@@ -683,13 +688,13 @@ class LinkNetwork:
             unfrozen.append(c)
             dm = d * m
             for link in c.links:
-                rec = info.get(link)
-                if rec is None:
+                lrec = info.get(link)
+                if lrec is None:
                     info[link] = [link.capacity, m, 0.0, m, dm]
                 else:
-                    rec[1] += m
-                    rec[3] += m
-                    rec[4] += dm
+                    lrec[1] += m
+                    lrec[3] += m
+                    lrec[4] += dm
 
         # Fast path: when no link is asked for more than its capacity, every transfer simply
         # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
