@@ -131,7 +131,9 @@ class AclTensor:
         return self.strides == contiguous_strides(self.view_shape)
 
     def global_tensor(self) -> GlobalTensor:
-        return GlobalTensor(self.runtime.device, self.addr, self.dtype, self.view_shape, self.strides,
+        device = self.runtime.device
+        assert device is not None       # the runtime checked the handle (a live device) first
+        return GlobalTensor(device, self.addr, self.dtype, self.view_shape, self.strides,
                             self.offset)
 
 
