@@ -47,6 +47,8 @@ class RunStats(TypedDict, total=False):
     on_chip_bytes: dict[str, int]      # "L1->L0A", "L1->L0B", "UB->UB" moves
     launch_gap_cycles: int             # launch.gap paid by launches queued behind another
     links: dict[str, LinkStats]
+    kernel_type: str                   # opsim.asc: the launch's unit ("vector", "cube", "mix")
+    sanitizer: Any                     # opsim.asc: the sanitizer report, when it ran
     pipe_busy: dict[str, int]          # per pipe: busy cycles on its busiest core
     pipe_busy_total: dict[str, int]    # per pipe: busy cycles summed over cores
     pipe_utilisation: dict[str, float]
