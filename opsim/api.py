@@ -156,7 +156,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     descs: dict[str, TensorDesc | None] = {
         n: (desc_of(operands[n]) if operands.get(n) is not None else None)
         for n in (*opdef.inputs, *opdef.optional)}
-    given_outputs: dict[str, TensorDesc | None] = {n: desc_of(operands[n]) for n in opdef.outputs if operands.get(n) is not None}
+    given_outputs: dict[str, TensorDesc | None] = {
+        n: desc_of(operands[n]) for n in opdef.outputs if operands.get(n) is not None}
     if len(given_outputs) < len(opdef.outputs) and opdef.infer is not None:
         inferred = opdef.infer(spec, descs, attrs)
         for n in opdef.outputs:
@@ -242,9 +243,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
                      records, san.finish() if san is not None else None)
 
 
-def attach_report(exc: BaseException, report: Any) -> BaseException:
+def attach_report(exc: SimulatorError, report: Any) -> SimulatorError:
     """``exc`` carrying the sanitizer's ``report`` (attribute ``sanitizer``, and a traceback note)."""
-    setattr(exc, "sanitizer", report)   # any exception type: a dynamic attribute
+    exc.sanitizer = report
     if hasattr(exc, "add_note"):
         exc.add_note(str(report))
     return exc

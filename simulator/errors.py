@@ -56,8 +56,10 @@ class SimulatorError(Exception):
     # Extra fields that are optional and so may also be filled in later by `at()`.
     FILLABLE_EXTRA_FIELDS: ClassVar[tuple[str, ...]] = ()
     DEFAULT_REASON: ClassVar[str] = "simulator error"
-    # The kernel source line of the faulting instruction, filled in by the pipe that ran it.
+    # The kernel source line of the faulting instruction, filled in by the pipe that ran it, and
+    # the sanitizer's report of the run (opsim.api.attach_report); None until then.
     origin: str | None = None
+    sanitizer: Any = None
 
     def __init__(
         self,
