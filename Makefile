@@ -26,11 +26,16 @@ lint: $(STAMP)
 
 # The default lane leaves out the tests marked slow (each ~5 s or more alone); CI (.ci/run)
 # runs `make test` and then `make test-slow`, so every test runs there.
+# Both lanes run on WORKERS processes (pytest-xdist), a test file per worker at a time so its
+# module fixtures are built once; WORKERS=0 runs in this process.
+WORKERS ?= 2
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
+
 test: lint
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow $(XDIST)
 
 # Replays the regression corpus and lists differences (`python benchmarks/corpus.py --update`
 # rewrites it on purpose, for a fidelity fix, with the reason in the commit).
