@@ -153,7 +153,8 @@ class HThread:
 
     @property
     def spec(self) -> DeviceSpec:
-        return self.device.spec  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return self.device.spec
 
     def _need(self, call: str, cluster_id: int) -> int:
         if not is_int(cluster_id) or cluster_id != 0:
@@ -207,12 +208,14 @@ class HThread:
 
     @property
     def core_count(self) -> int:
-        return len(self.device.cores["dsp"])  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return len(self.device.cores["dsp"])
 
     # -- memory --------------------------------------------------------------------------------
     def private_region(self, core_id: int) -> Region:
         """The private memory ("L2") of DSP core ``core_id``."""
-        return self.device.cores["dsp"][core_id].memories["PRIVATE"]  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return self.device.cores["dsp"][core_id].memories["PRIVATE"]
 
     def _region_for(self, call: str, addr: int, nbytes: int, core_id: int) -> tuple[Region | None, int]:
         """The region holding [addr, addr + nbytes): shared windows by address, the private
