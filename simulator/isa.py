@@ -36,6 +36,8 @@ class Instruction:
     # when the device records source lines (sanitizer, hot-spot tables) or set by a front-end
     # such as opsim.asc; read it with ``getattr(instr, "origin", None)``.
     __slots__ = ("tile", "origin")
+    # the pipe that executes the instruction; classes whose pipe follows the operands override it
+    # with a property (each with an ignore[override]: mypy rejects a property over a ClassVar)
     pipe: ClassVar[str] = "SCALAR"
     name: ClassVar[str] = "Nop"
     busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
