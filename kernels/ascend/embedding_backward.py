@@ -1706,7 +1706,9 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         go(_det_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
     elif tiling.half_kernel:
         stage_idx = region("stage_idx", nx.INT32, tiling.block_dim * 2)
-        stage = region("stage", nx.FP32, tiling.region("stage")[1] // 4)  # type: ignore[index]
+        stage_span = tiling.region("stage")
+        assert stage_span is not None   # the half kernel's plan has a stage region
+        stage = region("stage", nx.FP32, stage_span[1] // 4)
         go(_half_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, stage_idx, stage,
            name="EmbeddingDenseGradV2")
     else:
