@@ -374,7 +374,7 @@ class AclRuntime:
         # the runtime reports no link bandwidth series (opsim.run does, on a device of its own):
         # fold the closed link history into totals and peaks rather than keep every rate step
         for link in dev.net.links.values():
-            link.forget_history(dev.env.now)
+            link.forget_history(int(dev.env.now))
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)
