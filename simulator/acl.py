@@ -376,6 +376,10 @@ class AclRuntime:
         dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
         for s in dev.streams:
             s.launches[:] = [ln for ln in s.launches if ln.end < 0]
+        # the runtime reports no link bandwidth series (opsim.run does, on a device of its own):
+        # fold the closed link history into totals and peaks rather than keep every rate step
+        for link in dev.net.links.values():
+            link.forget_history(int(dev.env.now))
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)
