@@ -14,7 +14,7 @@ note, docs/sources.md#mte2-preload-note).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, cast
 
 import simpy
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.device import Device, Launch
     from opsim.simulator.isa import Instruction
     from opsim.simulator.memory import Region
+    from opsim.simulator.tile import KernelContext
 
 VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
@@ -101,7 +102,7 @@ class Pipe:
             ev.succeed()
 
     # -- execution -----------------------------------------------------------------------------
-    def _run(self) -> Iterator[simpy.Event]:
+    def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         core = self.core
         device = core.device
@@ -116,7 +117,7 @@ class Pipe:
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
-            self.started = env.now
+            self.started = cast(int, env.now)   # simulated time is integral (LinkNetwork checks it)
             try:
                 wait = instr.issue(self)
                 if self.held:
@@ -139,7 +140,7 @@ class Pipe:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
-            end = env.now
+            end = cast(int, env.now)
             start = self.started
             self.current = None
             if instr.busy:
@@ -195,6 +196,7 @@ class Core:
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
         self.atomic: Any = None            # the dtype of SetAtomicAdd<T> while in effect (MTE3/DMA)
         self.launch: "Launch | None" = None
+        self.context: "KernelContext | None" = None   # the running block's (KernelContext sets it)
         self.block_idx = -1
         self.tile = -1                     # tile index set by kernels, stamped on instructions
         self.blocks_run = 0
@@ -322,12 +324,12 @@ class Core:
             raise exc.at(core=self.name) from None
         finally:
             self.stream = None
-        done = [BlockEnd(self.env) for _ in self.pipes]
-        for p, end in zip(self.pipes.values(), done):
+        ends = [BlockEnd(self.env) for _ in self.pipes]
+        for p, end in zip(self.pipes.values(), ends):
             while p.full():
                 yield p.space()
             p.push(end)
-        yield simpy.AllOf(self.env, [d.event for d in done])
+        yield simpy.AllOf(self.env, [d.event for d in ends])
         self.blocks_run += 1
 
     def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:

@@ -429,7 +429,7 @@ class FastForward:
         fast-forward does not model). Cheap next to the cores' part, so it is compared first."""
         dev = self.device
         env = dev.env
-        now = env.now
+        now = int(env.now)
         owner = self._owner
         net = dev.net
         queue = []
@@ -441,11 +441,11 @@ class FastForward:
                 proc = getattr(cb, "__self__", None)
                 if proc is not None and id(proc) in owner:
                     who = ("pipe", owner[id(proc)])
-                elif getattr(cb, "__defaults__", None) and getattr(cb, "__qualname__", "").startswith(
-                        "LinkNetwork._schedule"):
-                    if cb.__defaults__[0] != net._gen:
+                elif getattr(cb, "__qualname__", "").startswith("LinkNetwork._schedule"):
+                    gen = _wakeup_generation(cb)
+                    if gen is not None and gen != net._gen:
                         continue                      # superseded wake-up: a no-op when it fires
-                    who = ("net",)
+                    who = ("net",) if gen is not None else None
             if who is None:
                 self.reason = ("a core outside the repeating set is still working, or an event the "
                                "fast-forward does not model is scheduled")
@@ -455,7 +455,7 @@ class FastForward:
 
     def _cores_state(self) -> tuple | None:
         """Every core's part of the snapshot (None: a state the fast-forward does not model)."""
-        now = self.device.env.now
+        now = int(self.device.env.now)
         per_core = []
         for c in self._cores:
             state = self._core_state(c, now)
@@ -656,6 +656,7 @@ class FastForward:
     def _l2_redo(self, gms: list[tuple], L: list[int], cidx: dict[int, int], good: int) -> int:
         """Restore the L2 and re-apply the ``good`` rounds whose outcomes matched."""
         l2 = self.device.l2
+        assert l2 is not None and self._l2_saved is not None
         l2.restore_state(self._l2_saved)
         if good < MIN_ROUNDS:
             return good
@@ -670,8 +671,9 @@ class FastForward:
         return good
 
     def _l2_restore(self) -> None:
-        if self._l2_saved is not None:
-            self.device.l2.restore_state(self._l2_saved)
+        l2 = self.device.l2
+        if l2 is not None and self._l2_saved is not None:
+            l2.restore_state(self._l2_saved)
             self._l2_saved = None
 
     # -- instructions of the skipped rounds ---------------------------------------------------------
@@ -808,6 +810,19 @@ class FastForward:
             h0, m0, _ = c0["l2"]
             h1, m1, _ = c1["l2"]
             dev.l2.count(k * (h1 - h0), k * (m1 - m0))
+
+
+def _wakeup_generation(cb: Any) -> int | None:
+    """The generation a wake-up of ``LinkNetwork._schedule`` was made for (its callback binds
+    ``gen`` as a default or a closure cell); only the newest one acts when it fires."""
+    defaults = getattr(cb, "__defaults__", None)
+    if defaults and isinstance(defaults[0], int):
+        return defaults[0]
+    code, cells = getattr(cb, "__code__", None), getattr(cb, "__closure__", None)
+    if code is not None and cells and "gen" in code.co_freevars:
+        value = cells[code.co_freevars.index("gen")].cell_contents
+        return value if isinstance(value, int) else None
+    return None
 
 
 def _key(key: tuple) -> tuple:

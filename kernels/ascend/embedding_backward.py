@@ -170,6 +170,7 @@ def ub_budget(spec: DeviceSpec) -> int:
     """UB bytes this operator's kernel plans with: ``[kernels.embedding_dense_backward] ub_budget``
     of the device file (the V1 kernel's 192 KiB on the Atlas training series), else the UB size."""
     table = spec.kernels.get(NAME, {})
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     return int(table.get("ub_budget", spec.ub.size))
 
 
@@ -214,6 +215,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     Atlas training series' scaleGradByFreq limit (seed)."""
     g, idx, out = t.get("grad"), t.get("indices"), t.get("out")
     check_not_null(grad=g, indices=idx, out=out)
+    assert g is not None and idx is not None and out is not None   # checked just above
     nw = _num_weights(attrs)
     _padding_idx(attrs)
     _flag(attrs, "scale_grad_by_freq")
@@ -368,7 +370,7 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     det = _flag(attrs, "deterministic")
     emb = int(g.shape[-1])
     n_rows = int(idx.numel)
-    common = dict(n_rows=n_rows, emb_dim=emb, num_weights=nw, padding_idx=pad, scale=scale,
+    common: dict[str, Any] = dict(n_rows=n_rows, emb_dim=emb, num_weights=nw, padding_idx=pad, scale=scale,
                   deterministic=det, grad_dtype=g.dtype.name, index_dtype=idx.dtype.name,
                   ub_budget=ub_budget(spec))
     out_bytes = nw * emb * g.dtype.itemsize
@@ -401,6 +403,7 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         cast = ov["cast_grad"]
     kdt = nx.FP32 if (cast or not half) else g.dtype
     k = 3 if kdt == nx.FP32 else 4
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     ub = spec.ub.size
     max_former = ((ub - V2_INDEX_RESERVE - V2_UB_SPARE) // (64 * k)) * 16
     e_chunk = ov.get("e_chunk", min(emb, max_former))
@@ -489,6 +492,7 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
 
 def _fits_ub(spec: DeviceSpec, tiling: EmbeddingTiling) -> EmbeddingTiling:
     """Refuse a plan whose UB buffers exceed the core's UB (e.g. a what-if budget above it)."""
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     if tiling.ub_bytes > spec.ub.size:
         raise tiling_error(
             f"the embedding kernel's UB plan needs {tiling.ub_bytes} B (budget {tiling.ub_budget} B from "
@@ -791,8 +795,7 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
     issue); there is no PIPE_V_S after the Add, so the next index load overlaps this row's Add."""
     n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
-    scale = counts is not None
-    if scale:   # ProcessAndScale<false, true>: InitWorkspace zeroes the counts, SyncAll
+    if counts is not None:   # scale. ProcessAndScale<false, true>: InitWorkspace zeroes the counts, SyncAll
         yield from _zero_counts(ctx, tiling, counts)
     if lo < hi:
         keys, pos = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
@@ -908,7 +911,7 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
                     yield from compute(j, n_rows - 1, c0, n)
         if st["owe_free"]:
             ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
-    if scale:   # ProcessAndScale: SyncAll, then the scale kernel
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel
         yield from _sync_all(1)
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
         if shi > slo:
@@ -1047,8 +1050,8 @@ def _half_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTenso
             st["owe_free"] = False
 
     yield SetAtomicNone()
-    for b in (*accs, cache):                                # InitQue: ResetQue of the three buffers
-        yield from reset(b)
+    for buf in (*accs, cache):                              # InitQue: ResetQue of the three buffers
+        yield from reset(buf)
     yield ScalarOp(2, "firstIndex, endIndex GetValue")      # Process: two scalar reads of GM
     t = 0
     for c0 in range(0, emb, ec):
@@ -1179,7 +1182,7 @@ def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTen
 # ---------------------------------------------------------------------------------------------
 
 def _tik_sort_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, keys: GlobalTensor,
-                     pos: GlobalTensor, ws: Mapping[str, GlobalTensor | None]) -> Iterator[Any]:
+                     pos: GlobalTensor, ws: Mapping[str, GlobalTensor]) -> Iterator[Any]:
     """The TIK Sort of the int32 indices seen as fp32 (aclnn PorcessIndices -> l0op::Sort, stable,
     ascending), as the TBE dynamic Sort class runs it on 910B (TIK_SORT_BATCH above): the one
     row of gradRow elements is one task, so block 0 does all the work.
@@ -1365,8 +1368,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
     cross-pipe step waits for the previous one, so a core's rows run one after the other."""
     n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
-    scale = counts is not None
-    if scale:   # InitWorkspace: this core's share of the counts (Tiling4Scale split) to 0, SyncAll
+    if counts is not None:   # scale: InitWorkspace, this core's share of the counts (Tiling4Scale) to 0, SyncAll
         yield from _zero_counts(ctx, tiling, counts)
     if lo < hi:
         keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
@@ -1394,7 +1396,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
             yield SetAtomicNone()
-            if scale and c0 == 0:                          # AddFreq: tmpLocal.SetValue(count), 4 B atomic add
+            if counts is not None and c0 == 0:             # scale, AddFreq: tmpLocal.SetValue(count), 4 B atomic add
                 yield ScalarOp(1, "SetValue count")
                 sync("SCALAR", "VECTOR")
                 yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
@@ -1446,7 +1448,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
                 elif state["last"] != -1:
                     yield from flush(state["sw"], state["last"], c0, n)
                     state["last"] = -1
-    if scale:   # ProcessAndScale: SyncAll, then the scale kernel (counts known from the sorted keys)
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel (counts from the sorted keys)
         yield from _sync_all(1)
         cvals = None
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
@@ -1590,8 +1592,9 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     launches: list = []
 
     def region(name: str, dtype: nx.DType, count: int) -> GlobalTensor:
-        off, _ = tiling.region(name)  # type: ignore[misc]
-        return GlobalTensor.contiguous(device, ws.addr + off, dtype, (count,))  # type: ignore[union-attr]
+        span = tiling.region(name)
+        assert span is not None and ws is not None   # asked only for the regions the tiling planned
+        return GlobalTensor.contiguous(device, ws.addr + span[0], dtype, (count,))
 
     def go(kernel: Any, block_dim: int, *args: Any, name: str) -> None:
         launches.append(device.launch(stream, kernel, block_dim, *args, unit="vector", name=name))
@@ -1610,20 +1613,26 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
-        ct = tiling.cast_grad_tiling
+        ct = _planned(tiling.cast_grad_tiling)
         go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
     i_src = idx
     if tiling.cast_index_tiling is not None:
         i_src = region("idx32", nx.INT32, n_rows)
-        ct = tiling.cast_index_tiling
+        ct = _planned(tiling.cast_index_tiling)
         go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
     go(_v1_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGrad")
     if tiling.scale:
         go(_v1_scale_kernel, tiling.scale_block_dim, tiling, i_src, acc, name="EmbeddingDenseGradScale")
     if acc is not out:
-        ct = tiling.cast_out_tiling
+        ct = _planned(tiling.cast_out_tiling)
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
     return launches
+
+
+def _planned(ct: ElementwiseTiling | None) -> ElementwiseTiling:
+    """The tiling of a cast the call's path launches (planned whenever the path has the cast)."""
+    assert ct is not None
+    return ct
 
 
 def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad: GlobalTensor,
@@ -1664,12 +1673,12 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
-        ct = tiling.cast_grad_tiling
+        ct = _planned(tiling.cast_grad_tiling)
         go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
     i_src = idx
     if tiling.index_cast:
         i_src = region("idx32", nx.INT32, n_rows)
-        ct = tiling.cast_index_tiling
+        ct = _planned(tiling.cast_index_tiling)
         go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
     if tiling.small_dim_kernel:
         # CheckIsSmallDimMode: no PorcessIndices (Sort) and no ZerosLike; EmbeddingDenseGradV2 gets
@@ -1684,12 +1693,12 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         else:
             go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, counts, name="EmbeddingDenseGradV2")
         if acc is not out:
-            ct = tiling.cast_out_tiling
+            ct = _planned(tiling.cast_out_tiling)
             go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
         return
     keys, pos = region("keys0", nx.INT32, n_rows), region("pos0", nx.INT32, n_rows)
-    ws = {name: (region(name, nx.INT32, tiling.region(name)[1] // 4) if tiling.region(name) else None)
-          for name in ("sws_k", "sws_p", "alist", "algk", "algp")}
+    ws = {name: region(name, nx.INT32, span[1] // 4)        # the sort's planned workspace regions
+          for name in ("sws_k", "sws_p", "alist", "algk", "algp") if (span := tiling.region(name))}
     go(_tik_sort_kernel, 1, tiling, i_src, keys, pos, ws, name="Sort")
     go(_zero_kernel, tiling.zero_block_dim, [acc], name="ZerosLike")
     go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
@@ -1697,13 +1706,15 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         go(_det_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
     elif tiling.half_kernel:
         stage_idx = region("stage_idx", nx.INT32, tiling.block_dim * 2)
-        stage = region("stage", nx.FP32, tiling.region("stage")[1] // 4)  # type: ignore[index]
+        stage_span = tiling.region("stage")
+        assert stage_span is not None   # the half kernel's plan has a stage region
+        stage = region("stage", nx.FP32, stage_span[1] // 4)
         go(_half_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, stage_idx, stage,
            name="EmbeddingDenseGradV2")
     else:
         go(_row_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
     if acc is not out:
-        ct = tiling.cast_out_tiling
+        ct = _planned(tiling.cast_out_tiling)
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
 
 
@@ -1773,7 +1784,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     bits depend on their order (determinism off: this branch never runs with it on)."""
     scale = counts is not None
     half = out is not None
-    if scale:   # InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
+    if counts is not None:   # scale: InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
         yield from _zero_counts(ctx, tiling, counts)
     lo, hi = small_dim_rows(tiling.n_rows, ctx.block_dim, ctx.block_idx)
     emb, pad = tiling.emb_dim, tiling.padding_idx
@@ -1864,7 +1875,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb:(key + 1) * emb], accb[0:emb], emb)
             yield SetAtomicNone()
-            if scale:                                       # tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
+            if counts is not None and cnt_buf is not None:   # scale: tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
                 yield ScalarOp(1, "SetValue count")
                 sync("SCALAR", "VECTOR")
                 yield Duplicate(cnt_buf, float(j - i), count=8)    # the scalar store, as an 8-lane write
@@ -1895,7 +1906,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             sync("VECTOR", "MTE3")                          # PIPE_V_MTE3
             yield DataCopyPad(out[o:o + k], o_half[0:k], k)
             sync("MTE3", "SCALAR")                          # PIPE_MTE3_S
-    if scale:   # ProcessAndScale: SyncAll, tpipe.Destroy() (the kernel's UB freed), the scale kernel
+    if counts is not None and cnt_buf is not None:   # scale. ProcessAndScale: SyncAll, tpipe.Destroy(), scale kernel
         yield from _sync_all(1)
         sync("VECTOR", "MTE2")                              # the last ResetAddQue before the UB is reused
         ub = ctx.core.memory(ctx.core.local_memory)
@@ -1956,7 +1967,8 @@ def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np
     return {"out": acc}
 
 
-def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
     """The out opsim.run allocates when the caller gives none: [numWeights, embeddingDim], grad's dtype."""
     g = t.get("grad")
     nw = attrs.get("num_weights")
@@ -2037,6 +2049,8 @@ def _est_launch(spec: DeviceSpec, body: float, busy: Mapping[str, float], read: 
 def _est_zero(spec: DeviceSpec, block_dim: int, targets: Sequence[tuple[int, int]]) -> Any:
     """ZerosLike: one Duplicate of the zero buffer, then this block's share of every target in
     copies of the buffer, back to back on MTE3 (all blocks store at once)."""
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
+    assert spec.mte3 is not None
     buf = min(ZERO_BUF_BYTES, spec.ub.size // 2 // 32 * 32)
     _, rs = shared_rates(spec, 0, block_dim)
     st = spec.mte3.startup
@@ -2109,6 +2123,7 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
         passes.append(tiling.emb_dim % tiling.e_chunk)
     if rows <= 0:
         passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
@@ -2151,6 +2166,8 @@ def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) 
     """EmbeddingDenseGradScale (A2): rows x fp32(1/count) through double-buffered queues, a
     tile of whole rows (one copy when rows are contiguous and aligned) or row chunks."""
     emb, nw, bd = tiling.emb_dim, tiling.num_weights, tiling.scale_block_dim
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
+    assert spec.mte2 is not None
     per_buf = (spec.ub.size - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8
     ep = _pad8(emb)
     rows = -(-nw // bd)
@@ -2166,11 +2183,11 @@ def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) 
         e = pipeline_estimate(spec, block_dim=bd, per_core=rows, last_core=max(last, 0), tile_length=rows_per_tile,
                               buffer_num=2, work=work, cores=spec.vector_cores, ub_bytes=4 * per_buf * 4)
     else:
-        def work(n: int) -> TileWork:
+        def work_flat(n: int) -> TileWork:
             return TileWork(loads=() if acc_from_l2 else (n * 4,), vector=(("Muls", "fp32", n),), stores=(n * 4,),
                             l2_loads=(n * 4,) if acc_from_l2 else ())
         e = pipeline_estimate(spec, block_dim=bd, per_core=rows * emb, last_core=max(last, 0) * emb,
-                              tile_length=per_buf, buffer_num=2, work=work, cores=spec.vector_cores,
+                              tile_length=per_buf, buffer_num=2, work=work_flat, cores=spec.vector_cores,
                               ub_bytes=4 * per_buf * 4)
     rl, _ = shared_rates(spec, bd, 0)
     feed = -(-rows // INDEX_BATCH) * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
@@ -2187,6 +2204,7 @@ def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_i
     (owner 0 is the busiest under the assumed indices)."""
     bd, nb, emb, ec = tiling.block_dim, tiling.ub_indices, tiling.emb_dim, tiling.e_chunk
     n_rows, nw = tiling.n_rows, max(tiling.num_weights, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
     rl, _ = shared_rates(spec, bd, 0)
@@ -2229,6 +2247,7 @@ def _est_v1_scale(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool, 
     bd, nb, emb = tiling.scale_block_dim, tiling.ub_indices, tiling.emb_dim
     n_rows = tiling.n_rows
     rows = tiling.rows_per_owner
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     # every core reads the same index blocks at about the same time: one misses, the rest hit
     idx_rate = l2_read_rate(spec, bd) if spec.l2 is not None else shared_rates(spec, bd, 0)[0]
@@ -2254,6 +2273,7 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     n, nb, batches = tiling.n_rows, tiling.sort_tile, tiling.sort_runs
     rl, rs = shared_rates(spec, 1, 1)
     rl2 = l2_read_rate(spec, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     ld = lambda b: dma_cycles(st2, b, rl)          # noqa: E731  (host-written indices: HBM)
@@ -2310,6 +2330,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
     rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
@@ -2345,6 +2366,7 @@ def _with_scale(spec: DeviceSpec, tiling: EmbeddingTiling, est: Any) -> Any:
     bd = tiling.block_dim
     _, rs = shared_rates(spec, 0, 1)
     scale = _est_scale_v2(spec, tiling, _fits_l2(spec, tiling.num_weights * tiling.emb_dim * 4))
+    assert spec.mte3 is not None        # required of every Ascend spec (devices/spec.py)
     zero = dma_cycles(spec.mte3.startup, -(-tiling.num_weights // bd) * 4, rs)
     return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
                        "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
@@ -2367,6 +2389,7 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
     keys = _assumed_indices(tiling.n_rows, nw)[lo:hi]
     rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
@@ -2432,6 +2455,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         if out is not None and out.numel:
             parts.append(_est_zero(spec, tiling.zero_block_dim, [(out.numel, out.dtype.itemsize)]))
         return _finish(parts, tiling)
+    assert out is not None              # validated (or inferred): out is required
     acc_ws = tiling.region("acc32") is not None
     acc_item = 4 if acc_ws else out.dtype.itemsize
     acc_bytes = nw * emb * acc_item
@@ -2441,7 +2465,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     parts.append(_est_zero(spec, tiling.zero_block_dim, targets))
     grad_bytes = n_rows * emb * 4
     if tiling.cast_grad:
-        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_grad_tiling), tiling.grad_dtype, "fp32", False, "CastGrad"))
     # a tensor written by an earlier launch is read back from L2 if it and what the call
     # touched since fit: grad32 (after it, the sort and the rows the flushes add into); the
     # accumulator (after it, the rows the gathers read)
@@ -2467,9 +2491,10 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     parts: list = []
     grad_bytes = n_rows * emb * 4
     if tiling.cast_grad:
-        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_grad_tiling), tiling.grad_dtype, "fp32", False, "CastGrad"))
     if tiling.index_cast:
-        parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_index_tiling), tiling.index_dtype, "int32", False,
+                                "CastIndices"))
     if tiling.small_dim_kernel:                           # no Sort, no ZerosLike (see _launch_v2)
         parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
         parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
