@@ -29,7 +29,6 @@ from typing import Iterable
 import numpy as np
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
-_INLINE_LINES = 16                        # runs of fewer lines: access_runs walks them inline
 
 
 class L2Cache:
@@ -71,103 +70,97 @@ class L2Cache:
         re-weighed). ``count=False`` leaves the hit/miss totals to the caller (:meth:`count`)."""
         if nbytes <= 0:
             return 0
-        c = self.chunk
-        first, last = addr // c, (addr + nbytes - 1) // c
-        lru = self._lru
-        cap = self.capacity_chunks
-        w = 1.0
-        hit = 0
-        # Lines are touched in address order. The resident ones are found with one set
-        # intersection and the runs of new lines between them are inserted in bulk, so a
-        # streaming access costs a few C-level calls instead of a Python step per line.
-        present = sorted(lru.keys() & set(range(first, last + 1))) if lru else ()
-        run_start = first
-        for ch in (*present, last + 1):
-            if run_start < ch:                               # new lines [run_start, ch)
-                lru.update(dict.fromkeys(range(run_start, ch), w))
-                self._used += w * (ch - run_start)
-                if self._used > cap:
-                    self._evict()
-            if ch > last:
-                break
-            old = lru.get(ch)
-            if old is None:                                  # evicted by this very access
-                lru[ch] = w
-                self._used += w
-            else:
-                lru.move_to_end(ch)
-                hit += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
-                if old != w:
-                    lru[ch] = w
-                    self._used += w - old
-            if self._used > cap:
-                self._evict()
-            run_start = ch + 1
-        if write:
-            if self.write_back:
-                # the lines of this store that are still resident (all but those a store larger
-                # than the cache pushed out again, whose bytes are owed to HBM at once)
-                for ch in range(first, last + 1):
-                    if ch in lru:
-                        self._dirty.add(ch)
-                    else:
-                        self.pending_writeback += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
-            return 0
-        if count:
+        hit = self.access_runs(((addr, nbytes),), write=write)
+        if count and not write:
             self.count(hit, nbytes - hit)
         return hit
 
     def access_runs(self, runs: Iterable[tuple[int, int]], *, write: bool) -> int:
-        """:meth:`access` of each (address, bytes) run in turn, hits summed, totals not counted.
+        """Touch each (address, bytes) run in turn; return the bytes that were resident (hits;
+        0 for a write). The totals are not counted (the caller does, :meth:`count`).
 
-        The same LRU updates in the same order as one ``access(a, n, write=write, count=False)``
-        per run. A short run (the rows of a strided tile: often hundreds per transfer, each a
-        line or two) is walked line by line inline, which is what :meth:`access` amounts to
-        (weights are whole numbers, so the order of the additions does not matter); that
-        per-run call is where a strided transfer spent its time. Long runs go to
-        :meth:`access`, which inserts runs of new lines in bulk.
+        Lines are touched one by one in address order, run after run: a resident line moves to
+        the most-recent end (re-weighed to one line of capacity if a sample left it heavier), a
+        new line is inserted and the least-recently-used lines are evicted as soon as the cache
+        is over capacity, so a line this very access pushed out misses when it is touched
+        again. This loop is the whole cost of the L2 model for a transfer (a strided tile
+        touches hundreds of rows of a line or two each; a streaming tile tens of new lines), so
+        it is written for that: bound methods and the used-capacity total in locals, one dict
+        lookup per line, the eviction walk only when the cache is over capacity. (Bulk
+        ``OrderedDict.update`` of new lines was slower than this loop: it goes through the
+        generic mapping protocol per key.)
         """
         c = self.chunk
         lru = self._lru
+        get = lru.get
+        to_end = lru.move_to_end
         cap = self.capacity_chunks
         dirty = self._dirty            # empty unless the L2 is write-back
         mark = write and self.write_back
+        used = self._used
         hit = 0
         for a, n in runs:
             if n <= 0:
                 continue
-            first, last = a // c, (a + n - 1) // c
-            if last - first >= _INLINE_LINES:
-                hit += self.access(a, n, write=write, count=False)
-                continue
             end = a + n
-            missed = 0          # the run's bytes in lines that were not resident (usually few)
+            first, last = a // c, (end - 1) // c
+            if first == last and not mark:
+                # a run inside one line (most rows of a strided tile): the loop below, unrolled
+                old = get(first)
+                if old is None:
+                    lru[first] = 1.0
+                    used += 1.0
+                else:
+                    to_end(first)
+                    hit += n
+                    if old != 1.0:
+                        lru[first] = 1.0
+                        used += 1.0 - old
+                if used > cap:
+                    self._used = used
+                    self._evict()
+                    used = self._used
+                continue
+            # lines that were not resident: how many, the first and the last (their bytes are
+            # whole lines except where the run starts or ends inside the first or last line)
+            nmiss = 0
+            lo = hi = -1
             for line in range(first, last + 1):
-                old = lru.get(line)
+                old = get(line)
                 if old is None:
                     lru[line] = 1.0
-                    self._used += 1.0
-                    missed += min(end, (line + 1) * c) - max(a, line * c)
+                    used += 1.0
+                    if not nmiss:
+                        lo = line
+                    nmiss += 1
+                    hi = line
                 else:
-                    lru.move_to_end(line)
+                    to_end(line)
                     if old != 1.0:
                         lru[line] = 1.0
-                        self._used += 1.0 - old
-                while self._used > cap and len(lru) > 1:
-                    ch, w = lru.popitem(last=False)   # as _evict: a dirty line is owed to HBM
-                    self._used -= w
-                    if ch in dirty:
-                        dirty.discard(ch)
-                        self.pending_writeback += w * c
+                        used += 1.0 - old
+                if used > cap:
+                    self._used = used
+                    self._evict()          # a dirty line it drops is owed to HBM
+                    used = self._used
             if mark:
-                # as access(): resident lines of the store turn dirty; a line this very run
-                # pushed out again is owed to HBM at once
+                # resident lines of the store turn dirty; a line this very run pushed out again
+                # is owed to HBM at once
                 for line in range(first, last + 1):
                     if line in lru:
                         dirty.add(line)
                     else:
                         self.pending_writeback += min(end, (line + 1) * c) - max(a, line * c)
-            hit += n - missed
+            if nmiss:
+                missed = nmiss * c
+                if lo == first:
+                    missed -= a - first * c
+                if hi == last:
+                    missed -= (last + 1) * c - end
+                hit += n - missed
+            else:
+                hit += n
+        self._used = used
         return 0 if write else hit
 
     def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
