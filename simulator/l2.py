@@ -86,7 +86,7 @@ class L2Cache:
         again. This loop is the whole cost of the L2 model for a transfer (a strided tile
         touches hundreds of rows of a line or two each; a streaming tile tens of new lines), so
         it is written for that: bound methods and the used-capacity total in locals, one dict
-        lookup per line, the eviction walk only when the cache is over capacity. (Bulk
+        lookup per line, the eviction of :meth:`_evict` inline. (Bulk
         ``OrderedDict.update`` of new lines was slower than this loop: it goes through the
         generic mapping protocol per key.)
         """
@@ -94,6 +94,7 @@ class L2Cache:
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
+        popfront = lru.popitem
         cap = self.capacity_chunks
         dirty = self._dirty            # empty unless the L2 is write-back
         mark = write and self.write_back
@@ -116,10 +117,12 @@ class L2Cache:
                     if old != 1.0:
                         lru[first] = 1.0
                         used += 1.0 - old
-                if used > cap:
-                    self._used = used
-                    self._evict()
-                    used = self._used
+                while used > cap and len(lru) > 1:      # as _evict, inline (a full cache
+                    ch, w = popfront(False)             # evicts on every new line)
+                    used -= w
+                    if ch in dirty:
+                        dirty.discard(ch)
+                        self.pending_writeback += w * c
                 continue
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
@@ -139,10 +142,12 @@ class L2Cache:
                     if old != 1.0:
                         lru[line] = 1.0
                         used += 1.0 - old
-                if used > cap:
-                    self._used = used
-                    self._evict()          # a dirty line it drops is owed to HBM
-                    used = self._used
+                while used > cap and len(lru) > 1:      # as _evict: a dirty line is owed to HBM
+                    ch, w = popfront(False)
+                    used -= w
+                    if ch in dirty:
+                        dirty.discard(ch)
+                        self.pending_writeback += w * c
             if mark:
                 # resident lines of the store turn dirty; a line this very run pushed out again
                 # is owed to HBM at once
