@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from opsim.simulator.atomics import AtomicCommitter
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
 from opsim.simulator.errors import DeadlockError, SimulatorError
-from opsim.simulator.l2 import L2Cache
+from opsim.simulator.l2 import L2Cache, StridedRuns
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Region
 from opsim.simulator.tile import KernelContext
@@ -402,8 +401,7 @@ class Device:
         run_bytes = None                    # bytes the runs cover, when known without a sum
         if lines is None and geometry is not None and ranges is None:
             a0, stride, run, count = geometry
-            ranges = (list(zip(range(a0, a0 + stride * count, stride), repeat(run))) if stride
-                      else [(a0, run)] * count)
+            ranges = StridedRuns(a0, stride, run, count)   # the L2 walks these rows' lines directly
             run_bytes = run * count
         runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:

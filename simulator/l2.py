@@ -24,11 +24,35 @@ decides what an entry stands for.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from itertools import repeat
+from typing import Iterable, Iterator
 
 import numpy as np
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
+
+
+class StridedRuns:
+    """``count`` runs of ``run`` bytes, ``stride`` bytes apart from address ``a0``: the rows of a
+    strided transfer (a tile of a matrix), as (address, bytes) pairs when iterated.
+
+    :meth:`L2Cache.access_runs` walks the lines of such rows without making the pairs: a cube
+    tile load touches hundreds of rows of one line each, and the per-row bookkeeping was most of
+    the L2 model's cost.
+    """
+
+    __slots__ = ("a0", "stride", "run", "count")
+
+    def __init__(self, a0: int, stride: int, run: int, count: int) -> None:
+        self.a0, self.stride, self.run, self.count = a0, stride, run, count
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        if self.stride:
+            return zip(range(self.a0, self.a0 + self.stride * self.count, self.stride), repeat(self.run))
+        return repeat((self.a0, self.run), max(self.count, 0))
+
+    def __len__(self) -> int:
+        return max(self.count, 0)
 
 
 class L2Cache:
@@ -91,6 +115,10 @@ class L2Cache:
         generic mapping protocol per key.)
         """
         c = self.chunk
+        if type(runs) is StridedRuns and runs.run > 0 and runs.a0 % c + runs.run <= c \
+                and runs.stride % c == 0:
+            # every row lies in one line, and the rows' lines are equally spaced
+            return self._access_rows(runs.a0 // c, runs.stride // c, runs.count, runs.run, write)
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -167,6 +195,46 @@ class L2Cache:
                 hit += n
         self._used = used
         return 0 if write else hit
+
+    def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
+        """:meth:`access_runs` of ``count`` rows of ``run`` bytes that each lie in one line, the
+        lines ``first + k * step``: the same steps per line as the general loop (touch, evict,
+        mark), with no per-row address arithmetic."""
+        lru = self._lru
+        get = lru.get
+        to_end = lru.move_to_end
+        popfront = lru.popitem
+        cap = self.capacity_chunks
+        c = self.chunk
+        dirty = self._dirty
+        mark = write and self.write_back
+        used = self._used
+        misses = 0
+        lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
+        for line in lines:
+            old = get(line)
+            if old is None:
+                lru[line] = 1.0
+                used += 1.0
+                misses += 1
+            else:
+                to_end(line)
+                if old != 1.0:
+                    lru[line] = 1.0
+                    used += 1.0 - old
+            while used > cap and len(lru) > 1:          # as _evict
+                ch, w = popfront(False)
+                used -= w
+                if ch in dirty:
+                    dirty.discard(ch)
+                    self.pending_writeback += w * c
+            if mark:
+                if line in lru:
+                    dirty.add(line)
+                else:                                   # pushed out by its own touch: owed now
+                    self.pending_writeback += run
+        self._used = used
+        return 0 if write else (max(count, 0) - misses) * run
 
     def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
         """Indices (ascending) of the sampled lines among those a transfer of equally spaced

@@ -159,3 +159,21 @@ def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
         assert list(l2._lru) == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+@pytest.mark.parametrize("geometry", [(0, 4 * LINE, LINE, 12), (256, 2 * LINE, 256, 9), (0, 0, LINE, 5),
+                                      (3 * LINE, LINE, 700, 6), (40 * LINE, -2 * LINE, LINE, 8)])
+def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
+    from opsim.simulator.l2 import StridedRuns
+    a0, stride, run, count = geometry
+    pairs = [(a0 + k * stride, run) for k in range(count)]
+    assert list(StridedRuns(*geometry)) == pairs
+    l2, ref = L2Cache(16 * LINE, LINE, write_back=write_back), _ReferenceLRU(16, write_back)
+    for write in (False, True, False):          # cold, then stores, then warm reads
+        l2.access_runs([(5 * LINE, 30 * LINE)], write=False)    # evicts part of it each time
+        ref.touch_runs([(5 * LINE, 30 * LINE)], False)
+        assert l2.access_runs(StridedRuns(*geometry), write=write) == ref.touch_runs(pairs, write)
+        assert list(l2._lru) == ref.order
+        assert l2.take_writeback() == ref.owed
+        ref.owed = 0
