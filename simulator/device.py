@@ -30,10 +30,11 @@ from opsim.simulator.atomics import AtomicCommitter
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
 from opsim.simulator.errors import DeadlockError, SimulatorError
-from opsim.simulator.l2 import L2Cache, StridedRuns
+from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Region
 from opsim.simulator.tile import KernelContext
+from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
 from opsim.traces.bounds import copy_rate_facts
 from opsim.traces.trace import Trace
 
