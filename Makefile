@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench corpus docs clean
+.PHONY: demo lint test test-slow bench corpus docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,13 +18,24 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/opsim demo
 
+# ruff over the repository, then mypy over the installed package (.ci/typecheck builds the
+# package layout as symlinks under build/ and keeps mypy's cache there). Fails on any finding.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	MYPY=$(BIN)/mypy bash .ci/typecheck
+
 # The default lane leaves out the tests marked slow (each ~5 s or more alone); CI (.ci/run)
 # runs `make test` and then `make test-slow`, so every test runs there.
-test: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow"
+# Both lanes run on WORKERS processes (pytest-xdist), a test file per worker at a time so its
+# module fixtures are built once; WORKERS=0 runs in this process.
+WORKERS ?= 2
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
+
+test: lint
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow $(XDIST)
 
 # Replays the regression corpus and lists differences (`python benchmarks/corpus.py --update`
 # rewrites it on purpose, for a fidelity fix, with the reason in the commit).

@@ -78,6 +78,23 @@ ATTRS: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+# Paths a (device, dtype) of the demo set does not reach, pinned one by one:
+# (operator, device, dtype, variant, example() kwargs, tiling overrides, attributes).
+EXTRA: tuple[tuple[str, str, str, str, dict[str, Any], dict[str, Any] | None, dict[str, Any]], ...] = (
+    # the A2 deterministic kernel (tiling key 10) and with scaleGradByFreq (key 11)
+    ("embedding_dense_backward", "atlas-a2", "fp32", "deterministic", {"shape": (256, 96)}, None,
+     {"deterministic": True}),
+    ("embedding_dense_backward", "atlas-a2", "fp32", "deterministic-scale", {"shape": (300, 48)}, None,
+     {"deterministic": True, "scale_grad_by_freq": True}),
+    # uncast fp16/bf16 rows (grad + out over 100 MiB on the device; forced here on a small shape):
+    # the small-dim branch with its fp32 workspace (key 100) and ProcessForHalf (key 0)
+    ("embedding_dense_backward", "atlas-a2", "fp16", "uncast-small-dim", {"shape": (256, 96)},
+     {"cast_grad": False}, {}),
+    ("embedding_dense_backward", "atlas-a2", "bf16", "uncast-half", {"shape": (64, 640)},
+     {"cast_grad": False}, {"deterministic": True}),
+)
+
+
 def configs() -> Iterator[dict[str, Any]]:
     """Every configuration of the corpus, in a fixed order.
 
@@ -94,6 +111,11 @@ def configs() -> Iterator[dict[str, Any]]:
                 yield {"id": f"{op}/{dev}/{dt}/{variant}/{mode}", "op": op, "device": dev, "dtype": dt,
                        "variant": variant, "mode": mode, "example": example_kw, "tiling": tiling,
                        "attrs": ATTRS.get((op, variant), {})}
+    for op, dev, dt, variant, example_kw, tiling, attrs in EXTRA:
+        for mode in MODES:
+            yield {"id": f"{op}/{dev}/{dt}/{variant}/{mode}", "op": op, "device": dev, "dtype": dt,
+                   "variant": variant, "mode": mode, "example": example_kw, "tiling": tiling,
+                   "attrs": attrs}
 
 
 def _operands(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -197,14 +219,20 @@ def diff(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--update", action="store_true", help="rewrite tests/corpus/corpus.json")
+    ap.add_argument("--update", action="store_true",
+                    help="rewrite tests/corpus/corpus.json (with --only: only the matching configurations)")
     ap.add_argument("--only", default="", help="replay only configurations whose id contains this")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     if args.update:
+        # with --only, the other configurations keep their recorded results
+        kept = {e["id"]: e for e in load()} if args.only and CORPUS.exists() else {}
         entries = []
         for cfg in configs():
-            entries.append({**cfg, "result": json.loads(json.dumps(measure(cfg)))})
+            if cfg["id"] in kept and args.only not in cfg["id"]:
+                entries.append(kept[cfg["id"]])
+            else:
+                entries.append({**cfg, "result": json.loads(json.dumps(measure(cfg)))})
         CORPUS.parent.mkdir(parents=True, exist_ok=True)
         with open(CORPUS, "w") as f:
             json.dump({"about": "benchmarks/corpus.py --update; replayed by tests/test_corpus.py",

@@ -167,7 +167,7 @@ in seconds and confirm the best with the simulator (`opsim sweep study.toml --co
   `embedding`): every launch of the call in order, each with its launch overhead — ZerosLike (a
   Duplicate, then the block's share of the accumulator and counts in buffer-sized stores), the
   casts (the element-wise pipeline), SortIndices (load, cast, Sort32 + MrgSort passes, two stores
-  per UB tile) and the MergeSortedRuns passes, EmbeddingCount, the accumulation kernel (Atlas A2:
+  per UB tile) and the MergeSortedRuns passes, the accumulation kernel (Atlas A2, counts and scale inside it:
   per row a gather, then a Copy/Add, one-deep row queue; an atomic flush per run of equal indices
   and every 10 rows, overlapping the next gathers; the first gather after a flush shares the link
   with every core's flush, as identical cores run in lockstep; Atlas training series: per block of

@@ -59,7 +59,8 @@ def _first_sentence(text: str) -> str:
 
 def _parse(text: str) -> dict[str, SourceEntry]:
     entries: dict[str, SourceEntry] = {}
-    section, current, body = "", None, []
+    section, current = "", None
+    body: list[str] = []
 
     def flush() -> None:
         if current is None:

@@ -103,7 +103,7 @@ def head_cycles(spec: DeviceSpec, pipe: str, block_dim: int) -> int:
     return pipe_head_cycles(spec, pipe, block_dim)
 
 
-def copy_rates(spec: DeviceSpec, loaders: int, storers: int) -> tuple[float, float]:
+def copy_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[float, float]:
     """Bytes/cycle of each load and each store when ``loaders`` loads and ``storers`` stores move
     at once: demand ``base + shared/n`` per pool, then max-min fair sharing of the GM link."""
     load_pipe, store_pipe = memory_pipes(spec)
@@ -383,7 +383,7 @@ def shared_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[floa
     of the time each has one on the pipe): a pool's bonus is never split among fewer than one."""
     nl = max(1.0, loaders) if loaders > 0 else 0.0
     ns = max(1.0, storers) if storers > 0 else 0.0
-    return copy_rates(spec, nl, ns)   # type: ignore[arg-type]
+    return copy_rates(spec, nl, ns)
 
 
 def l2_read_rate(spec: DeviceSpec, concurrent: float) -> float:

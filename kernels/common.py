@@ -215,7 +215,7 @@ class OpDef:
     launch: Callable[..., list]             # (device, stream, tensors, tiling, attrs) -> [Launch]
     golden: Callable[..., dict[str, np.ndarray]]   # (arrays, attrs) -> outputs
     example: Callable[..., dict[str, Any]]  # (rng, spec, dtype, size) -> operands and attrs
-    infer: Callable[..., dict[str, TensorDesc]] | None = None  # (spec, descs, attrs) -> output descs
+    infer: Callable[..., dict[str, TensorDesc | None]] | None = None  # (spec, descs, attrs) -> output descs
     # optional shape-only twin of ``example``: (spec, dtype, shape, **variant) -> {operand:
     # (shape, dtype name), attribute: value}, the same operands and attributes as ``example``
     # without building any data (the CLI's timing and estimate modes, host memory checks)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Iterator, Mapping
+from typing import Any, Generator, Iterator, Mapping
 
 import numpy as np
 
@@ -192,6 +192,7 @@ def _layout_bytes(storage: str, half: bool, n_inputs: int, tile: int, buffer_num
 def work_area(spec: DeviceSpec, overrides: Mapping[str, Any] | None = None) -> tuple[int, int]:
     """(base, bytes) of the library's working area: the top of each core's private window."""
     p = spec.private
+    assert p is not None                # required of every DSP spec (devices/spec.py)
     nbytes = (overrides or {}).get("work_area", align_down(p.capacity // 2, PAGE))
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes % PAGE or \
             not PAGE <= nbytes <= align_down(p.capacity, PAGE):
@@ -266,6 +267,7 @@ def _pages(ranges: list[tuple[int, int]]) -> int:
 
 def _check_private_capacity(spec: DeviceSpec, tiling: DspTiling, ranges: list[tuple[int, int]], core: int) -> None:
     pages = _pages(ranges) + _pages([(tiling.work_base, tiling.work_used)])
+    assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     cap = spec.private.capacity
     if pages * PAGE > cap:
         raise _err(DspStatus.ERR_CAPACITY,
@@ -330,7 +332,7 @@ def _scratch(ctx: KernelContext, tiling: DspTiling) -> list[LocalTensor]:
     return [buf[i * n:(i + 1) * n] for i in range(k)]
 
 
-def _scalar_dloss(ctx: KernelContext, tiling: DspTiling, loaded: LocalTensor) -> Iterator[Any]:
+def _scalar_dloss(ctx: KernelContext, tiling: DspTiling, loaded: LocalTensor) -> Generator[Any, Any, LocalTensor]:
     """dL' in fp32 on the scalar unit from dloss[0] (in local memory): dloss[0] / (float)N for
     mean, dloss[0] for sum; then handed to the vector unit (SCALAR -> VECTOR flag)."""
     s = ctx.tbuf(32, nx.FP32)[0:1]
@@ -360,7 +362,9 @@ def kernel_s(ctx: KernelContext, tiling: DspTiling, x: GlobalTensor, y: GlobalTe
     scratch = _scratch(ctx, tiling)
     if loaded is not None:
         scalar = yield from _scalar_dloss(ctx, tiling, loaded)
-    inputs = [x, y] + ([w] if tiling.weight_defined else []) + ([dloss] if tiling.reduction == 0 else [])
+    # weight_defined is set exactly when a weight is given (plan_call)
+    inputs = [x, y] + ([w] if tiling.weight_defined and w is not None else []) + \
+        ([dloss] if tiling.reduction == 0 else [])
     compute = _compute(tiling.dtype == "fp16", tiling.weight_defined, tiling.reduction == 0, scratch, scalar)
     yield from elementwise_pipeline(ctx, inputs=inputs, output=dx, start=start, length=length,
                                     tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
@@ -388,7 +392,7 @@ def kernel_p(ctx: KernelContext, tiling: DspTiling, x: int, y: int, w: int | Non
         off = t * tile
         n = min(tile, total - off)
         ins = [at(x, off, n), at(y, off, n)]
-        if tiling.weight_defined:
+        if tiling.weight_defined and w is not None:   # the one implies the other (plan_call)
             ins.append(at(w, off, n))
         if tiling.reduction == 0:
             ins.append(at(dloss, off, n))
@@ -548,6 +552,7 @@ def check_call(spec: DeviceSpec, *, prefix: str, storage: str, input_size: Any, 
     tiling = plan_call(spec, storage=storage, dtype=dtype, total=n, reduction=red, weight_defined=wd,
                        core_mask=mask)
     windows = _windows(spec, storage, tiling, cidx)
+    assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     align = max(item, spec.gm.alignment if storage == "shared" else spec.private.alignment)
     ranges: dict[str, tuple[int, int]] = {}
     for name in POINTERS:
@@ -589,6 +594,7 @@ def _windows(spec: DeviceSpec, storage: str, tiling: DspTiling, core: int) -> li
         if spec.smc is not None:
             out.append(("SMC", spec.smc.base, spec.smc.base + spec.smc.window))
         return out
+    assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     return [(f"dsp.core{core}'s private memory (below the library's working area at {tiling.work_base:#x})",
              spec.private.base, tiling.work_base)]
 
@@ -649,6 +655,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     for name, d in (("input_x", x), ("input_y", y), ("dloss", dl), ("dx", dx)):
         if d is None:
             raise _err(DspStatus.ERR_POINTER, f"{name} is a null pointer; it is required")
+    assert x is not None and dl is not None   # checked just above
     _check_device_dtype(spec, x.dtype.name)
     for name, d in (("input_y", y), ("weight", w), ("dloss", dl), ("dx", dx)):
         if d is not None and d.dtype != x.dtype:
@@ -678,7 +685,8 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
                        weight_defined=t.get("weight") is not None, core_mask=mask, overrides=overrides)
     if storage == "private":
         # place() below lays the operands out contiguously from the window base
-        used = sum(align_up(t[k].nbytes, 64) for k in POINTERS if t.get(k) is not None)
+        used = sum(align_up(d.nbytes, 64) for k in POINTERS if (d := t.get(k)) is not None)
+        assert spec.private is not None  # required of every DSP spec (devices/spec.py)
         _check_private_capacity(spec, tiling, [(spec.private.base, used)], mask.bit_length() - 1)
     return tiling
 
@@ -690,8 +698,8 @@ def place(device: Any, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, A
         return {}
     core = _mask_of(device.spec, attrs, storage).bit_length() - 1
     region = device.cores["dsp"][core].memories["PRIVATE"]
-    return {k: (region.allocate(t[k].nbytes, align=64, name=k).addr, region)
-            for k in POINTERS if t.get(k) is not None}
+    return {k: (region.allocate(d.nbytes, align=64, name=k).addr, region)
+            for k in POINTERS if (d := t.get(k)) is not None}
 
 
 def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling: DspTiling,
@@ -747,10 +755,11 @@ def truth(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any]) -> dict[
     red = reduction_code(attrs.get("reduction", 1))
     scale = dl if red == 0 else (dl[0] / x.size if red == 1 else dl[0])
     r = scale * w * (x - y) / (x * (1.0 - x) + EPSILON)
-    return {"dx": r.reshape(np.shape(a["input_x"]))}
+    return {"dx": r.reshape(np.shape(np.asarray(a["input_x"])))}
 
 
-def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
     x = t.get("input_x")
     return {"dx": TensorDesc(tuple(x.shape), x.dtype) if x is not None else None}
 

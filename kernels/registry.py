@@ -85,10 +85,12 @@ def load_file(path: str) -> object:
             raise KeyError(f"no such file {path!r}")
         modname = "opsim_user_" + hashlib.sha1(full.encode()).hexdigest()[:12]
         loader = importlib.util.spec_from_file_location(modname, full)
-        module = importlib.util.module_from_spec(loader)          # type: ignore[arg-type]
+        if loader is None or loader.loader is None:    # not a .py file: no loader for it
+            raise ImportError(f"{path!r} is not a Python file opsim can import")
+        module = importlib.util.module_from_spec(loader)
         sys.modules[modname] = module
         try:
-            loader.loader.exec_module(module)                      # type: ignore[union-attr]
+            loader.loader.exec_module(module)
         except BaseException:
             sys.modules.pop(modname, None)
             raise

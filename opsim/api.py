@@ -21,7 +21,7 @@ from opsim.kernels.common import TensorDesc, desc_of
 from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.stats import RunStats
+from opsim.stats import LinkStats, RunStats
 from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import align_up
 from opsim.simulator.profile import Profiler, launch_records
@@ -156,7 +156,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     descs: dict[str, TensorDesc | None] = {
         n: (desc_of(operands[n]) if operands.get(n) is not None else None)
         for n in (*opdef.inputs, *opdef.optional)}
-    given_outputs = {n: desc_of(operands[n]) for n in opdef.outputs if operands.get(n) is not None}
+    given_outputs: dict[str, TensorDesc | None] = {
+        n: desc_of(operands[n]) for n in opdef.outputs if operands.get(n) is not None}
     if len(given_outputs) < len(opdef.outputs) and opdef.infer is not None:
         inferred = opdef.infer(spec, descs, attrs)
         for n in opdef.outputs:
@@ -227,7 +228,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             dev.synchronize(stream)
         except SimulatorError as exc:
             raise attach_report(exc, san.finish()) from None
-    outs: dict[str, np.ndarray] = {}
+    outs = {}
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
@@ -242,9 +243,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
                      records, san.finish() if san is not None else None)
 
 
-def attach_report(exc: BaseException, report: Any) -> BaseException:
+def attach_report(exc: SimulatorError, report: Any) -> SimulatorError:
     """``exc`` carrying the sanitizer's ``report`` (attribute ``sanitizer``, and a traceback note)."""
-    exc.sanitizer = report   # type: ignore[attr-defined]
+    exc.sanitizer = report
     if hasattr(exc, "add_note"):
         exc.add_note(str(report))
     return exc
@@ -335,7 +336,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         if local is not None:
             ub_peak = max(ub_peak, local.peak_allocated_bytes)
     gm_peak = spec.gm.bandwidth
-    links = {}
+    links: dict[str, LinkStats] = {}
     for name, link in dev.net.links.items():
         cap = link.capacity * spec.clock_hz
         # the rate over the run counts the bytes carried within the run's window: a link that
@@ -347,7 +348,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
                        "peak_GBps": cap / 1e9, "utilisation": achieved / cap if cap else 0.0,
                        "max_rate_GBps": link.peak_rate() * spec.clock_hz / 1e9}
     gm_name = dev.gm_link.name
-    gm_use = links.get(gm_name, {})
+    gm_use: Mapping[str, Any] = links.get(gm_name, {})
     launch_overhead = spec.launch.overhead * len(launches)
     tail = ""
     if stall and cycles:
@@ -363,13 +364,13 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     facts = dev.trace_facts()
     link_use = {n: (l["achieved_GBps"], l["peak_GBps"]) for n, l in links.items()}
 
-    def cap(pipe: str, core: str) -> str:
+    def pipe_cap(pipe: str, core: str) -> str:
         kind = core_kind(core)
         total = len(dev.cores.get("cube" if kind == "cube" else "dsp" if kind == "dsp" else "vector") or [])
         return cap_text(pipe, kind, used.get(kind, 0), max(total, used.get(kind, 0)), facts, link_use,
                         spec.clock_hz)
     bound, reason = classify_bound(
-        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail, cap)
+        {p: (b, busiest[p]) for p, b in pipe_max.items()}, cycles, launch_overhead, tail, pipe_cap)
     profiler = next((o for o in dev.observers if isinstance(o, Profiler)), None)
     stats: RunStats = {
         "cycles": cycles, "time_us": time_us, "clock_hz": spec.clock_hz,

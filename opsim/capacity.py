@@ -52,6 +52,7 @@ def embedding_budget(spec: DeviceSpec) -> tuple[int, str]:
     table = spec.kernels.get("embedding_dense_backward", {}) if spec.kernels else {}
     if "ub_budget" in table:
         return int(table["ub_budget"]), "kernels.embedding_dense_backward.ub_budget"
+    assert spec.ub is not None              # an Ascend (training) spec: the UB is required
     return int(spec.ub.size), "ub.size"
 
 
@@ -76,7 +77,7 @@ def embedding_scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: str) 
     constant = budget - EMBEDDING_RESERVE
     bound = (constant - counts * idx_bytes) / divisor
     largest = math.ceil(bound) - 1 if bound > 0 else 0   # embeddingDim < bound (strict)
-    out = {"constant": constant, "divisor": divisor, "counts_size": counts, "core_num": core_num,
+    out: dict[str, Any] = {"constant": constant, "divisor": divisor, "counts_size": counts, "core_num": core_num,
            "bound": bound, "max_embedding_dim": max(largest, 0), "budget": budget, "budget_key": budget_key,
            "index_bytes": idx_bytes, "source": "seed formula (opsim.capacity)"}
     from opsim.kernels.ascend.embedding_backward import scale_limit
@@ -101,6 +102,7 @@ def _embedding_limits(spec: DeviceSpec, dtype: str | None) -> list[CapacityRow]:
     rows: list[CapacityRow] = []
     if spec.series == "training":
         budget, key = embedding_budget(spec)
+        assert spec.ub is not None          # training series: an Ascend spec
         note = (f"budget {budget} B from {key}" + (f" (the UB is {spec.ub.size} B; the documented "
                 f"constant assumes 192 KiB)" if budget != spec.ub.size else ""))
         for idx, div, ib in (("int32", 36, 4), ("int64", 20, 8)):
@@ -202,7 +204,7 @@ def _fits_tile(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: Ma
 
 
 def _ub_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: Mapping[str, Any]) -> list[CapacityRow]:
-    rows = []
+    rows: list[CapacityRow] = []
     local = spec.ub.size if spec.ub is not None else (spec.private.capacity if spec.private else 0)
     mem = "UB" if spec.ub is not None else "private memory"
     for bn in (1, 2):
@@ -287,7 +289,9 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
         if per <= 0:
             continue
         guess = int((cap - (b1 - per * g)) // per)
-        best, exact = search(lambda k, g=g: total_bytes(scaled(g, k), attrs) <= cap, g, guess)
+        def rows_fit(k: int, g: int = g) -> bool:
+            return total_bytes(scaled(g, k), attrs) <= cap
+        best, exact = search(rows_fit, g, guess)
         shapes = ", ".join(f"{n} {[best, *inputs[n].shape[1:]]}" for n in names)
         others = [n for n in inputs if n not in names]
         rows.append(CapacityRow(
@@ -309,7 +313,9 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
         if a2 > a1:
             per_unit = (a2 - a1) / value
             guess = int((cap - (a1 - per_unit * value)) // per_unit)
-            largest, exact = search(lambda v, name=name: total_bytes(inputs, {**attrs, name: v}) <= cap, value, guess)
+            def attr_fits(v: int, name: str = name) -> bool:
+                return total_bytes(inputs, {**attrs, name: v}) <= cap
+            largest, exact = search(attr_fits, value, guess)
             rows.append(CapacityRow("device memory", f"largest {name}", largest if exact else f">= {largest}",
                                     f"with the other operands of the example call "
                                     f"({', '.join(f'{n} {list(d.shape)}' for n, d in inputs.items())}); "

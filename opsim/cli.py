@@ -125,7 +125,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"opsim: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
     except (SimulatorError, KeyError, TypeError, ValueError) as exc:
-        print(f"opsim: {type(exc).__name__}: {exc}", file=sys.stderr)
+        text = str(exc)      # a SimulatorError's message already starts with its class name
+        if not text.startswith(type(exc).__name__):
+            text = f"{type(exc).__name__}: {text}"
+        print(f"opsim: {text}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"op": res.op, "device": res.device, "mode": res.mode, "cycles": res.cycles,

@@ -157,7 +157,7 @@ def build(op_name: str, spec: Any, dtype: str | None, shape: tuple[int, ...] | N
 
     kwargs: dict[str, Any] = {}
     rng = np.random.default_rng(seed)
-    data = None
+    recipe_data: Mapping[str, Any] | None = None
     for k, v in plan.items():
         if isinstance(v, np.ndarray):   # from a file
             kwargs[k] = TensorSpec(v.shape, v.dtype) if shapes_only else np.ascontiguousarray(v)
@@ -167,9 +167,9 @@ def build(op_name: str, spec: Any, dtype: str | None, shape: tuple[int, ...] | N
             elif k in overrides or op.example_shapes is None:
                 kwargs[k] = _random(rng, v[0], v[1])
             else:
-                if data is None:   # the recipe's own data (its value ranges), made once
-                    data = op.example(np.random.default_rng(seed), spec, dtype, *args, **variant)
-                kwargs[k] = data[k]
+                if recipe_data is None:   # the recipe's own data (its value ranges), made once
+                    recipe_data = op.example(np.random.default_rng(seed), spec, dtype, *args, **variant)
+                kwargs[k] = recipe_data[k]
         else:
             kwargs[k] = v
     kwargs.update(op_attrs)

@@ -115,6 +115,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
                 raise OpError(ACLNN_ERR_PARAM_NULLPTR, f"{n} is a null pointer; it is required")
         for n in inputs:
             d = descs[n]
+            assert d is not None            # checked just above
             if d.dtype.name not in dtypes:
                 raise OpError(ACLNN_ERR_PARAM_INVALID,
                               f"{n} has dtype {acl_dtype_name(d.dtype)}; {op_name} supports "
@@ -126,6 +127,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
             got = infer(spec, {n: descs[n] for n in inputs}, dict(at))
             return {n: TensorDesc(tuple(int(s) for s in got[n][0]), nx.dtype(got[n][1])) for n in outputs}
         first = descs[inputs[0]]
+        assert first is not None            # validated, or inferred only when every input is given
         return {n: TensorDesc(first.shape, first.dtype) for n in outputs}
 
     def infer_outputs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
@@ -136,7 +138,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
     def plan(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any],
              overrides: Mapping[str, Any] | None = None) -> KernelTiling:
         got = tiling(spec, {n: descs[n] for n in inputs}, dict(at))
-        values = dict(asdict(got) if is_dataclass(got) else got)
+        values = dict(asdict(got) if is_dataclass(got) and not isinstance(got, type) else got)
         for k, v in (overrides or {}).items():
             if k not in values and k not in ("block_dim", "core_mask") and k not in params:
                 raise OpError(ACLNN_ERR_PARAM_INVALID,

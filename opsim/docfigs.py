@@ -178,7 +178,9 @@ def demo_table() -> str:
     header, rule = lines[0], lines[1]
     rows = [ln for ln in lines[2:] if ln.strip() and not re.match(r"^\d+ runs,", ln)]
     footer = next(ln for ln in lines if re.match(r"^\d+ runs,", ln))
-    n_runs, n_failed = map(int, re.match(r"^(\d+) runs, (\d+) failed", footer).groups())
+    counts = re.match(r"^(\d+) runs, (\d+) failed", footer)
+    assert counts is not None                # the demo's footer line says both
+    n_runs, n_failed = map(int, counts.groups())
     if status or n_failed:
         raise RuntimeError("the demo has failing rows:\n" + "\n".join(r for r in rows if "FAIL" in r))
     shown = [r for r in rows if tuple(r.split()[:3]) in DEMO_ROWS]
@@ -226,7 +228,9 @@ def dma_calibration() -> str:
     cal = _calibration()
     rows = cal.table()
     mean = sum(abs(r[4]) for r in rows) / len(rows)
-    line = opsim.device_spec("atlas-a2").l2.chunk
+    l2 = opsim.device_spec("atlas-a2").l2
+    assert l2 is not None                    # the A2 file describes its L2
+    line = l2.chunk
     return "\n".join(textwrap.wrap(
         "- **DMA** is a transfer in a fluid network. A GM→UB load of one core gets a base rate `a` plus "
         "an equal share of a pool `b` among the loads in flight (`a + b/n`, the published MTE2 fit), "
@@ -369,6 +373,7 @@ def known_limits_flce() -> str:
     big, t_big = run(32000)
     deep, _ = run(32000, device_overrides={"scalar.queue_depth": 32})
     exact, t_exact = run(32000, tiling={"coarsen": 1})
+    assert spec.cube is not None and spec.l2 is not None   # the A2 file describes both
     peak = 2 * spec.cube.macs_per_cycle["bf16"] * spec.cores.aic * spec.clock_hz
 
     def tflops(res, v):
@@ -465,7 +470,7 @@ def device_catalogue() -> str:
         if prov["clock_hz"].kind == "assumption":
             clock += f" ({_tag(prov['clock_hz'])})"
         ub = (f"{spec.ub.size // 1024} KiB" if spec.ub is not None
-              else f"private {spec.private.capacity // 1024} KiB")
+              else f"private {spec.private.capacity // 1024} KiB" if spec.private is not None else "none")
         gm = f"{spec.gm.kind} {_rate(spec.gm.bandwidth)} ({_tag(prov['gm.bandwidth'])})"
         if c.architecture == "dsp":
             keys = [k for k in prov if k.split(".")[0] in ("dma", "launch")]   # the time constants

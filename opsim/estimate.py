@@ -83,7 +83,7 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
         return cap_text(pipe, k, n, t, facts, links, spec.clock_hz)
     bound, reason = classify_bound({p: (b, "") for p, b in est.pipe_busy.items()}, cycles,
                                    launch_overhead, " (estimate)", cap)
-    return {  # type: ignore[typeddict-item]  # est.extra adds the operator's own keys
+    return {
         "cycles": cycles, "time_us": spec.cycles_to_us(cycles), "clock_hz": spec.clock_hz,
         "block_dim": getattr(tiling, "block_dim", est.block_dim),
         "tile_length": getattr(tiling, "tile_length", None),
@@ -100,7 +100,8 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
         "launches": est.launches, "launch_overhead_cycles": launch_overhead,
         "launch_gap_cycles": spec.launch.gap * max(0, est.launches - 1),
         "bound": bound, "bound_reason": reason,
-        "estimate_model": est.model, "estimate_notes": est.notes, **dict(est.extra),
+        # est.extra adds the operator's own keys, which RunStats cannot list
+        "estimate_model": est.model, "estimate_notes": est.notes, **dict(est.extra),  # type: ignore[typeddict-item]
     }
 
 
@@ -131,7 +132,9 @@ def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: M
     from opsim.kernels.ascend.elementwise import estimate_elementwise
     p = tiling.promoted
     item = 2 if p in ("fp16", "bf16") else 4
-    total = t["self"].numel
+    x = t["self"]
+    assert x is not None                # validated: self is required
+    total = x.numel
     half = item == 2
     mean = reduction_code(attrs.get("reduction", 1)) == 1
     parts: list[Estimate] = []
@@ -159,11 +162,12 @@ def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: M
     for step in tiling.steps:
         if step.kind == "cast_in":
             d = t[step.operand]
+            assert d is not None        # the tiling casts only operands that were given
             parts.append(estimate_elementwise(spec, step.tiling, cast_step(d.dtype.name, p, d.dtype.itemsize, item)))
         elif step.kind == "ones":
             parts.append(estimate_elementwise(spec, step.tiling, ones))
     names = ("self", "target", "weight", "grad_output")
-    sizes = [t[n].numel if t.get(n) is not None else total for n in names]
+    sizes = [d.numel if (d := t.get(n)) is not None else total for n in names]
     cached = [n in produced and l2_resident for n in names]
 
     def main(n: int) -> TileWork:
@@ -182,6 +186,7 @@ def _bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: M
 
     parts.append(estimate_elementwise(spec, tiling, main))
     out = t["out"]
+    assert out is not None              # validated (or inferred): out is required
     for step in tiling.steps:
         if step.kind == "cast_out":
             parts.append(estimate_elementwise(spec, step.tiling, cast_step(p, out.dtype.name, item,
@@ -224,7 +229,7 @@ def _dsp_bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attr
     est = pipeline_estimate(spec, block_dim=bd, per_core=tiling.chunk if shared else tiling.total,
                             last_core=last, tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
                             work=work, cores=bd, ub_bytes=tiling.work_used)
-    extra = 0
+    extra: float = 0
     if tiling.reduction != 0 and shared:
         # every thread reads dloss[0] on its DMA pipe before its first tile
         rate, _ = copy_rates(spec, bd, 0)

@@ -18,6 +18,7 @@ class LinkStats(TypedDict):
     """Bytes and rates of one shared memory link (HBM/DDR, L2, a DMA pool) over the run."""
 
     bytes: int
+    window_bytes: float                # of those, the bytes carried within the run's window
     achieved_GBps: float
     peak_GBps: float
     utilisation: float
@@ -39,13 +40,15 @@ class RunStats(TypedDict, total=False):
     bytes_written: int
     bandwidth_GBps: float              # the HBM/DDR link's achieved rate (bytes it carried / time)
     peak_bandwidth_GBps: float
-    l2_bandwidth_GBps: float           # the L2 link's achieved rate
+    l2_bandwidth_GBps: float | None    # the L2 link's achieved rate (None: no L2)
     gm_link: str                       # name of the main-memory link: "HBM" or "DDR"
     link_bytes: dict[str, int]         # by the link that carried them: "HBM read", "HBM write" (a
                                        # write-back L2: evicted dirty lines), "L2 read", "L2 write"
     on_chip_bytes: dict[str, int]      # "L1->L0A", "L1->L0B", "UB->UB" moves
     launch_gap_cycles: int             # launch.gap paid by launches queued behind another
     links: dict[str, LinkStats]
+    kernel_type: str                   # opsim.asc: the launch's unit ("vector", "cube", "mix")
+    sanitizer: Any                     # opsim.asc: the sanitizer report, when it ran
     pipe_busy: dict[str, int]          # per pipe: busy cycles on its busiest core
     pipe_busy_total: dict[str, int]    # per pipe: busy cycles summed over cores
     pipe_utilisation: dict[str, float]

@@ -32,6 +32,7 @@ that fails is recorded with its status code and message, and the sweep goes on.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -43,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from opsim.devices.spec import read_toml
 from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
@@ -222,9 +223,9 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
         if not isinstance(table, Mapping) or set(table) - {"dtype", "shape"}:
             raise err(f"operands.{name}", "must be a table with 'dtype' and/or 'shape'")
         if "dtype" in table:
-            _check_dtype_value(table["dtype"], lambda m, name=name: err(f"operands.{name}.dtype", m))
+            _check_dtype_value(table["dtype"], functools.partial(err, f"operands.{name}.dtype"))
         if "shape" in table:
-            _check_shape_value(table["shape"], lambda m, name=name: err(f"operands.{name}.shape", m))
+            _check_shape_value(table["shape"], functools.partial(err, f"operands.{name}.shape"))
     plots = doc.get("plot", [])
     if isinstance(plots, Mapping):
         plots = [plots]
@@ -634,12 +635,12 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
         except ImportError:
             raise RuntimeError("executor 'dask' needs dask.distributed: pip install 'opsim[cluster]'") from None
         own = not hasattr(scheduler, "submit")
-        client = Client(scheduler) if own else scheduler
+        client = Client(scheduler) if own else cast(Client, scheduler)   # a Client (it has submit)
         try:
-            futs = [client.submit(run_points, ps, pure=False) for ps in params]
-            index = {f.key: b for f, b in zip(futs, batches)}
-            for fut in das_completed(futs):
-                yield index[fut.key], fut.result()
+            dask_futs = [client.submit(run_points, ps, pure=False) for ps in params]
+            index = {f: b for f, b in zip(dask_futs, batches)}    # futures hash and compare by key
+            for dfut in das_completed(dask_futs):
+                yield index[dfut], dfut.result()
         finally:
             if own:
                 client.close()

@@ -131,7 +131,9 @@ class AclTensor:
         return self.strides == contiguous_strides(self.view_shape)
 
     def global_tensor(self) -> GlobalTensor:
-        return GlobalTensor(self.runtime.device, self.addr, self.dtype, self.view_shape, self.strides,
+        device = self.runtime.device
+        assert device is not None       # the runtime checked the handle (a live device) first
+        return GlobalTensor(device, self.addr, self.dtype, self.view_shape, self.strides,
                             self.offset)
 
 
@@ -229,7 +231,8 @@ class AclRuntime:
 
     @property
     def spec(self) -> DeviceSpec:
-        return self.device.spec  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return self.device.spec
 
     # -- init / device -------------------------------------------------------------------------
     @_boundary()
@@ -329,7 +332,8 @@ class AclRuntime:
     def aclrtCreateStream(self) -> tuple[AclStream | None, int]:
         if (ret := self._need_device("aclrtCreateStream")) != ACL_SUCCESS:
             return None, ret
-        return AclStream(self.device.create_stream(), runtime=self,  # type: ignore[union-attr]
+        assert self.device is not None  # _need_device checked it
+        return AclStream(self.device.create_stream(), runtime=self,
                          generation=self.generation), ACL_SUCCESS
 
     @_boundary()
@@ -345,8 +349,9 @@ class AclRuntime:
             return ret
         if (why := self.stream_problem(stream)) is not None:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtSynchronizeStream: {why}")
+        assert self.device is not None  # _need_device checked it
         try:
-            self.device.synchronize(stream.stream)  # type: ignore[union-attr]
+            self.device.synchronize(stream.stream)
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeStream: {exc}")
         self._forget_finished()
@@ -371,6 +376,10 @@ class AclRuntime:
         dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
         for s in dev.streams:
             s.launches[:] = [ln for ln in s.launches if ln.end < 0]
+        # the runtime reports no link bandwidth series (opsim.run does, on a device of its own):
+        # fold the closed link history into totals and peaks rather than keep every rate step
+        for link in dev.net.links.values():
+            link.forget_history(int(dev.env.now))
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)
@@ -379,8 +388,9 @@ class AclRuntime:
             return 0, ret
         if not is_int(size) or size <= 0:
             return 0, self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMalloc: size {size!r} must be a positive byte count")
+        assert self.device is not None  # _need_device checked it
         try:
-            addr = self.device.malloc(int(size))  # type: ignore[union-attr]
+            addr = self.device.malloc(int(size))
         except SimulatorError as exc:
             return 0, self.fail(ACL_ERROR_BAD_ALLOC, f"aclrtMalloc: {size} B: {exc}")
         self._allocs[addr] = int(size)
@@ -394,7 +404,8 @@ class AclRuntime:
             shown = f"{int(ptr):#x}" if is_int(ptr) else repr(ptr)
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtFree: {shown} is not a live address from aclrtMalloc")
         ptr = int(ptr)
-        self.device.free(ptr)  # type: ignore[union-attr]
+        assert self.device is not None  # _need_device checked it
+        self.device.free(ptr)
         del self._allocs[ptr]
         return ACL_SUCCESS
 
@@ -447,14 +458,17 @@ class AclRuntime:
             return ACL_SUCCESS
         try:
             if kind == ACL_MEMCPY_HOST_TO_DEVICE:
-                dev.write(int(dst), data[:count])  # type: ignore[index]
+                assert data is not None     # a host source: checked above
+                dev.write(int(dst), data[:count])
             elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
-                out[:count] = dev.read(int(src), count)  # type: ignore[index]
+                assert out is not None      # a host destination: checked above
+                out[:count] = dev.read(int(src), count)
             elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
                 dev.check_global(int(dst), count, write=True)
                 dev.write(int(dst), dev.read(int(src), count))
             else:
-                out[:count] = data[:count]  # type: ignore[index]
+                assert data is not None and out is not None   # host to host: both checked above
+                out[:count] = data[:count]
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: {exc}")
         if kind in (ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST):
@@ -469,17 +483,18 @@ class AclRuntime:
         link (``[host]`` of the device file); simulated time advances by that much, so kernels
         already queued keep running meanwhile. Devices without a host link copy in no time."""
         dev = self.device
-        link = dev.spec.host  # type: ignore[union-attr]
+        assert dev is not None          # called after a successful copy on a live device
+        link = dev.spec.host
         if link is None or nbytes <= 0:
             return
-        clk = dev.spec.clock_hz  # type: ignore[union-attr]
+        clk = dev.spec.clock_hz
         cycles = int(round(link.latency_us * 1e-6 * clk)) + -(-nbytes * clk // int(link.bandwidth))
-        t0 = dev.now  # type: ignore[union-attr]
-        dev.env.run(until=t0 + cycles)  # type: ignore[union-attr]
+        t0 = dev.now
+        dev.env.run(until=t0 + cycles)
         self.host_copies.append((kind, nbytes, t0, t0 + cycles))
         self.host_copy_count += 1
         self.host_copy_cycles += cycles
-        tr = dev.trace  # type: ignore[union-attr]
+        tr = dev.trace
         if tr is not None and tr.enabled:
             tr.add_slice(tr.track("host", f"{link.kind} copies"), f"aclrtMemcpy {kind}", t0, t0 + cycles,
                          detail=f"{nbytes} B")

@@ -22,7 +22,7 @@ applied before ``Device.synchronize`` returns.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Iterable, Protocol
 
 import numpy as np
 import simpy
@@ -65,6 +65,7 @@ class AtomicCommitter:
     def _apply(self, _event: simpy.Event) -> None:
         batch, self._pending = self._pending, []
         self._scheduled = False
+        order: Iterable[int]
         if len(batch) > 1:
             order = self.rng.permutation(len(batch))
             self.simultaneous += len(batch)

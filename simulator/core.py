@@ -14,7 +14,7 @@ note, docs/sources.md#mte2-preload-note).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, cast
 
 import simpy
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.device import Device, Launch
     from opsim.simulator.isa import Instruction
     from opsim.simulator.memory import Region
+    from opsim.simulator.tile import KernelContext
 
 VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
@@ -99,7 +100,7 @@ class Pipe:
             ev.succeed()
 
     # -- execution -----------------------------------------------------------------------------
-    def _run(self) -> Iterator[simpy.Event]:
+    def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         core = self.core
         device = core.device
@@ -113,7 +114,7 @@ class Pipe:
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
-            start = env.now
+            start = cast(int, env.now)   # simulated time is integral (LinkNetwork checks it)
             try:
                 wait = instr.issue(self)
                 if self.held:
@@ -136,7 +137,7 @@ class Pipe:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
-            end = env.now
+            end = cast(int, env.now)
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
@@ -187,6 +188,7 @@ class Core:
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
         self.atomic: Any = None            # the dtype of SetAtomicAdd<T> while in effect (MTE3/DMA)
         self.launch: "Launch | None" = None
+        self.context: "KernelContext | None" = None   # the running block's (KernelContext sets it)
         self.block_idx = -1
         self.tile = -1                     # tile index set by kernels, stamped on instructions
         self.blocks_run = 0
@@ -320,12 +322,12 @@ class Core:
             yield from self._push_all(pending)
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
-        done = [BlockEnd(self.env) for _ in self.pipes]
-        for p, end in zip(self.pipes.values(), done):
+        ends = [BlockEnd(self.env) for _ in self.pipes]
+        for p, end in zip(self.pipes.values(), ends):
             while p.full():
                 yield p.space()
             p.push(end)
-        yield simpy.AllOf(self.env, [d.event for d in done])
+        yield simpy.AllOf(self.env, [d.event for d in ends])
         self.blocks_run += 1
 
     def _push_all(self, instrs: Any, program: Any = None) -> Iterator[simpy.Event]:

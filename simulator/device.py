@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterator, Sequence, cast
 
 import numpy as np
 import simpy
@@ -32,13 +32,15 @@ from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_
 from opsim.simulator.errors import DeadlockError, SimulatorError
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
-from opsim.simulator.memory import AddressSpace, Region
+from opsim.simulator.memory import AddressSpace, Backing, Region
 from opsim.simulator.tile import KernelContext
 from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
 from opsim.traces.bounds import copy_rate_facts
 from opsim.traces.trace import Trace
 
 Kernel = Callable[..., Iterator[Any]]
+# what env.process() runs: a generator of simpy events (it is sent their values back)
+Process = Generator[simpy.Event, Any, None]
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ class Launch:
     """One kernel launch and what happened to it."""
 
     name: str
-    kernel: Kernel
+    kernel: "Kernel | MixKernel"      # a MixKernel exactly when unit == "mix"
     block_dim: int
     unit: str                         # "vector" | "cube" | "dsp" | "mix"
     core_mask: int | None
@@ -125,6 +127,11 @@ class Launch:
     @property
     def cycles(self) -> int:
         return self.end - self.issue
+
+
+def _core_with_index(index: int) -> Callable[[Core], bool]:
+    """A FilterStore filter taking the core of that index (bound now, not at the call)."""
+    return lambda c: c.index == index
 
 
 def _previous_launch(launch: Launch) -> "Launch | None":
@@ -160,19 +167,19 @@ class Stream:
         self.device = device
         self.index = index
         self.name = f"stream{index}"
-        self.tasks: deque[Callable[[], Iterator[Any]]] = deque()
+        self.tasks: deque[Callable[[], Process]] = deque()
         self._wake: simpy.Event | None = None
         self.launches: list[Launch] = []
         self.proc = device.env.process(self._run())
         self.destroyed = False
 
-    def enqueue(self, body: Callable[[], Iterator[Any]]) -> None:
+    def enqueue(self, body: Callable[[], Process]) -> None:
         self.tasks.append(body)
         if self._wake is not None:
             ev, self._wake = self._wake, None
             ev.succeed()
 
-    def _run(self) -> Iterator[simpy.Event]:
+    def _run(self) -> Process:
         env = self.device.env
         while True:
             if not self.tasks:
@@ -185,7 +192,7 @@ class Stream:
         """An event that succeeds once everything enqueued so far has finished."""
         ev = self.device.env.event()
 
-        def body() -> Iterator[Any]:
+        def body() -> Process:
             ev.succeed()
             return
             yield  # pragma: no cover  (makes this a generator)
@@ -269,7 +276,7 @@ class Device:
         self.faulted: SimulatorError | None = None
 
     # -- construction --------------------------------------------------------------------------
-    def _local(self, name: str, size: int, alignment: int, backing: str = "flat", base: int = 0,
+    def _local(self, name: str, size: int, alignment: int, backing: Backing = "flat", base: int = 0,
                capacity: int | None = None) -> Region:
         return Region(name, kind="local", base=base, size=size, capacity=capacity or size,
                       alignment=alignment, backing=backing)
@@ -279,6 +286,7 @@ class Device:
         arch = spec.cores.architecture
         if arch == "dsp":
             p = spec.private
+            assert p is not None        # the DSP catalogue entries all describe the private window
             self.cores["dsp"] = [
                 Core(self, "dsp", i, f"dsp.core{i}", DSP_CORE_PIPES,
                      {"PRIVATE": self._local("PRIVATE", p.window, p.alignment, "sparse", p.base, p.capacity)},
@@ -290,10 +298,12 @@ class Device:
             return {n.upper(): self._local(n.upper(), getattr(spec, n).size, getattr(spec, n).alignment)
                     for n in ("l1", "l0a", "l0b", "l0c") if getattr(spec, n) is not None}
 
+        ub = spec.ub
+        assert ub is not None           # required of every Ascend spec (devices/spec.py)
         if arch == "coupled":
             cores = []
             for i in range(spec.cores.aic):
-                mems = {"UB": self._local("UB", spec.ub.size, spec.ub.alignment), **cube_memories()}
+                mems = {"UB": self._local("UB", ub.size, ub.alignment), **cube_memories()}
                 cores.append(Core(self, "aicore", i, f"core{i}.veccore0", COUPLED_CORE_PIPES, mems,
                                   load_pipe="MTE2", store_pipe="MTE3", local_memory="UB"))
             self.cores["vector"] = cores
@@ -302,7 +312,7 @@ class Device:
         ratio = max(1, spec.cores.aiv // spec.cores.aic)
         self.cores["vector"] = [
             Core(self, "aiv", i, f"core{i // ratio}.veccore{i % ratio}", VECTOR_CORE_PIPES,
-                 {"UB": self._local("UB", spec.ub.size, spec.ub.alignment)},
+                 {"UB": self._local("UB", ub.size, ub.alignment)},
                  load_pipe="MTE2", store_pipe="MTE3", local_memory="UB")
             for i in range(spec.cores.aiv)]
         self.cores["cube"] = [
@@ -388,6 +398,7 @@ class Device:
             self._count_bytes(launch, "L2 write", nbytes)
         if spec.family == "dsp":
             m = spec.dma
+            assert m is not None        # required of every DSP spec (devices/spec.py)
             return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,),
                                 pool=self.pools.get("DMA"), startup=m.startup + startup_extra, tag=tag)
         l2 = self.l2
@@ -407,8 +418,10 @@ class Device:
         runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:
             m = model or spec.mte3
+            assert m is not None        # required of every Ascend spec (devices/spec.py)
             if lines is not None:
-                l2.access_lines(lines.tolist(), weight=period, write=True)      # type: ignore[union-attr]
+                assert l2 is not None and period is not None   # lines are sampled only then
+                l2.access_lines(lines.tolist(), weight=period, write=True)
             elif l2 is not None:
                 l2.access_runs(runs, write=True)
             pool = self.pools.get("MTE3") if model is None else None
@@ -417,13 +430,16 @@ class Device:
                                     startup=m.startup + startup_extra, tag=tag)
             # write-back L2: the store is taken by the L2 (at the store path's own rate); the dirty
             # lines it evicted go to HBM on the HBM link, and the store completes when both have
+            assert self.l2_link is not None
             return self._with_writeback(net.transfer(nbytes, base_rate=m.base, links=(self.l2_link,), pool=pool,
                                                      startup=m.startup + startup_extra, tag=tag), tag, launch)
         m = model or spec.mte2
+        assert m is not None            # required of every Ascend spec (devices/spec.py)
         if lines is not None:
+            assert l2 is not None and period is not None   # lines are sampled only then
             # the sample's hit fraction stands for the whole transfer
-            hit = l2.access_lines(lines.tolist(), weight=period) * l2.chunk   # type: ignore[union-attr]
-            covered = int(lines.size) * l2.chunk                                  # type: ignore[union-attr]
+            hit = l2.access_lines(lines.tolist(), weight=period) * l2.chunk
+            covered = int(lines.size) * l2.chunk
         else:
             hit = l2.access_runs(runs, write=False) if l2 is not None else 0
             covered = (nbytes if ranges is None else run_bytes if run_bytes is not None
@@ -433,6 +449,7 @@ class Device:
         if self.l2 is not None and covered:
             self.l2.count(hit, nbytes - hit)
         if self._trace_l2:
+            assert self.trace is not None and self.l2 is not None   # _trace_l2 says so
             self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit
         self._count_bytes(launch, f"{self.gm_link.name} read", miss)
@@ -442,6 +459,7 @@ class Device:
         if hit == 0:
             return self._with_writeback(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
                                                      pool=pool, startup=startup, tag=tag), tag, launch)
+        assert self.l2_link is not None  # a hit needs an L2
         events = [net.transfer(hit, base_rate=spec.rates.l2_read, links=(self.l2_link,),
                                startup=startup, tag=tag)]
         if miss:
@@ -498,6 +516,7 @@ class Device:
 
     def _occupancy_counter(self, core: str, memory: str) -> Callable[[int], None]:
         trace, env, series = self.trace, self.env, f"{memory} bytes"
+        assert trace is not None        # installed only on a traced device
 
         def record(nbytes: int) -> None:
             trace.add_counter(core, series, int(env.now), nbytes)
@@ -505,6 +524,7 @@ class Device:
 
     def _record_bandwidth(self, now: int, rates: dict[str, float]) -> None:
         clk = self.spec.clock_hz
+        assert self.trace is not None   # installed only on a traced device
         for name, rate in rates.items():
             self.trace.add_counter("memory", f"{name} GB/s", now, rate * clk / 1e9)
 
@@ -514,7 +534,7 @@ class Device:
         self.streams.append(s)
         return s
 
-    def launch(self, stream: Stream, kernel: Kernel, block_dim: int, *args: Any, unit: str = "vector",
+    def launch(self, stream: Stream, kernel: Kernel | MixKernel, block_dim: int, *args: Any, unit: str = "vector",
                core_mask: int | None = None, name: str | None = None, l2_sample: int | None = None) -> Launch:
         """Queue ``block_dim`` blocks of ``kernel`` on ``stream``; returns the Launch record.
 
@@ -539,7 +559,7 @@ class Device:
                 raise SimulatorError(f"core_mask {core_mask:#x} selects no core or cores beyond the "
                                      f"{len(cores)} {unit} cores of {self.spec.name} "
                                      f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})")
-        launch = Launch(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel"),
+        launch = Launch(str(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")),
                         kernel, block_dim, unit, core_mask, args, stream,
                         l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None)
         stream.launches.append(launch)
@@ -547,9 +567,9 @@ class Device:
         stream.enqueue(lambda: self._run_launch(launch))
         return launch
 
-    def _run_launch(self, launch: Launch) -> Iterator[simpy.Event]:
+    def _run_launch(self, launch: Launch) -> Process:
         env = self.env
-        launch.issue = env.now
+        launch.issue = cast(int, env.now)      # simulated time is integral (LinkNetwork checks it)
         overhead = self.spec.launch.overhead
         # a task queued behind the previous one of its stream starts launch.gap cycles after it
         # ends (the gap between the launches of one aclnn call); one reached on an idle stream
@@ -559,24 +579,26 @@ class Device:
             launch.gap = self.spec.launch.gap
         if overhead + launch.gap:
             yield env.timeout(overhead + launch.gap)
-        launch.start = env.now
+        launch.start = cast(int, env.now)
         run_block = self._run_mix_block if launch.unit == "mix" else self._run_block
         blocks = [env.process(run_block(launch, b)) for b in range(launch.block_dim)]
         yield simpy.AllOf(env, blocks)
-        launch.end = env.now
+        launch.end = cast(int, env.now)
         if self.trace is not None and self.trace.enabled:
             t = self.trace.track("host", launch.stream.name if launch.stream else "stream")
             self.trace.add_slice(t, launch.name, launch.issue, launch.end,
                                  detail=f"block_dim={launch.block_dim}")
 
-    def _run_block(self, launch: Launch, b: int) -> Iterator[simpy.Event]:
+    def _run_block(self, launch: Launch, b: int) -> Process:
         mask = launch.core_mask
         store = self._free[launch.unit]
         if mask is None:
             core = yield store.get()
         else:
             core = yield store.get(lambda c: (mask >> c.index) & 1)
-        yield from self._execute_block(launch, core, b, launch.kernel, KernelContext(core, b, launch.block_dim))
+        kernel = launch.kernel
+        assert not isinstance(kernel, MixKernel)   # launch() takes a MixKernel only with unit "mix"
+        yield from self._execute_block(launch, core, b, kernel, KernelContext(core, b, launch.block_dim))
         store.put(core)
 
     @property
@@ -584,7 +606,7 @@ class Device:
         """Vector cores per cube core (GetTaskRation of a mixed launch; 2 on Atlas A2/A3)."""
         return max(1, self.spec.cores.aiv // max(1, self.spec.cores.aic))
 
-    def _run_mix_block(self, launch: Launch, b: int) -> Iterator[simpy.Event]:
+    def _run_mix_block(self, launch: Launch, b: int) -> Process:
         """Block ``b`` of a mixed launch: a cube core and its vector cores, one program each."""
         mask = launch.core_mask
         cube_store, vec_store = self._free["cube"], self._free["vector"]
@@ -593,38 +615,41 @@ class Device:
         else:
             aic = yield cube_store.get(lambda c: (mask >> c.index) & 1)
         ratio = self.mix_ratio
-        aivs = []
+        mix = launch.kernel
+        assert isinstance(mix, MixKernel)          # launch() checked it
+        aivs: list[Core] = []
         for sub in range(ratio):   # the vector cores of the same AI core (coreN.veccore0/1)
-            aivs.append((yield vec_store.get(lambda c, w=aic.index * ratio + sub: c.index == w)))
+            aivs.append((yield vec_store.get(_core_with_index(aic.index * ratio + sub))))
         parts = []
         launch.roles[aic.name] = (b, 0)
         ctx = KernelContext(aic, b, launch.block_dim)
-        parts.append(self.env.process(self._execute_block(launch, aic, b, launch.kernel.aic, ctx)))
+        parts.append(self.env.process(self._execute_block(launch, aic, b, mix.aic, ctx)))
         for sub, core in enumerate(aivs):
             launch.roles[core.name] = (b, sub)
             ctx = KernelContext(core, b * ratio + sub, launch.block_dim * ratio)
             ctx.sub_block_idx, ctx.sub_block_num = sub, ratio
             parts.append(self.env.process(
-                self._execute_block(launch, core, b * ratio + sub, launch.kernel.aiv, ctx)))
+                self._execute_block(launch, core, b * ratio + sub, mix.aiv, ctx)))
         yield simpy.AllOf(self.env, parts)
         cube_store.put(aic)
         for core in aivs:
             vec_store.put(core)
 
     def _execute_block(self, launch: Launch, core: Core, b: int, kernel: Kernel,
-                       ctx: KernelContext) -> Iterator[simpy.Event]:
+                       ctx: KernelContext) -> Process:
         core.begin_block(launch, b)
-        t0 = self.env.now
+        t0 = cast(int, self.env.now)
         yield from core.dispatch(kernel(ctx, *launch.args), ctx.pending)
         # the block is over: its queues point back at their context, so drop the list (and the
         # core's link to it) rather than leave the pair to the cyclic garbage collector
         ctx.queues.clear()
         if getattr(core, "context", None) is ctx:
             core.context = None
-        launch.blocks.append((b, core.name, t0, self.env.now))
+        t1 = cast(int, self.env.now)
+        launch.blocks.append((b, core.name, t0, t1))
         if self.trace is not None and self.trace.enabled:
             self.trace.add_slice(self.trace.track(core.name, "BLOCK"), f"{launch.name} block {b}",
-                                 t0, self.env.now, tile=b)
+                                 t0, t1, tile=b)
             for region in core.memories.values():
                 # the block's buffers die with it (the region itself is reset at the next block)
                 if region.observer is not None and region.allocated_bytes:
@@ -659,8 +684,8 @@ class Device:
             else:
                 # a bug in a kernel program (any other exception) is still a fault of this run,
                 # so the runtimes can return a status code instead of a traceback
-                original = exc.__cause__ if exc.__cause__ is not None else exc
-                err = SimulatorError(f"internal error in a kernel: {type(original).__name__}: {original}")
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                err = SimulatorError(f"internal error in a kernel: {type(cause).__name__}: {cause}")
             self.faulted = err
             raise err from exc
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Literal, Self, TypeVar
 
 __all__ = [
     "SimulatorError",
@@ -56,6 +56,10 @@ class SimulatorError(Exception):
     # Extra fields that are optional and so may also be filled in later by `at()`.
     FILLABLE_EXTRA_FIELDS: ClassVar[tuple[str, ...]] = ()
     DEFAULT_REASON: ClassVar[str] = "simulator error"
+    # The kernel source line of the faulting instruction, filled in by the pipe that ran it, and
+    # the sanitizer's report of the run (opsim.api.attach_report); None until then.
+    origin: str | None = None
+    sanitizer: Any = None
 
     def __init__(
         self,
@@ -261,7 +265,7 @@ class error_context:  # noqa: N801 - used like a function: ``with error_context(
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         if isinstance(exc, SimulatorError):
             exc.at(**self._fields)
         return False  # never swallow

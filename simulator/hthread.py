@@ -153,7 +153,8 @@ class HThread:
 
     @property
     def spec(self) -> DeviceSpec:
-        return self.device.spec  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return self.device.spec
 
     def _need(self, call: str, cluster_id: int) -> int:
         if not is_int(cluster_id) or cluster_id != 0:
@@ -207,12 +208,14 @@ class HThread:
 
     @property
     def core_count(self) -> int:
-        return len(self.device.cores["dsp"])  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return len(self.device.cores["dsp"])
 
     # -- memory --------------------------------------------------------------------------------
     def private_region(self, core_id: int) -> Region:
         """The private memory ("L2") of DSP core ``core_id``."""
-        return self.device.cores["dsp"][core_id].memories["PRIVATE"]  # type: ignore[union-attr]
+        assert self.device is not None  # asked only of an initialised runtime (a device is set)
+        return self.device.cores["dsp"][core_id].memories["PRIVATE"]
 
     def _region_for(self, call: str, addr: int, nbytes: int, core_id: int) -> tuple[Region | None, int]:
         """The region holding [addr, addr + nbytes): shared windows by address, the private
@@ -228,6 +231,7 @@ class HThread:
             if region.base <= addr and addr + nbytes <= region.end:
                 return region, HT_SUCCESS
         priv = self.spec.private
+        assert priv is not None         # required of every DSP spec (devices/spec.py)
         if priv.base <= addr and addr + nbytes <= priv.base + priv.window:
             if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return None, self.fail(
@@ -267,6 +271,7 @@ class HThread:
             return 0, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: size {nbytes!r} must be a positive byte count")
         dev = self.device
         assert dev is not None
+        region: Region | None
         if mt == MemType.L2:
             if not is_int(core_id) or not 0 <= core_id < self.core_count:
                 return 0, self.fail(HT_ERROR_INVALID_PARAM,
@@ -390,21 +395,21 @@ class HThread:
                                      f"{', '.join(sorted(self.library)) or 'none'}")
             label = name or func
         elif callable(func):
-            kernel, label = func, name or getattr(func, "__name__", "kernel")
+            kernel, label = func, name or str(getattr(func, "__name__", "kernel"))
         else:
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: func {func!r} is not a kernel")
-        args = _arg_tuple(args)
-        if args is None:
+        arg_tuple = _arg_tuple(args)
+        if arg_tuple is None:
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: args must be a sequence of kernel "
                                                          f"arguments (a list or tuple)")
         if not is_int(n_scalar) or not is_int(n_ptr) or n_scalar < 0 or n_ptr < 0 or \
-                n_scalar + n_ptr != len(args):
+                n_scalar + n_ptr != len(arg_tuple):
             return -1, self.fail(HT_ERROR_INVALID_PARAM,
-                                 f"{call}: n_scalar {n_scalar} + n_ptr {n_ptr} must equal the {len(args)} "
+                                 f"{call}: n_scalar {n_scalar} + n_ptr {n_ptr} must equal the {len(arg_tuple)} "
                                  f"arguments given")
         gid = self._next_gid
         self._next_gid += 1
-        self.groups[gid] = Group(gid, int(pmask), kernel, args, label)
+        self.groups[gid] = Group(gid, int(pmask), kernel, arg_tuple, label)
         return gid, HT_SUCCESS
 
     @_boundary(-1)

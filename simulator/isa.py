@@ -15,7 +15,7 @@ dtype the product's vector unit does not compute in (bf16 on Atlas A2/A3) raises
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, cast
 
 import numpy as np
 import simpy
@@ -36,6 +36,8 @@ class Instruction:
     # when the device records source lines (sanitizer, hot-spot tables) or set by a front-end
     # such as opsim.asc; read it with ``getattr(instr, "origin", None)``.
     __slots__ = ("tile", "origin")
+    # the pipe that executes the instruction; classes whose pipe follows the operands override it
+    # with a property (each with an ignore[override]: mypy rejects a property over a ClassVar)
     pipe: ClassVar[str] = "SCALAR"
     name: ClassVar[str] = "Nop"
     busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
@@ -269,7 +271,7 @@ class DataCopy(Instruction):
         if count is None:
             count = src.count if isinstance(src, GlobalSlice) else dst.count
         self.dst, self.src, self.count = dst, src, int(count)
-        local = src if self._to_gm else dst
+        local = self.local
         self._pipe = local.core.store_pipe if self._to_gm else local.core.load_pipe
         self._nbytes = self.count * local.dtype.itemsize
         self._atomic = False   # set at issue: a GM write while SetAtomicAdd is in effect
@@ -284,7 +286,7 @@ class DataCopy(Instruction):
 
     @property
     def local(self) -> LocalTensor:
-        return self.src if self._to_gm else self.dst  # type: ignore[return-value]
+        return cast(LocalTensor, self.src if self._to_gm else self.dst)   # one of each (__init__)
 
     @property
     def atomic(self) -> bool:
@@ -300,7 +302,7 @@ class DataCopy(Instruction):
 
     @property
     def glob(self) -> GlobalSlice:
-        return self.dst if self._to_gm else self.src  # type: ignore[return-value]
+        return cast(GlobalSlice, self.dst if self._to_gm else self.src)
 
     def issue(self, pipe: "Pipe") -> simpy.Event | int:
         if not self.pad and self._nbytes % 32:
@@ -330,14 +332,14 @@ class DataCopy(Instruction):
         if not core.device.functional:
             return
         if self._to_gm:
-            values = self.src.array(self.count)  # type: ignore[union-attr]
+            values = self.local.array(self.count)
             if self._atomic:
                 # applied at this cycle; simultaneous commits in a seeded order (simulator/atomics.py)
-                core.device.atomics.commit(self.dst, values)
+                core.device.atomics.commit(self.glob, values)
             else:
-                self.dst.write(values)  # type: ignore[union-attr]
+                self.glob.write(values)
         else:
-            self.dst.array(self.count)[...] = self.src.read(self.count)  # type: ignore[union-attr]
+            self.local.array(self.count)[...] = self.glob.read(self.count)
 
     def trace_args(self) -> tuple[int, int, int, str]:
         # the detail is the dtype, as for vector instructions (an atomic store says so instead)
@@ -416,7 +418,7 @@ class VectorOp(Instruction):
             return
         n = self.count
         dt = self.dst.dtype
-        args = [nx.to_f32(s.array(n)) for s in self.srcs]
+        args: list[np.ndarray | np.float32] = [nx.to_f32(s.array(n)) for s in self.srcs]
         if isinstance(self.scalar, LocalTensor):
             args.append(np.float32(nx.to_f32(self.scalar.array(1))[0]))
         elif self.scalar is not None:
@@ -502,7 +504,7 @@ class Duplicate(VectorOp):
 
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
-            self.dst.array(self.count)[...] = nx.const(self.scalar, self.dst.dtype)
+            self.dst.array(self.count)[...] = nx.const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         return (self.dst.access(self.count, True),)

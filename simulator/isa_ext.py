@@ -21,7 +21,7 @@ Numeric conventions that the public documentation leaves open are fixed here and
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -157,12 +157,13 @@ class Compare(VectorOp):
         n = self.count
         dt = self.srcs[0].dtype
         a = nx.to_f32(self.srcs[0].array(n))
+        b: np.ndarray | np.floating
         if len(self.srcs) == 2:
             b = nx.to_f32(self.srcs[1].array(n))
         elif isinstance(self.scalar, LocalTensor):
             b = np.float32(nx.to_f32(self.scalar.array(1))[0])
         else:
-            b = np.float32(nx.const(self.scalar, dt))
+            b = np.float32(nx.const(cast(float, self.scalar), dt))   # one source: a scalar
         bits = CMP_FNS[self.mode](a, b)
         packed = np.packbits(bits, bitorder="little")
         self.dst.reinterpret(nx.UINT8).array(packed.size)[...] = packed
@@ -206,12 +207,13 @@ class Select(VectorOp):
         nbytes = -(-n // 8)
         bits = np.unpackbits(self.mask.reinterpret(nx.UINT8).array(nbytes), bitorder="little")[:n].astype(bool)
         a = self.srcs[0].array(n)
+        b: np.ndarray | np.generic
         if len(self.srcs) == 2:
             b = self.srcs[1].array(n)
         elif isinstance(self.scalar, LocalTensor):
             b = self.scalar.array(1)[0]
         else:
-            b = nx.const(self.scalar, dt)
+            b = nx.const(cast(float, self.scalar), dt)   # one source: a scalar
         self.dst.array(n)[...] = np.where(bits, a, b)
 
     def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
@@ -413,7 +415,7 @@ class DataCopyPadValue(DataCopyPad):
         self.right, self.value = int(right), value
 
     def issue(self, pipe: "Pipe") -> Any:
-        local = self.dst
+        local = self.local
         if self.count + self.right > local.count:
             raise MemoryFault(f"DataCopyPad of {self.count} + {self.right} padding elements overruns "
                               f"{local!r}", address=local.addr)
@@ -423,13 +425,13 @@ class DataCopyPadValue(DataCopyPad):
     def complete(self, pipe: "Pipe") -> None:
         super().complete(pipe)
         if pipe.core.device.functional and self.right:
-            arr = self.dst.array(self.count + self.right)
-            arr[self.count:] = nx.const(self.value, self.dst.dtype)
+            arr = self.local.array(self.count + self.right)
+            arr[self.count:] = nx.const(self.value, self.local.dtype)
 
     def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
-        lo, hi = self.src.byte_range(self.count)
-        item = self.dst.dtype.itemsize
-        return (("GM", lo, hi - lo, False), local_access(self.dst, (self.count + self.right) * item, True))
+        lo, hi = self.glob.byte_range(self.count)
+        item = self.local.dtype.itemsize
+        return (("GM", lo, hi - lo, False), local_access(self.local, (self.count + self.right) * item, True))
 
 
 
@@ -581,6 +583,7 @@ class KfcSetFlag(CrossCoreSetFlag):
 
     def sync_keys(self, pipe: "Pipe") -> list[tuple]:
         launch = pipe.core.launch
+        assert launch is not None       # instructions run inside a launch
         group = launch.roles[pipe.core.name][0]
         return [(id(launch), group, "kfc", self.channel, self.sub)]
 
@@ -598,6 +601,7 @@ class KfcWaitFlag(CrossCoreWaitFlag):
 
     def issue(self, pipe: "Pipe") -> Any:
         launch = pipe.core.launch
+        assert launch is not None       # instructions run inside a launch
         group = launch.roles[pipe.core.name][0]
         self._key = (id(launch), group, "kfc", self.channel, self.sub)
         return pipe.core.device.cross_flags.wait(self._key, pipe.core.name + self._pipe, 1)
@@ -672,11 +676,11 @@ class DataCopyPad2D(DataCopyPad):
         if self._to_gm:
             values = np.ascontiguousarray(self._rows()).reshape(-1)
             if self._atomic:
-                core.device.atomics.commit(self.dst, values)
+                core.device.atomics.commit(self.glob, values)
             else:
-                self.dst.write(values)
+                self.glob.write(values)
         else:
-            self._rows()[...] = self.src.read(self.count).reshape(self.blocks, self.run)
+            self._rows()[...] = self.glob.read(self.count).reshape(self.blocks, self.run)
 
     def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
         glob, local = self.glob, self.local

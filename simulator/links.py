@@ -145,6 +145,11 @@ class Link:
         # The open segment, if any: started at _open_start, carried _open_bytes so far.
         self._open_start: int | None = None
         self._open_bytes: float = 0.0
+        # What forget_history folded away: the steps before history_start, their highest
+        # carried rate and their bytes (a long-lived runtime keeps aggregates, not every step).
+        self.history_start: int = 0
+        self.bytes_forgotten: float = 0.0
+        self._peak_forgotten: float = 0.0
 
     def __repr__(self) -> str:
         return f"Link({self.name!r}, capacity={self.capacity:g}, rate={self.rate:g})"
@@ -183,6 +188,30 @@ class Link:
         self._open_start = now
         self._open_bytes = 0.0
 
+    def forget_history(self, before: int) -> None:
+        """Fold the closed steps that end at or before cycle ``before`` into aggregates
+        (``history_start``, ``bytes_forgotten`` and the peak), so a device that keeps running
+        holds a bounded history.  ``bytes_carried`` and :meth:`peak_rate` are unchanged; the
+        series and segments then start at ``history_start``.  The last closed step is always
+        kept: the next segment may still merge into it, exactly as if nothing was folded."""
+        times = self._times
+        n = len(times) - 1                  # candidates: every closed step but the last
+        if n <= 0:
+            return
+        # step i covers [times[i], times[i + 1]): k = how many of the candidates end by ``before``
+        ends = np.array(times[1:n + 1], dtype=np.int64)
+        k = int(np.searchsorted(ends, before, side="right"))
+        if k <= 0:
+            return
+        nbytes = np.array(self._bytes[:k], dtype=np.float64)
+        edges = np.array(times[:k + 1], dtype=np.int64)
+        rates = np.minimum(nbytes / np.diff(edges), self.capacity)     # as _closed_steps computes them
+        self._peak_forgotten = max(self._peak_forgotten, float(rates.max()))
+        self.bytes_forgotten += float(nbytes.sum())
+        self.history_start = int(times[k])
+        del times[:k]
+        del self._bytes[:k]
+
     # -- statistics ---------------------------------------------------------------------------
 
     def _closed_steps(self) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +248,8 @@ class Link:
         ``rates[i]`` holds on ``[times[i], times[i+1])``.  Before ``times[0]`` the rate is 0.
         Idle gaps appear as explicit 0 entries, and equal consecutive rates are merged.  When no
         segment is open, the last entry is ``(end of last traffic, 0.0)``, so
-        ``sum(rates[:-1] * diff(times))`` equals ``bytes_carried``.
+        ``sum(rates[:-1] * diff(times))`` equals ``bytes_carried`` (minus ``bytes_forgotten``
+        once :meth:`forget_history` has folded the steps before ``history_start``).
         """
         edges, rates = self._closed_steps()
         rates = np.append(rates, 0.0) if len(edges) else rates
@@ -238,7 +268,7 @@ class Link:
     def peak_rate(self) -> float:
         """Highest aggregate rate seen: carried rate of closed segments, allocated rate of the open one."""
         _, rates = self._closed_steps()
-        peak = float(rates.max()) if len(rates) else 0.0
+        peak = max(float(rates.max()) if len(rates) else 0.0, self._peak_forgotten)
         if self._open_start is not None:
             peak = max(peak, self.rate)
         return peak
@@ -450,7 +480,11 @@ class LinkNetwork:
 
     def active_rates(self) -> list[tuple[object, float]]:
         """``(tag, allocated rate)`` of each active transfer, in activation order."""
-        return [(t.tag, t.cls.rate) for t in self._active.values()]
+        rates = []
+        for t in self._active.values():
+            assert t.cls is not None    # an active transfer belongs to its class
+            rates.append((t.tag, t.cls.rate))
+        return rates
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -470,7 +504,7 @@ class LinkNetwork:
         gen = self._gen
         self._wake_at = when
         timer = self.env.timeout(when - self._now())
-        timer.callbacks.append(lambda _ev, gen=gen: self._wake(gen))
+        timer.callbacks.append(lambda _ev: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen != self._gen:
@@ -511,6 +545,7 @@ class LinkNetwork:
         ceil = math.ceil
         heappop = heapq.heappop
         emptied = False
+        c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
             heap = c.heap
             s_last = c.served
@@ -546,8 +581,8 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
-            for key in [key for key, c in classes.items() if not c.n]:
-                del classes[key]
+            for empty in [k for k, c in classes.items() if not c.n]:
+                del classes[empty]
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
         pending = self._pending
@@ -683,13 +718,13 @@ class LinkNetwork:
             unfrozen.append(c)
             dm = d * m
             for link in c.links:
-                rec = info.get(link)
-                if rec is None:
+                lrec = info.get(link)
+                if lrec is None:
                     info[link] = [link.capacity, m, 0.0, m, dm]
                 else:
-                    rec[1] += m
-                    rec[3] += m
-                    rec[4] += dm
+                    lrec[1] += m
+                    lrec[3] += m
+                    lrec[4] += dm
 
         # Fast path: when no link is asked for more than its capacity, every transfer simply
         # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).

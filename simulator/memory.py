@@ -702,6 +702,6 @@ def _digest(pieces: Iterable[tuple[int, np.ndarray]], exclude: Sequence[tuple[in
         change = np.flatnonzero(np.diff(flags))
         bounds = np.append(offsets, data.size)
         for r0, r1 in zip(change[0::2], change[1::2]):
-            body.update(data[bounds[r0]:bounds[r1]])
+            body.update(data[bounds[r0]:bounds[r1]].data)
     return hashlib.sha256(tags.digest() + body.digest()).hexdigest()
 

@@ -243,7 +243,7 @@ def _step(r: np.ndarray, away: np.ndarray) -> np.ndarray:
     use it where the conversion was inexact, which excludes that case.
     """
     uint_t = _UINT_VIEW[r.dtype]
-    rb = r.view(uint_t)
+    rb: np.ndarray = r.view(uint_t)
     one = uint_t(1)
     return np.where(away, rb + one, rb - one).astype(uint_t, copy=False).view(r.dtype)
 
@@ -264,8 +264,8 @@ def _select(
     the one farther from zero.  Exact values keep ``r``.
     """
     uint_t = _UINT_VIEW[r.dtype]
-    rb = r.view(uint_t)
-    ob = other.view(uint_t)
+    rb: np.ndarray = r.view(uint_t)
+    ob: np.ndarray = other.view(uint_t)
     tz = np.where(away, rb, ob)  # neighbour toward zero
     az = np.where(away, ob, rb)  # neighbour away from zero
     if mode == "trunc":
@@ -283,7 +283,7 @@ def _select(
         chosen = np.where(tie, az, rb)
     else:  # pragma: no cover - guarded by callers
         raise AssertionError(mode)
-    out = np.where(inexact, chosen, rb).astype(uint_t, copy=False)
+    out: np.ndarray = np.where(inexact, chosen, rb).astype(uint_t, copy=False)
     return out.view(r.dtype)
 
 
@@ -540,7 +540,8 @@ def const(value: float, to: DType | str) -> np.generic:
         v32 = np.float32(value)
     if dst is FP32:
         return v32
-    return cast(np.asarray(v32), dst, "rint")[()]
+    # indexing a 0-d array with () gives a numpy scalar; numpy's stubs type it as an array
+    return cast(np.asarray(v32), dst, "rint")[()]  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------

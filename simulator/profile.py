@@ -121,7 +121,9 @@ def launch_records(device: Any, profiler: Profiler | None, launches: list | None
             continue
         stores = np.sort(np.frombuffer(profiler.stores.get(id(launch), array("q")), dtype=np.int64)) \
             if profiler is not None else np.zeros(0, np.int64)
-        inputs, outputs, seen = [], [], set()
+        inputs: list[TensorInfo] = []
+        outputs: list[TensorInfo] = []
+        seen = set()
         for t in _tensors(launch.args):
             lo, hi = _span(t)
             if (lo, hi, t.dtype.name) in seen:

@@ -268,9 +268,10 @@ class Sanitizer:
                 return
             if isinstance(instr, CrossCoreWaitFlag):
                 waited = instr.sync_need(pipe)
-                cum = self._cross.get(waited[0]) if waited is not None else None
-                if cum:
-                    _join(vc, cum[min(waited[1], len(cum)) - 1])
+                got = self._cross.get(waited[0]) if waited is not None else None
+                if got:
+                    assert waited is not None
+                    _join(vc, got[min(waited[1], len(got)) - 1])
                 return
         if not (self.racecheck or self.memcheck):
             return
@@ -340,7 +341,7 @@ class Sanitizer:
             if other is launch:
                 continue
             same = stream is not None and other.stream is stream
-            before = (same and stream.launches.index(other) < stream.launches.index(launch)) or (
+            before = (same and stream is not None and stream.launches.index(other) < stream.launches.index(launch)) or (
                 not same and 0 <= other.end <= launch.issue)
             if before:
                 _join(base, self._launch_end.get(id(other), {}))

@@ -188,7 +188,7 @@ def write_chrome(trace: Trace, path: str, chunk: int = 20000) -> None:
     lay = layout(trace)
     head = _header(trace, lay)
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as fh:  # type: ignore[operator]
+    with opener(path, "wt", encoding="utf-8") as fh:
         _write(fh, head, iter_events(trace, lay), chunk)
 
 

@@ -94,10 +94,10 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
     ev.type = TYPE_INSTANT
     ev.track_uuid = _META_UUID
     ev.name = "run metadata"
-    meta = {"clock_hz": trace.clock_hz, "level": trace.level, **trace.metadata}
-    for k, v in meta.items():
+    meta: dict[str, Any] = {"clock_hz": trace.clock_hz, "level": trace.level, **trace.metadata}
+    for key, v in meta.items():
         a = ev.debug_annotations.add()
-        a.name = str(k)
+        a.name = str(key)
         a.string_value = json.dumps(v, default=str) if not isinstance(v, str) else v
 
     # flows: producer slice -> ids it starts, consumer slice -> ids it ends

@@ -111,9 +111,9 @@ def _summary_html(s: Summary) -> str:
                      (f"<details><summary>{len(cores)} cores</summary>{body}</details>"
                       if len(cores) > 16 else body))
     if s.links:
-        rows = [(u.name, f"{u.bytes:.0f}", f"{u.achieved_GBps:.2f}",
+        rows = [[u.name, f"{u.bytes:.0f}", f"{u.achieved_GBps:.2f}",
                  "" if u.peak_GBps is None else f"{u.peak_GBps:.1f}",
-                 "" if u.utilisation is None else f"{100 * u.utilisation:.2f}", f"{u.max_GBps:.2f}")
+                 "" if u.utilisation is None else f"{100 * u.utilisation:.2f}", f"{u.max_GBps:.2f}"]
                 for u in s.links]
         parts.append("<h3>Links: achieved vs peak</h3>" +
                      _table(["link", "bytes (from the trace)", "achieved GB/s", "peak GB/s", "util %",
@@ -122,12 +122,13 @@ def _summary_html(s: Summary) -> str:
     if s.l2_hit_rate is not None:
         facts.append(("L2 hit rate (bytes read)", f"{100 * s.l2_hit_rate:.1f}%"))
     r = s.roofline
-    if r is not None and r.peak_ops_per_s:
+    roof = r.roof(r.intensity) if r is not None else None   # None without a GM or compute peak
+    if r is not None and r.peak_ops_per_s and roof is not None:
         facts.append((r.unit, f"{r.ops:.0f} ({r.dtype})"))
         facts.append(("HBM/DDR bytes (GM link)", f"{r.gm_bytes:.0f}"))
         facts.append(("arithmetic intensity", f"{r.intensity:.4f} per GM byte"))
         facts.append(("achieved", f"{r.ops_per_s / 1e9:.2f} G/s (roof there "
-                                  f"{r.roof(r.intensity) / 1e9:.2f} G/s)"))
+                                  f"{roof / 1e9:.2f} G/s)"))
     parts.append(_kv(facts))
     if s.notes:
         parts.append("".join(f'<p class="note">{_e(n)}</p>' for n in s.notes))
@@ -170,7 +171,7 @@ def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace 
         parts.append(f'<p class="verdict">{_e(cycles)} cycles = {_e(_fmt(time_us))} µs; '
                      f'<span class="bound">{_e(bound or "?")} bound</span>: {_e(reason or "")}</p>')
     parts.append("<h2>Run</h2>" + _kv(facts))
-    if s is not None:
+    if s is not None and trace is not None:     # s is the trace's summary
         parts.append(f"<h2>Trace summary ({_e(s.level)} level)</h2>" + _summary_html(s))
         parts.append(_launches_html(trace))
         parts.append("<h2>Pictures</h2>")

@@ -118,11 +118,11 @@ def check_chrome(doc: Any, *, require_metadata: bool = True, limit: int = 50) ->
                 if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                     bad(f"counter {ev.get('name')!r} {k} at ts {ts} is {v!r} (must be finite, >= 0)")
         elif ph in ("s", "f"):
-            key = (ev.get("cat"), ev.get("id"))
+            flow = (ev.get("cat"), ev.get("id"))
             store = starts if ph == "s" else ends
-            if key in store:
-                bad(f"flow {key} has more than one {'start' if ph == 's' else 'end'}")
-            store[key] = (pid, tid, ts, i)
+            if flow in store:
+                bad(f"flow {flow} has more than one {'start' if ph == 's' else 'end'}")
+            store[flow] = (pid, tid, ts, i)
             flow_points.append((pid, tid, t0, f"flow {key} {ph}"))
         elif ph not in ("i", "I", "b", "e", "n", "B", "E", "t"):
             bad(f"event {i} has unknown phase {ph!r}")

@@ -16,7 +16,7 @@ can decide.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -189,7 +189,7 @@ def summarize(trace: Trace) -> Summary:
     links.sort(key=lambda u: u.name)
     hit = series.get(("memory", "L2 hit rate %"))
     l2_hit_rate = hit[1][-1] / 100.0 if hit else None
-    local_peak = {}
+    local_peak: dict[str, int] = {}
     for (proc, name), (_, vs) in series.items():
         if name.split(" ")[0] in LOCAL_MEMORIES and name.endswith(" bytes"):
             local_peak[proc] = max(local_peak.get(proc, 0), int(max(vs)))
@@ -265,7 +265,7 @@ def _bound(trace: Trace, pipes: list[PipeUse], cycles: int, launches: int, links
 
 
 def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
-              meta: dict[str, Any], links: list[LinkUse] = ()) -> Roofline | None:
+              meta: dict[str, Any], links: Sequence[LinkUse] = ()) -> Roofline | None:
     if not len(trace) or not seconds:
         return None
     tracks = trace.tracks
@@ -280,14 +280,14 @@ def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
         gm = np.array([th in GM_PIPES for _, th in tracks], dtype=bool)
         gm_bytes = float(cols["bytes"][gm[cols["track"]]].sum())
     l2_bytes = float(carried.get("L2", 0.0))
-    peak_bw = caps.get(gm_link) * 1e9 if gm_link in caps else None
-    l2 = caps.get("L2") * 1e9 if "L2" in caps else None
+    peak_bw = caps[gm_link] * 1e9 if gm_link in caps else None
+    l2 = caps["L2"] * 1e9 if "L2" in caps else None
 
     cube = np.array([th == "CUBE" for _, th in tracks], dtype=bool)[cols["track"]]
     if cols["elements"][cube].sum() > 0:
         # Mmad slices carry m*k*n multiply-accumulates and a "MxKxN dtype" detail
         macs = _by_dtype(trace, cols, cube, lambda d: d.split(" ")[1] if " " in d else "")
-        dtype = max(macs, key=macs.get)
+        dtype = max(macs, key=macs.__getitem__)
         peaks = meta.get("cube_macs_per_cycle") or {}
         cores = int(meta.get("cube_cores", 0))
         per_core = peaks.get(dtype) or (max(peaks.values()) if peaks else None)
@@ -300,9 +300,9 @@ def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
     ops = _by_dtype(trace, cols, vec, lambda d: d.split(" ")[0].split("->")[-1])
     peaks = meta.get("vector_peak_elements_per_cycle") or {}
     cores = int(meta.get("vector_cores", 0))
-    dtype = max(ops, key=ops.get) if ops else ""
+    dtype = max(ops, key=ops.__getitem__) if ops else ""
     if dtype not in peaks and peaks:
-        dtype = max(peaks, key=peaks.get)
+        dtype = max(peaks, key=peaks.__getitem__)
     per_core = peaks.get(dtype)
     peak = per_core * cores * trace.clock_hz if per_core and cores else None
     return Roofline(float(sum(ops.values())), gm_bytes, seconds, dtype, peak, peak_bw, l2,
@@ -349,9 +349,10 @@ def format_summary(s: Summary) -> str:
     if s.l2_hit_rate is not None:
         head.append(f"L2 hits    {100 * s.l2_hit_rate:.1f}% of bytes read")
     r = s.roofline
-    if r is not None and r.peak_ops_per_s:
+    roof = r.roof(r.intensity) if r is not None else None   # None without a GM or compute peak
+    if r is not None and r.peak_ops_per_s and roof is not None:
         head.append(f"roofline   {r.ops_per_s / 1e9:.2f} G {r.dtype} {r.unit}/s at "
-                    f"{r.intensity:.3f} per {r.link} byte; roof there {r.roof(r.intensity) / 1e9:.2f} G/s")
+                    f"{r.intensity:.3f} per {r.link} byte; roof there {roof / 1e9:.2f} G/s")
     parts = ["\n".join(head)]
     cores, pipes, m = busy_matrix(s)
     if cores:

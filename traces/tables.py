@@ -202,7 +202,7 @@ CODE_HEAD = ["Op Name", "core", "code", "call_count", "cycles", "running_time(us
 
 def instr_exe(records: Sequence[LaunchRecord]) -> tuple[list[str], list[list[Any]]]:
     """(header, rows): calls and busy cycles per (launch, core, pipe, instruction), hottest first."""
-    rows = []
+    rows: list[list[Any]] = []
     for r in records:
         agg: dict[tuple[str, str, str], list[int]] = {}
         for core, pipe, name, _, calls, cycles, nbytes in r.instructions:
@@ -219,7 +219,7 @@ def instr_exe(records: Sequence[LaunchRecord]) -> tuple[list[str], list[list[Any
 def code_exe(records: Sequence[LaunchRecord]) -> tuple[list[str], list[list[Any]]]:
     """(header, rows): calls and busy cycles per (launch, core, kernel source line), hottest
     first. Empty unless the run stamped source lines (``device.source_lines``)."""
-    rows = []
+    rows: list[list[Any]] = []
     for r in records:
         agg: dict[tuple[str, str], list[int]] = {}
         for core, _, _, origin, calls, cycles, _ in r.instructions:
@@ -331,8 +331,8 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
         block_dim = int(detail.split("=", 1)[1]) if detail.startswith("block_dim=") else 0
         info = saved[n] if n < len(saved) and saved[n].get("name") == name else {}
         blocks = []
-        for j in block_idx:
-            j = int(j)
+        for jj in block_idx:
+            j = int(jj)
             if j in used_blocks:
                 continue
             s, e = int(cols["start"][j]), int(cols["end"][j])

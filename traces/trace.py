@@ -131,9 +131,8 @@ class Trace:
             nid = self.intern(name)
         did = -1
         if detail:
-            did = ids.get(detail)
-            if did is None:
-                did = self.intern(detail)
+            known = ids.get(detail)
+            did = known if known is not None else self.intern(detail)
         col = self.s_track
         col.append(track)
         self.s_name.append(nid)

@@ -64,6 +64,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     g, x, y, w, out = (t.get(k) for k in ("grad_output", "self", "target", "weight", "out"))
     # 1. null pointers (weight is optional)
     check_not_null(gradOutput=g, self=x, target=y, out=out)
+    assert g is not None and x is not None and y is not None and out is not None   # checked just above
     # 2. at most 8 dimensions
     check_max_dims(gradOutput=g, self=x, target=y, weightOptional=w, out=out)
     # 3. dtypes in the product's list
@@ -108,7 +109,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
 
 
 def promoted_dtype(t: Mapping[str, TensorDesc | None]) -> nx.DType:
-    names = [t[k].dtype.name for k in ("self", "target", "grad_output", "weight") if t.get(k) is not None]
+    names = [d.dtype.name for k in ("self", "target", "grad_output", "weight") if (d := t.get(k)) is not None]
     return nx.dtype(promote(*names) or "fp32")
 
 
@@ -285,6 +286,7 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     ws = tensors.get("workspace")
 
     def in_workspace(offset: int, shape: tuple[int, ...]) -> GlobalTensor:
+        assert ws is not None           # the tiling placed a buffer in the workspace it asked for
         return GlobalTensor.contiguous(device, ws.addr + offset, p, shape)
 
     ops = {n: tensors.get(n) for n in (*INPUTS, "weight")}
@@ -296,6 +298,7 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
         tl = step.tiling
         if step.kind == "cast_in":
             src = ops[step.operand]
+            assert src is not None      # the tiling casts only operands that were given
             dst = in_workspace(step.offset, src.shape)
             launches.append(device.launch(stream, cast_kernel, tl.block_dim, tl, src, dst, unit="vector",
                                           core_mask=mask, name=f"Cast({step.operand})"))
@@ -309,7 +312,11 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
         result = in_workspace(tiling.result_offset, x_shape)
     reduction = reduction_code(attrs.get("reduction", 1))
     cof = cof_of(reduction, max(1, tensors["self"].numel)) if reduction == 1 else None
-    b = {n: ops[n].broadcast_to(x_shape) for n in (*INPUTS, "weight")}
+    b = {}
+    for n in (*INPUTS, "weight"):
+        op = ops[n]
+        assert op is not None           # an absent weight was made by OnesLike above
+        b[n] = op.broadcast_to(x_shape)
     launches.append(device.launch(stream, kernel, tiling.block_dim, tiling, b["self"], b["target"],
                                   b["weight"], b["grad_output"], result, cof, unit="vector",
                                   core_mask=mask, name="BinaryCrossEntropyGrad"))
@@ -345,7 +352,9 @@ def golden(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any],
     the promoted dtype, then (when ``out_dtype`` differs) round once more to it."""
     g, x, y, w = (a.get(k) for k in ("grad_output", "self", "target", "weight"))
     names = [_name_of(np.asarray(v)) for v in (x, y, g, w) if v is not None]
-    p = _np_dtype(promote(*names))
+    promoted = promote(*names)
+    assert x is not None and promoted is not None   # validated operands: self given, dtypes promote
+    p = _np_dtype(promoted)
     shape = np.shape(x)
     f32 = np.float32
 
@@ -377,6 +386,7 @@ def golden(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any],
 def truth(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """fp64 reference of the same formula (the clamp included) for the precision standard."""
     g, x, y, w = (a.get(k) for k in ("grad_output", "self", "target", "weight"))
+    assert x is not None                # self is required (validated)
     shape = np.shape(x)
     x64, y64, g64 = (np.broadcast_to(np.asarray(v).astype(np.float64), shape) for v in (x, y, g))
     w64 = np.broadcast_to(np.asarray(w).astype(np.float64), shape) if w is not None else 1.0
@@ -386,12 +396,13 @@ def truth(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any]) -> dict[
     return {"out": np.asarray(r, dtype=np.float64)}
 
 
-def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
     """The output opsim.run allocates when the caller gives none: self's shape, promoted dtype."""
     x = t.get("self")
     if x is None or any(t.get(k) is None for k in INPUTS):
         return {"out": None}
-    names = [t[k].dtype.name for k in ("self", "target", "grad_output", "weight") if t.get(k) is not None]
+    names = [d.dtype.name for k in ("self", "target", "grad_output", "weight") if (d := t.get(k)) is not None]
     p = promote(*names)
     return {"out": TensorDesc(tuple(x.shape), nx.dtype(p) if p else x.dtype)}
 

@@ -59,6 +59,7 @@ def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize
     plus ``calc_bytes`` of fp32 scratch (casts of 16-bit inputs).
     """
     ov = check_overrides(overrides)
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     ub = spec.ub.size
     cores = spec.vector_cores
 

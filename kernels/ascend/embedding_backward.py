@@ -6,31 +6,30 @@ docs/sources.md#embedding-checks, #embedding-paths,
 #embedding-v2-kernel, #embedding-determinism, #embedding-ub-limit.
 Numerics and determinism: docs/sources.md#ref-embedding, #scatter-add-order.
 
-Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain)
-follows the aclnn's call chain launch by launch, as the public
-ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
+Atlas A2 (the V2 Ascend C path, docs/sources.md#embedding-paths, #embedding-a2-call-chain,
+#embedding-a2-determinist, #embedding-a2-uncast-half) follows the aclnn's call chain launch by
+launch, as the public ops-nn sources write it (hicann/ops-nn index/embedding_dense_grad_v2: op_api
 aclnn_embedding_dense_backward.cpp and embedding_dense_grad.cpp, op_host
-embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h; the
-Sort of ops-math math/sort/op_api/sort.cpp and its TIK kernel): ``CastGrad`` (fp16/bf16 grad ->
-fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB, gradRow < 512 or scaleGradByFreq, and in
-deterministic mode, opsim's choice), ``CastIndices`` (indices other than int32), ``Sort`` (the
-TIK Sort of the indices seen as fp32, on one core), ``ZerosLike``, ``MemSet`` (the InitValue(0)
-clean of the kernel's output), ``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no
-Sort, no ZerosLike); see :func:`_launch_v2`
-for each launch and its citation, :func:`_tik_sort_kernel` and :func:`_row_kernel` for the two
-kernels re-derived from the sources. The deterministic kernel and the uncast fp16/bf16 kernel
-keep opsim's earlier model (:func:`_v2_kernel`: each core a contiguous slice of the sorted rows,
-two fp32 UB accumulators flushed by atomic adds when the index changes, every 10 rows and at
-the last row, embeddingDim in chunks of maxFormerNum; with scaleGradByFreq separate
-``EmbeddingCount`` and ``EmbeddingDenseGradScale`` launches); the small-dim branch of the aclnn runs
-:func:`_small_dim_kernel` for fp32 rows (the sort path for uncast fp16/bf16 rows).
+embedding_dense_grad_v2_tiling.cpp / _def.cpp, op_kernel embedding_dense_grad_v2.cpp / .h /
+_determinist.h / _small_dim.h; the Sort of ops-math math/sort/op_api/sort.cpp and its TIK
+kernel): ``CastGrad`` (fp16/bf16 grad -> fp32 when (numel(grad) + numel(out)) x 2 B < 100 MiB,
+gradRow < 512 or scaleGradByFreq; the determinism setting plays no part), ``CastIndices``
+(indices other than int32), ``Sort`` (the TIK Sort of the indices seen as fp32, on one core),
+``ZerosLike``, ``MemSet`` (the InitValue(0) clean of the kernel's output),
+``EmbeddingDenseGradV2`` and ``CastOut`` (the small-dim branch: no Sort, no ZerosLike); see
+:func:`_launch_v2` for each launch and its citation. EmbeddingDenseGradV2 runs the kernel of its
+tiling key: :func:`_row_kernel` (fp32 rows, determinism off), :func:`_det_kernel` (fp32 rows,
+determinism on), :func:`_half_kernel` (uncast fp16/bf16 rows, determinism on or off),
+:func:`_small_dim_kernel` (the small-dim branch, fp32 or uncast fp16/bf16 rows); with
+scaleGradByFreq the counts and the scale run inside the same launch.
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
-seed (simulator/atomics.py). With ``deterministic`` each core walks its slice backwards, leaves
-the rows that share the previous core's last index to that core, and continues past its own end
-while the index is unchanged (ContinueCompute): every output row is summed by one core in a
-fixed order, whatever the seed.
+seed (simulator/atomics.py). With ``deterministic`` (fp32 rows) each core walks its slice
+backwards, leaves the rows that share the previous core's last index to that core, and continues
+past its own end while the index is unchanged (ContinueCompute): every output row is summed by
+one core in a fixed order, whatever the seed. Uncast fp16/bf16 rows off the small-dim branch
+(ProcessForHalf) write out without atomic adds, so they are deterministic either way.
 
 Atlas training series: the real kernel is the V1 TIK ``EmbeddingDenseGrad`` whose UB plan is in
 docs/sources.md#embedding-ub-limit; its loop structure is not published, so the kernels here are opsim's model of it,
@@ -54,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -171,6 +170,7 @@ def ub_budget(spec: DeviceSpec) -> int:
     """UB bytes this operator's kernel plans with: ``[kernels.embedding_dense_backward] ub_budget``
     of the device file (the V1 kernel's 192 KiB on the Atlas training series), else the UB size."""
     table = spec.kernels.get(NAME, {})
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     return int(table.get("ub_budget", spec.ub.size))
 
 
@@ -215,6 +215,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     Atlas training series' scaleGradByFreq limit (seed)."""
     g, idx, out = t.get("grad"), t.get("indices"), t.get("out")
     check_not_null(grad=g, indices=idx, out=out)
+    assert g is not None and idx is not None and out is not None   # checked just above
     nw = _num_weights(attrs)
     _padding_idx(attrs)
     _flag(attrs, "scale_grad_by_freq")
@@ -296,8 +297,11 @@ class EmbeddingTiling:
     merge_passes: int = 0     # V2: vmrgsort steps of the TIK Sort's sort_in_gm (B(B-1)/2 for B batches)
     merge_block: int = 0      # merged elements per MrgSort
     row_kernel: bool = False  # V2 fp32 non-deterministic: the ops-nn per-row kernel (embedding_dense_grad_v2.h)
-    small_dim: bool = False   # aclnn's small-dim branch would run (CheckIsSmallDimMode)
-    small_dim_kernel: bool = False   # ... and opsim runs it (fp32 rows, no scaleGradByFreq): see _launch_v2
+    small_dim: bool = False   # aclnn's small-dim branch runs (CheckIsSmallDimMode)
+    small_dim_kernel: bool = False   # ... the small-dim kernel (fp32 or uncast fp16/bf16 rows): see _launch_v2
+    det_kernel: bool = False  # V2 fp32 rows, determinism on: EmbeddingDenseGradV2DeterministKernel
+    half_kernel: bool = False  # V2 uncast fp16/bf16 rows off the small-dim branch: ProcessForHalf
+    tiling_key: int = -1      # V2: the kernel's tiling key (0/1, 10/11, 100/101)
     sd_max_rows: int = 0      # small-dim maxRowInUb (rows per UB tile)
     index_cast: bool = False  # V2: l0op::Cast of the indices to int32 before the Sort
     # V1
@@ -366,7 +370,7 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     det = _flag(attrs, "deterministic")
     emb = int(g.shape[-1])
     n_rows = int(idx.numel)
-    common = dict(n_rows=n_rows, emb_dim=emb, num_weights=nw, padding_idx=pad, scale=scale,
+    common: dict[str, Any] = dict(n_rows=n_rows, emb_dim=emb, num_weights=nw, padding_idx=pad, scale=scale,
                   deterministic=det, grad_dtype=g.dtype.name, index_dtype=idx.dtype.name,
                   ub_budget=ub_budget(spec))
     out_bytes = nw * emb * g.dtype.itemsize
@@ -388,16 +392,18 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
             f"bit pattern): the V2 kernel sorts int32 indices as float32 bit patterns, which orders them "
             f"correctly only below that value; opsim models only that path")
     half = g.dtype in (nx.FP16, nx.BF16)
-    cast = half and ((g.numel + nw * emb) * 2 < CAST_BYTES_LIMIT or n_rows < CAST_ROW_LIMIT or scale or det)
+    # IsNeedCast of the op_api: the determinism setting plays no part (docs/sources.md#embedding-a2-uncast-half)
+    cast = half and ((g.numel + nw * emb) * 2 < CAST_BYTES_LIMIT or n_rows < CAST_ROW_LIMIT or scale)
     if "cast_grad" in ov:
         if not half:
             raise tiling_error(f"cast_grad applies to fp16/bf16 grad; grad is {g.dtype}")
-        if det and not ov["cast_grad"]:
-            raise tiling_error("deterministic mode sums in fp32 (docs/sources.md#embedding-determinism): "
-                               "cast_grad must stay on")
+        if scale and not ov["cast_grad"]:
+            raise tiling_error("cast_grad False with scaleGradByFreq: the aclnn always casts fp16/bf16 grad "
+                               "to fp32 with scaleGradByFreq (IsNeedCast, docs/sources.md#embedding-paths)")
         cast = ov["cast_grad"]
     kdt = nx.FP32 if (cast or not half) else g.dtype
     k = 3 if kdt == nx.FP32 else 4
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     ub = spec.ub.size
     max_former = ((ub - V2_INDEX_RESERVE - V2_UB_SPARE) // (64 * k)) * 16
     e_chunk = ov.get("e_chunk", min(emb, max_former))
@@ -425,14 +431,18 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     merge_block = TIK_SORT_BATCH
     acc_is_ws = cast and g.dtype != nx.FP32
     acc_dtype = "fp32" if (cast or not half) else g.dtype.name
-    # the ops-nn per-row kernel (EmbeddingDenseGradV2Kernel, tiling key 0 / 1) for fp32 rows and
-    # determinism off; the deterministic kernel and the uncast fp16/bf16 one keep opsim's model
-    row_kernel = (not det) and kdt == nx.FP32
+    # the kernel the tiling key selects (docs/sources.md#embedding-a2-determinist,
+    # #embedding-a2-uncast-half): isDeterministMode_ = determinism on AND 4-byte rows, so uncast
+    # fp16/bf16 rows never take the deterministic kernel; the small-dim branch (CheckIsSmallDimMode
+    # in the op_api, CheckIsSmallDim in the tiling) needs determinism off, for any row dtype;
+    # key = scaleGradByFreq + 10 x deterministic + 100 x small-dim
+    det_kernel = det and kdt == nx.FP32
     small_dim = (not det) and emb <= SMALL_DIM_THRESH and nw <= CAST_MAX_NUM
-    # opsim runs the small-dim kernel for fp32 rows; for uncast fp16/bf16 rows
-    # (isDifferentDtype_: the outCasted workspace and its cast tail) the sort path stays
-    sd_kernel = small_dim and row_kernel
-    sd_rows = small_dim_max_rows(ub, emb) if sd_kernel else 0
+    sd_kernel = small_dim
+    row_kernel = kdt == nx.FP32 and not det_kernel and not sd_kernel
+    half_kernel = kdt != nx.FP32 and not sd_kernel
+    tiling_key = (100 if sd_kernel else 10 if det_kernel else 0) + (1 if scale else 0)
+    sd_rows = small_dim_max_rows(ub, emb, kdt.itemsize) if sd_kernel else 0
     if sd_kernel and sd_rows < 1:
         raise tiling_error(f"the small-dim kernel fits no row of embeddingDim {emb} in the UB ({ub} B)")
     index_cast = idx.dtype != nx.INT32
@@ -447,19 +457,30 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         ("sws_k", span * 4 * srt if runs > 1 else 0), ("sws_p", span * 4 * srt if runs > 1 else 0),
         ("alist", sort_tile * 8 * srt), ("algk", span * 4 * srt), ("algp", span * 4 * srt),
         ("counts", nw * 4 if scale else 0),
+        # uncast fp16/bf16 rows (CalcWorkSpaceSize): the small-dim kernel's fp32 outCasted copy of
+        # out; ProcessForHalf's outIndex (2 per core) and outStage (2 fp32 rows per core)
+        ("outcast", nw * emb * 4 if sd_kernel and kdt != nx.FP32 else 0),
+        ("stage_idx", block_dim * 2 * 4 if half_kernel else 0),
+        ("stage", _pad8(e_chunk * block_dim * 2) * 4 if half_kernel else 0),
     ])
-    zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize + (nw * 4 if scale and not row_kernel else 0)
+    # the counts of scaleGradByFreq are zeroed inside the kernel's launch (InitWorkspace)
+    zero_bytes = nw * emb * nx.dtype(acc_dtype).itemsize
+    if det_kernel:      # InitBuffers: index, position, tmp (32 B each), grad row and two accumulators
+        ub_bytes = 3 * 32 + 3 * _slot(e_chunk, 4)
+    elif half_kernel:   # the same queues with fp32 rows 64 B aligned, and the UB cache
+        ub_bytes = 3 * 32 + 32 + 4 * _slot(_align(e_chunk, 16), 4)
     if sd_kernel:                                         # InitBuffers of the small-dim kernel
         rows = min(sd_rows, max(n_rows // block_dim, n_rows - (n_rows // block_dim) * (block_dim - 1)))
-        ia, ga = _align(rows, 32), _align(_align(emb, 8) * rows, 16)
+        ia, ga = _align(rows, 32), _align(_align(emb, 32 // kdt.itemsize) * rows, 16)
         ub_bytes = ia * 4 * 3 + ia * 12 * 2 + _slot(ga, 4) + _slot(emb, 4)
     return _fits_ub(spec, EmbeddingTiling(
         path="v2", cast_grad=cast, acc_dtype=acc_dtype, block_dim=block_dim, e_chunk=e_chunk,
         ub_bytes=ub_bytes, zero_block_dim=_zero_block_dim(spec, zero_bytes), sort_tile=sort_tile,
         sort_runs=runs, merge_passes=passes, merge_block=merge_block,
-        scale_block_dim=block_dim if row_kernel else max(1, min(cores, nw)), workspace=ws,
+        scale_block_dim=block_dim, workspace=ws,
         layout=layout, row_kernel=row_kernel, small_dim=small_dim, index_cast=index_cast,
-        small_dim_kernel=sd_kernel, sd_max_rows=sd_rows,
+        small_dim_kernel=sd_kernel, sd_max_rows=sd_rows, det_kernel=det_kernel, half_kernel=half_kernel,
+        tiling_key=tiling_key,
         cast_index_tiling=(plan_elementwise(spec, n_rows, n_inputs=1, in_itemsize=idx.dtype.itemsize,
                                             out_itemsize=4, calc_bytes=0) if index_cast else None),
         cast_grad_tiling=(plan_elementwise(spec, n_rows * emb, n_inputs=1, in_itemsize=2, out_itemsize=4,
@@ -471,6 +492,7 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
 
 def _fits_ub(spec: DeviceSpec, tiling: EmbeddingTiling) -> EmbeddingTiling:
     """Refuse a plan whose UB buffers exceed the core's UB (e.g. a what-if budget above it)."""
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
     if tiling.ub_bytes > spec.ub.size:
         raise tiling_error(
             f"the embedding kernel's UB plan needs {tiling.ub_bytes} B (budget {tiling.ub_budget} B from "
@@ -729,127 +751,376 @@ def _cast_kernel(ctx: KernelContext, tiling: ElementwiseTiling, src: GlobalTenso
                                     compute=compute)
 
 
-def _owned_range(keys: np.ndarray, lo: int, hi: int, base: int) -> tuple[int, int]:
-    """Deterministic mode: rows of the slice [lo, hi) this core sums (keys = sorted keys from
-    ``base``): leave the leading rows that share the previous core's last index to that core,
-    continue past hi while the index is that of row hi - 1 (ContinueCompute)."""
-    if lo >= hi:
-        return lo, lo
-    olo = lo
-    if lo > base:
-        olo = min(hi, base + int(np.searchsorted(keys, keys[lo - 1 - base], side="right")))
-    if olo >= hi:
-        return hi, hi
-    ohi = base + int(np.searchsorted(keys, keys[hi - 1 - base], side="right"))
-    return olo, max(ohi, hi)
+def _row_syncs(ctx: KernelContext) -> Any:
+    """The same-core flags of the per-row kernels: ``sync(a, b)`` sets and waits one event, the
+    way PIPE_MTE2_S / PIPE_V_S / EnQue-DeQue pairs of the ops-nn kernels do."""
+    ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "SCALAR"), ("SCALAR", "MTE2"), ("MTE2", "VECTOR"),
+                                              ("VECTOR", "SCALAR"), ("SCALAR", "MTE3"), ("MTE3", "SCALAR"),
+                                              ("SCALAR", "VECTOR"), ("VECTOR", "MTE3"), ("VECTOR", "MTE2"),
+                                              ("MTE3", "VECTOR"))}
+
+    def sync(a: str, b: str) -> None:
+        ctx.emit_set(a, b, ev[(a, b)])
+        ctx.emit_wait(a, b, ev[(a, b)])
+    return ev, sync
 
 
-def _count_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor,
-                  counts: GlobalTensor) -> Iterator[Any]:
-    """EmbeddingCount: per run of equal index in this core's slice (padding skipped), atomically
-    add its length as fp32 into counts[index]."""
-    lo, hi = _slice(tiling.n_rows, ctx.block_dim, ctx.block_idx)
-    if lo >= hi:
-        return
-    keys, _ = _sorted_rows(ctx, tiling, skeys, skeys, lo, hi)
-    starts = np.flatnonzero(np.diff(keys, prepend=keys[0] - 1))
-    lengths = np.diff(np.append(starts, keys.size))
-    feed = _ScalarFeed(ctx, [skeys], lo, hi, "count runs")
-    q = ctx.queue("VECOUT", 2, 32)
-    yield SetAtomicAdd(nx.FP32)
-    for s, n in zip(starts, lengths):
-        yield from feed.need(lo + int(s))
-        key = int(keys[s])
-        if key == tiling.padding_idx:
-            continue
-        c = q.alloc(nx.FP32)
-        yield Duplicate(c, float(n), count=8)
-        q.enque(c)
-        c = q.deque()
-        yield DataCopyPad(counts[key:key + 1], c, 1)
-        q.free(c)
-    yield SetAtomicNone()
-    feed.drain()
+def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
+                grad: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> Iterator[Any]:
+    """EmbeddingDenseGradV2 on Atlas A2, fp32 rows, determinism on (tiling key 10; 11 with
+    scaleGradByFreq): ops-nn op_kernel/embedding_dense_grad_v2_determinist.h,
+    EmbeddingDenseGradV2DeterministKernel<float>::Process (docs/sources.md#embedding-a2-determinist).
 
+    The core's slice of the sorted rows is the Tiling4Deterministic split (formerRowNum =
+    gradRow/coreNum + 1 for the first gradRow % coreNum cores). Per embedding chunk
+    (formerEmbeddingDim, then the tail): a core other than the first reads the previous core's
+    last index (InitStandIndice: a 4 B DataCopyPad, PIPE_MTE2_S, GetValue); SubProcess walks its
+    slice BACKWARDS; per row CopyIn loads the index (4 B, PIPE_MTE2_S) and stops at the first row
+    (from the end) whose index is the previous core's last (those rows belong to that core); else
+    it loads the position (4 B, PIPE_MTE2_S) and the grad row (DataCopyPad). ComputeAndCopyOut
+    switches to the other of two fp32 UB accumulators when the index changes, Adds the row, and
+    flushes (CopyOut: SetAtomicAdd, DataCopyPad into out, SetAtomicNone, the count with scale,
+    PipeBarrier<PIPE_ALL>, Duplicate 0) when the accumulator holds LIMIT_COUNT_NUM rows after
+    the Add, at the slice's first row, for the previous accumulator on a switch, and at a padding
+    row. If the walk did not stop at its last row, ContinueCompute reads this core's last index
+    and goes FORWARD past the slice end, through the next cores' rows, while the index is
+    unchanged (flushing at the index change or at gradRow's last row). So every out row is summed
+    by one core, in a fixed order: its rows inside the owner's slice from the last to the first
+    in chunks of 10, then the rows past the slice in order in chunks of 10, each chunk summed in
+    UB from 0 and atomically added into the zeroed out row. The accumulator state (which buffer,
+    the last index) carries over from one embedding chunk to the next, as in the source.
 
-def _v2_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
-               grad: GlobalTensor, acc: GlobalTensor) -> Iterator[Any]:
-    """EmbeddingDenseGradV2 (docs/sources.md#embedding-v2-kernel): one core's slice of the sorted rows."""
-    n_rows, emb = tiling.n_rows, tiling.emb_dim
+    Queues are single-buffered: the next row's position and grad loads wait for this row's Add
+    (gradQue_.AllocTensor after its FreeTensor), the index load only for the scalar (in-order
+    issue); there is no PIPE_V_S after the Add, so the next index load overlaps this row's Add."""
+    n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
-    if tiling.deterministic:
-        keys_all, pos_all = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
-        lo, hi = _owned_range(keys_all, lo, hi, 0)
-        keys, pos = keys_all[lo:hi], pos_all[lo:hi]
-        walk = np.arange(hi - 1, lo - 1, -1)          # the deterministic path walks backwards
-    else:
-        keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
-        walk = np.arange(lo, hi)
-    if walk.size:
-        walk = walk[keys[walk - lo] != tiling.padding_idx]
-    if walk.size == 0:
-        return
-    wkeys = keys[walk - lo]
-    flush_on_key = np.append(wkeys[1:] != wkeys[:-1], True)     # index changes next, or last row
-    kdt = nx.FP32 if grad.dtype == nx.FP32 else grad.dtype       # fp16/bf16 only when not cast
-    ec = tiling.e_chunk
-    rowq = ctx.queue("VECIN", 1, _slot(ec, kdt.itemsize))
-    if kdt == nx.FP32:
-        accq = ctx.queue("VECOUT", 2, _slot(ec, 4))
-    else:
-        tmp = ctx.tbuf(_slot(ec, 4), nx.FP32)
+    if counts is not None:   # scale. ProcessAndScale<false, true>: InitWorkspace zeroes the counts, SyncAll
+        yield from _zero_counts(ctx, tiling, counts)
+    if lo < hi:
+        keys, pos = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
+        ibuf, pbuf = ctx.tbuf(32, nx.INT32), ctx.tbuf(32, nx.INT32)
+        cnt_buf = ctx.tbuf(32, nx.FP32)
+        row = ctx.tbuf(_slot(ec, 4), nx.FP32)
         accs = [ctx.tbuf(_slot(ec, 4), nx.FP32), ctx.tbuf(_slot(ec, 4), nx.FP32)]
-        outq = ctx.queue("VECOUT", 1, _slot(ec, kdt.itemsize))
-    feed = _ScalarFeed(ctx, [skeys, spos], lo, hi, "sorted index scan")
-    yield SetAtomicAdd(acc.dtype)
-    flushes = 0
+        ev, sync = _row_syncs(ctx)
+        pad = tiling.padding_idx
+        st = {"sw": 0, "last": -1, "stand": -1, "issued": False, "owe_free": False}
+        cnt = [0, 0]
+        yield SetAtomicNone()
+        for a in accs:                                      # InitAddQue: ResetAddQue of both
+            yield Duplicate(a, 0.0)
+
+        def load_index(j: int, label: str) -> Iterator[Any]:
+            if st["issued"]:
+                sync("SCALAR", "MTE2")                      # in-order issue after the scalar's last step
+            st["issued"] = True
+            yield DataCopyPad(ibuf[0:1], skeys[j:j + 1], 1)
+            sync("MTE2", "SCALAR")                          # PIPE_MTE2_S
+            yield ScalarOp(1, label)
+
+        def copy_out(a: int, key: int, c0: int, n: int) -> Iterator[Any]:
+            sync("VECTOR", "MTE3")                          # addResQue_ DeQue
+            yield SetAtomicAdd(nx.FP32)
+            yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
+            yield SetAtomicNone()
+            if counts is not None and c0 == 0:      # tmpLocal.SetValue(count), 4 B atomic add
+                yield ScalarOp(1, "SetValue count")
+                sync("SCALAR", "VECTOR")
+                yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
+                sync("VECTOR", "MTE3")
+                yield SetAtomicAdd(nx.FP32)
+                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
+                yield SetAtomicNone()
+            sync("MTE3", "SCALAR")                          # PipeBarrier<PIPE_ALL>
+            sync("SCALAR", "VECTOR")
+            yield Duplicate(accs[a], 0.0)                   # ResetAddQue
+            cnt[a] = 0
+
+        def copy_in(j: int, same_stops: bool, c0: int, n: int) -> Generator[Any, None, bool]:
+            """CopyIn(progress, flag): False when (index == standIdice) == flag."""
+            yield from load_index(j, "index GetValue, compare")
+            if (int(keys[j]) == st["stand"]) == same_stops:
+                return False
+            sync("SCALAR", "MTE2")
+            if st["owe_free"]:                              # gradQue_.AllocTensor: the last row's Add is done
+                ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+                st["owe_free"] = False
+            yield DataCopyPad(pbuf[0:1], spos[j:j + 1], 1)
+            sync("MTE2", "SCALAR")                          # PIPE_MTE2_S
+            yield ScalarOp(2, "posIdx GetValue, grad address")
+            sync("SCALAR", "MTE2")
+            p = int(pos[j])
+            yield DataCopyPad(row[0:n], grad[p * emb + c0:p * emb + c0 + n], n)
+            sync("MTE2", "VECTOR")                          # gradQue_ EnQue / DeQue
+            return True
+
+        def compute(j: int, limit: int, c0: int, n: int) -> Iterator[Any]:
+            """ComputeAndCopyOut(progress, loopLimit)."""
+            yield ScalarOp(2, "index GetValue, switch, count")
+            key = int(keys[j])
+            if key != pad:
+                switch = st["last"] != -1 and key != st["last"]
+                if switch:
+                    st["sw"] ^= 1
+                    cnt[st["sw"]] = 0
+                sw = st["sw"]
+                yield Add(accs[sw][0:n], accs[sw][0:n], row[0:n], count=n)    # AtomicAddInUb
+                ctx.emit_set("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+                st["owe_free"] = True
+                cnt[sw] += 1
+                if cnt[sw] == LIMIT_COUNT_NUM or j == limit:
+                    yield from copy_out(sw, key, c0, n)
+                if switch:
+                    yield from copy_out(1 - sw, st["last"], c0, n)
+                st["last"] = key
+            elif st["last"] != -1:
+                yield from copy_out(st["sw"], st["last"], c0, n)
+                st["last"] = -1
+
+        t = 0
+        for c0 in range(0, emb, ec):
+            n = min(ec, emb - c0)
+            st["stand"] = -1
+            if lo > 0:                                      # InitStandIndice(0): the previous core's last index
+                yield from load_index(lo - 1, "standIdice GetValue")
+                st["stand"] = int(keys[lo - 1])
+            cont = True
+            for j in range(hi - 1, lo - 1, -1):             # SubProcess: backwards
+                ctx.tile = t
+                t += 1
+                ok = yield from copy_in(j, True, c0, n)
+                if not ok:
+                    cont = j != hi - 1
+                    if st["last"] != -1:
+                        yield from copy_out(st["sw"], st["last"], c0, n)
+                    break
+                yield from compute(j, lo, c0, n)
+            if cont:                                        # ContinueCompute: forwards past the slice
+                st["last"] = -1
+                yield from load_index(hi - 1, "standIdice GetValue")
+                st["stand"] = int(keys[hi - 1])
+                for j in range(hi, n_rows):
+                    ctx.tile = t
+                    t += 1
+                    ok = yield from copy_in(j, False, c0, n)
+                    if not ok:
+                        if st["last"] != -1:
+                            yield from copy_out(st["sw"], st["last"], c0, n)
+                        break
+                    yield from compute(j, n_rows - 1, c0, n)
+        if st["owe_free"]:
+            ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel
+        yield from _sync_all(1)
+        slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
+        if shi > slo:
+            cvals = None
+            if ctx.functional:
+                allk, _ = _sorted_rows(ctx, tiling, skeys, spos, 0, n_rows)
+                allk = allk[allk != tiling.padding_idx]
+                cvals = np.bincount(allk, minlength=tiling.num_weights)[slo:shi].astype(np.float32)
+            yield from _scale_kernel(ctx, tiling, counts, acc, cvals)
+
+
+def half_stage_groups(first_end: Sequence[int], cores: int) -> list[tuple[int, int, int, int]]:
+    """ProcessGmData of ProcessForHalf: the outIndex list (first, end index of every core, in core
+    order) cut into groups of consecutive equal indices, each given to a core round-robin starting
+    at core 1 (GetFreeCore advances before each group). Returns (core, start slot, end slot, index)."""
+    out = []
+    pre, core, pre_idx = 0, 0, int(first_end[0])
+    n = len(first_end)
+    for i in range(1, n):
+        cur = int(first_end[i])
+        if cur != pre_idx:
+            core = (core + 1) % cores
+            out.append((core, pre, i, pre_idx))
+            pre, pre_idx = i, cur
+        if i == n - 1:
+            core = (core + 1) % cores
+            out.append((core, pre, i + 1, pre_idx))
+    return out
+
+
+def _half_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
+                 grad: GlobalTensor, out: GlobalTensor, stage_idx: GlobalTensor,
+                 stage: GlobalTensor) -> Iterator[Any]:
+    """EmbeddingDenseGradV2 on Atlas A2 for uncast fp16/bf16 rows off the small-dim branch (tiling
+    key 0, determinism on or off: isDeterministMode_ needs 4-byte rows): ops-nn
+    op_kernel/embedding_dense_grad_v2.h, EmbeddingDenseGradV2Kernel<half|bf16, float>::ProcessForHalf
+    (docs/sources.md#embedding-a2-uncast-half).
+
+    Per embedding chunk, per row of the core's slice (BaseTiling split): CopyIn loads the position
+    and the index (4 B each, PIPE_MTE2_S), the row in grad's dtype into the upper half of an fp32
+    buffer (PIPE_MTE2_V) and Casts it to fp32 (CAST_NONE). ComputeUbCache adds the row into one of
+    two fp32 accumulators (PIPE_V_S); an accumulator is added into a third fp32 buffer, the UB
+    cache (CopyToUbCache: Add, PipeBarrier<PIPE_ALL>, Duplicate 0), when it already held
+    LIMIT_COUNT_NUM rows before the Add, for the previous index on a switch, at a padding row and
+    at the slice's last row. When an index's run ends (CopyUbCacheOut), its sum in the cache goes
+    out: the slice's first and last index to the workspace (outStage fp32 rows and outIndex, two
+    slots per core), any other index straight to out, Cast to grad's dtype (CAST_RINT) and a plain
+    DataCopyPad (no atomics: the run is the core's alone). Then PIPE_MTE3_S, SyncAll, and
+    ProcessGmData: every core reads the 2 x coreNum outIndex values, cuts them into groups of
+    equal index and takes its groups round-robin (:func:`half_stage_groups`); a group's stage rows
+    are summed like rows (11 per accumulator before the cache) and written to out with a RINT cast;
+    SyncAll. The sums are fp32, and out is written without atomic adds, so the result does not
+    depend on timing (deterministic with or without the setting).
+
+    Source quirks kept: a paddingIdx equal to the slice's first (last) index makes every row store
+    the cache into stage slot 0 (1) under the padding index before it is added."""
+    n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
+    bd, me = ctx.block_dim, ctx.block_idx
+    lo, hi = _slice(n_rows, bd, me)
+    if lo >= hi:
+        return
+    kdt = grad.dtype
+    pad = tiling.padding_idx
+    keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
+    first_end: list[int] = []
+    for b in range(bd):                                     # the outIndex values every core writes
+        blo, bhi = _slice(n_rows, bd, b)
+        fe, _ = _sorted_rows(ctx, tiling, skeys, spos, blo, blo + 1)
+        ee, _ = _sorted_rows(ctx, tiling, skeys, spos, bhi - 1, bhi)
+        first_end += [int(fe[0]), int(ee[0])]
+    groups = [g for g in half_stage_groups(first_end, bd) if g[0] == me]
+    first, end = first_end[2 * me], first_end[2 * me + 1]
+    ea = _align(ec, 16)                                     # BLOCK_SIZE_GRAD / sizeof(float)
+    pbuf, ibuf, tmp = ctx.tbuf(32, nx.INT32), ctx.tbuf(32, nx.INT32), ctx.tbuf(32, nx.INT32)
+    row = ctx.tbuf(ea * 4, nx.FP32)
+    row_half = row.reinterpret(kdt)[ea:2 * ea]              # gradLocalCasted[GetSize() / 2]
+    accs = [ctx.tbuf(ea * 4, nx.FP32), ctx.tbuf(ea * 4, nx.FP32)]
+    cache = ctx.tbuf(ea * 4, nx.FP32)
+    cache_half = cache.reinterpret(kdt)
+    ev, sync = _row_syncs(ctx)
+    st = {"sw": 0, "last": -1, "issued": False, "owe_free": False}
+    cnt = [0, 0]
+
+    def reset(buf: LocalTensor) -> Iterator[Any]:           # ResetQue: Duplicate 0, PIPE_V_S
+        yield Duplicate(buf, 0.0)
+        sync("VECTOR", "SCALAR")
+
+    def to_cache(a: int, n: int) -> Iterator[Any]:          # CopyToUbCache
+        yield Add(cache[0:n], cache[0:n], accs[a][0:n], count=n)
+        sync("VECTOR", "SCALAR")                            # PipeBarrier<PIPE_ALL>
+        yield from reset(accs[a])
+        cnt[a] = 0
+
+    def to_stage(key: int, is_end: bool, n: int) -> Iterator[Any]:     # CopyToOutStage
+        yield ScalarOp(1, "SetValue index")
+        sync("SCALAR", "VECTOR")
+        yield Duplicate(tmp, key, count=8)                  # the scalar store of tmpLocal, as a write
+        sync("VECTOR", "MTE3")                              # PIPE_S_MTE3 (and the cache's DeQue)
+        slot = 2 * me + int(is_end)
+        yield DataCopyPad(stage[slot * ec:slot * ec + n], cache[0:n], n)
+        yield DataCopyPad(stage_idx[slot:slot + 1], tmp[0:1], 1)
+        sync("MTE3", "SCALAR")                              # PIPE_MTE3_S
+        sync("SCALAR", "VECTOR")
+        yield from reset(cache)
+
+    def to_out(key: int, c0: int, n: int) -> Iterator[Any]:            # CopyToOutPut
+        yield Cast(cache_half[0:n], cache[0:n], "rint", n)
+        sync("VECTOR", "MTE3")                              # PIPE_V_MTE3
+        yield DataCopyPad(out[key * emb + c0:key * emb + c0 + n], cache_half[0:n], n)
+        sync("MTE3", "SCALAR")                              # PIPE_MTE3_S
+        sync("SCALAR", "VECTOR")
+        yield from reset(cache)
+
+    def cache_out(key: int, c0: int, n: int) -> Iterator[Any]:         # CopyUbCacheOut
+        if key == pad:
+            yield from reset(cache)
+        elif first == end:
+            yield from to_stage(key, False, n)
+            yield from to_stage(key, key == end, n)
+        elif key in (first, end):
+            yield from to_stage(key, key == end, n)
+        else:
+            yield from to_out(key, c0, n)
+
+    def add_row(n: int) -> Iterator[Any]:                   # AtomicAddInUb
+        sw = st["sw"]
+        yield Add(accs[sw][0:n], accs[sw][0:n], row[0:n], count=n)
+        ctx.emit_set("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+        st["owe_free"] = True
+        sync("VECTOR", "SCALAR")                            # PIPE_V_S
+        cnt[sw] += 1
+
+    def free_wait() -> None:
+        if st["owe_free"]:                                  # gradQue_: the last row's Add is done
+            ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
+            st["owe_free"] = False
+
+    yield SetAtomicNone()
+    for buf in (*accs, cache):                              # InitQue: ResetQue of the three buffers
+        yield from reset(buf)
+    yield ScalarOp(2, "firstIndex, endIndex GetValue")      # Process: two scalar reads of GM
+    t = 0
     for c0 in range(0, emb, ec):
         n = min(ec, emb - c0)
-        feed.reset()
-        count, which, acc_t = 0, 0, None
-        for t in range(walk.size):
-            j = int(walk[t])
-            yield from feed.need(j)
-            ctx.tile = flushes
-            key, p = int(wkeys[t]), int(pos[j - lo])
-            row = rowq.alloc(kdt)
-            yield DataCopyPad(row, grad[p * emb + c0:p * emb + c0 + n], n)
-            rowq.enque(row)
-            row = rowq.deque()
-            if kdt == nx.FP32:
-                if count == 0:
-                    acc_t = accq.alloc(nx.FP32)
-                    yield Copy(acc_t, row, n)
-                else:
-                    yield Add(acc_t, acc_t, row, count=n)
-            else:
-                if count == 0:
-                    acc_t = accs[which]
-                    yield Cast(acc_t, row, "none", n)
-                else:
-                    yield Cast(tmp, row, "none", n)
-                    yield Add(acc_t, acc_t, tmp, count=n)
-            rowq.free(row)
-            count += 1
-            if count == LIMIT_COUNT_NUM or flush_on_key[t]:
-                dst = acc[key * emb + c0:key * emb + c0 + n]
-                if kdt == nx.FP32:
-                    accq.enque(acc_t)
-                    acc_t = accq.deque()
-                    yield DataCopyPad(dst, acc_t, n)
-                    accq.free(acc_t)
-                else:
-                    o = outq.alloc(kdt)
-                    yield Cast(o, acc_t, "rint", n)
-                    outq.enque(o)
-                    o = outq.deque()
-                    yield DataCopyPad(dst, o, n)
-                    outq.free(o)
-                    which ^= 1
-                count = 0
-                flushes += 1
-    yield SetAtomicNone()
-    feed.drain()
+        for j in range(hi - lo):
+            ctx.tile = t
+            t += 1
+            if st["issued"]:
+                sync("SCALAR", "MTE2")                      # in-order issue after the scalar's last step
+            st["issued"] = True
+            free_wait()                                     # CopyIn: gradQue_.AllocTensor
+            yield DataCopyPad(pbuf[0:1], spos[lo + j:lo + j + 1], 1)
+            yield DataCopyPad(ibuf[0:1], skeys[lo + j:lo + j + 1], 1)
+            sync("MTE2", "SCALAR")                          # PIPE_MTE2_S
+            yield ScalarOp(2, "posIdx GetValue, grad address")
+            sync("SCALAR", "MTE2")
+            p = int(pos[j])
+            yield DataCopyPad(row_half[0:n], grad[p * emb + c0:p * emb + c0 + n], n)
+            sync("MTE2", "VECTOR")                          # PIPE_MTE2_V
+            yield Cast(row[0:n], row_half[0:n], "none", n)
+            if pad == first:
+                yield from to_stage(pad, False, n)
+            if pad == end:
+                yield from to_stage(pad, True, n)
+            yield ScalarOp(3, "index GetValue, switch, limit")   # ComputeUbCache
+            key = int(keys[j])
+            last_row = j == hi - lo - 1
+            if key != pad:
+                switch = st["last"] != -1 and key != st["last"]
+                if switch:
+                    st["sw"] ^= 1
+                    cnt[st["sw"]] = 0
+                sw = st["sw"]
+                limit = cnt[sw] == LIMIT_COUNT_NUM
+                yield from add_row(n)
+                if limit:
+                    yield from to_cache(sw, n)
+                if switch:
+                    yield from to_cache(1 - sw, n)
+                    yield from cache_out(st["last"], c0, n)
+                if last_row:
+                    yield from to_cache(sw, n)
+                st["last"] = key
+            elif st["last"] != -1:
+                yield from to_cache(st["sw"], n)
+                yield from cache_out(st["last"], c0, n)
+                st["last"] = -1
+            if last_row:
+                yield from cache_out(key, c0, n)
+        sync("MTE3", "SCALAR")                              # PIPE_MTE3_S
+        yield from _sync_all(3)                             # SyncAll
+        yield ScalarOp(2 * bd, "outIndex GetValue")         # ProcessGmData
+        for _core, s0, s1, key in groups:
+            for i in range(s0, s1):
+                sync("SCALAR", "MTE2")
+                free_wait()
+                yield DataCopyPad(row[0:n], stage[i * ec:i * ec + n], n)    # CopyStageIn
+                sync("MTE2", "VECTOR")
+                sw = st["sw"]
+                limit = cnt[sw] == LIMIT_COUNT_NUM
+                yield from add_row(n)                       # ComputeStage
+                if limit:
+                    yield from to_cache(sw, n)
+                if i == s1 - 1:
+                    yield from to_cache(sw, n)
+                    yield from to_out(key, c0, n)
+        sync("MTE3", "SCALAR")
+        yield from _sync_all(4)                             # SyncAll
+    free_wait()
 
 
 def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,
@@ -911,7 +1182,7 @@ def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTen
 # ---------------------------------------------------------------------------------------------
 
 def _tik_sort_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, keys: GlobalTensor,
-                     pos: GlobalTensor, ws: Mapping[str, GlobalTensor | None]) -> Iterator[Any]:
+                     pos: GlobalTensor, ws: Mapping[str, GlobalTensor]) -> Iterator[Any]:
     """The TIK Sort of the int32 indices seen as fp32 (aclnn PorcessIndices -> l0op::Sort, stable,
     ascending), as the TBE dynamic Sort class runs it on 910B (TIK_SORT_BATCH above): the one
     row of gradRow elements is one task, so block 0 does all the work.
@@ -1097,8 +1368,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
     cross-pipe step waits for the previous one, so a core's rows run one after the other."""
     n_rows, emb, ec = tiling.n_rows, tiling.emb_dim, tiling.e_chunk
     lo, hi = _slice(n_rows, ctx.block_dim, ctx.block_idx)
-    scale = counts is not None
-    if scale:   # InitWorkspace: this core's share of the counts (Tiling4Scale split) to 0, SyncAll
+    if counts is not None:   # scale: InitWorkspace, this core's share of the counts (Tiling4Scale) to 0, SyncAll
         yield from _zero_counts(ctx, tiling, counts)
     if lo < hi:
         keys, pos = _sorted_rows(ctx, tiling, skeys, spos, lo, hi)
@@ -1126,7 +1396,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
             yield SetAtomicNone()
-            if scale and c0 == 0:                          # AddFreq: tmpLocal.SetValue(count), 4 B atomic add
+            if counts is not None and c0 == 0:             # scale, AddFreq: tmpLocal.SetValue(count), 4 B atomic add
                 yield ScalarOp(1, "SetValue count")
                 sync("SCALAR", "VECTOR")
                 yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
@@ -1178,7 +1448,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
                 elif state["last"] != -1:
                     yield from flush(state["sw"], state["last"], c0, n)
                     state["last"] = -1
-    if scale:   # ProcessAndScale: SyncAll, then the scale kernel (counts known from the sorted keys)
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel (counts from the sorted keys)
         yield from _sync_all(1)
         cvals = None
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
@@ -1322,8 +1592,9 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     launches: list = []
 
     def region(name: str, dtype: nx.DType, count: int) -> GlobalTensor:
-        off, _ = tiling.region(name)  # type: ignore[misc]
-        return GlobalTensor.contiguous(device, ws.addr + off, dtype, (count,))  # type: ignore[union-attr]
+        span = tiling.region(name)
+        assert span is not None and ws is not None   # asked only for the regions the tiling planned
+        return GlobalTensor.contiguous(device, ws.addr + span[0], dtype, (count,))
 
     def go(kernel: Any, block_dim: int, *args: Any, name: str) -> None:
         launches.append(device.launch(stream, kernel, block_dim, *args, unit="vector", name=name))
@@ -1342,20 +1613,26 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
-        ct = tiling.cast_grad_tiling
+        ct = _planned(tiling.cast_grad_tiling)
         go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
     i_src = idx
     if tiling.cast_index_tiling is not None:
         i_src = region("idx32", nx.INT32, n_rows)
-        ct = tiling.cast_index_tiling
+        ct = _planned(tiling.cast_index_tiling)
         go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
     go(_v1_kernel, tiling.block_dim, tiling, i_src, g_src, acc, name="EmbeddingDenseGrad")
     if tiling.scale:
         go(_v1_scale_kernel, tiling.scale_block_dim, tiling, i_src, acc, name="EmbeddingDenseGradScale")
     if acc is not out:
-        ct = tiling.cast_out_tiling
+        ct = _planned(tiling.cast_out_tiling)
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
     return launches
+
+
+def _planned(ct: ElementwiseTiling | None) -> ElementwiseTiling:
+    """The tiling of a cast the call's path launches (planned whenever the path has the cast)."""
+    assert ct is not None
+    return ct
 
 
 def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad: GlobalTensor,
@@ -1376,10 +1653,12 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
        "clear the GM space of the operator output before implementation"). Modelled as a zero-fill
        launch like ZerosLike (assumption: the clean kernel's tiling is not public);
     6. ``EmbeddingDenseGradV2`` (op_api embedding_dense_grad.cpp: one ADD_TO_LAUNCHER_LIST_AICORE,
-       block_dim = coreNum of the tiling): :func:`_row_kernel` for fp32 rows with determinism
-       off (scaleGradByFreq inside the same launch); the deterministic and uncast fp16/bf16
-       kernels keep opsim's earlier model (:func:`_v2_kernel`, with separate EmbeddingCount and
-       EmbeddingDenseGradScale launches for scaleGradByFreq);
+       block_dim = coreNum of the tiling), the kernel its tiling key selects
+       (docs/sources.md#embedding-a2-determinist, #embedding-a2-uncast-half): :func:`_row_kernel`
+       for fp32 rows with determinism off (key 0/1), :func:`_det_kernel` for fp32 rows with
+       determinism on (key 10/11), :func:`_half_kernel` for uncast fp16/bf16 rows with
+       determinism on or off (key 0: the tiling's deterministic mode needs 4-byte rows);
+       scaleGradByFreq runs inside the same launch (ProcessAndScale);
     7. ``CastOut``: l0op::Cast to out's dtype when it differs (a same-dtype Cast launches
        nothing: assumption); l0op::ViewCopy into a contiguous out launches nothing (assumption:
        the executor writes the last result into out; a non-contiguous out is not modelled).
@@ -1387,19 +1666,19 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
     The small-dim branch (determinism off, embeddingDim <= 512, numWeights <= 2^24:
     CheckIsSmallDimMode) skips launches 3 and 4: CastGrad, CastIndices, MemSet, the small-dim
     EmbeddingDenseGradV2 (:func:`_small_dim_kernel`, embedding_dense_grad_v2_small_dim.h: each
-    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch), CastOut. opsim
-    runs it for fp32 rows (``tiling.small_dim_kernel``); for uncast fp16/bf16 rows the sort path
-    still runs (``tiling.small_dim`` says when the real call would differ)."""
+    core sorts its UB tiles of indices itself; scaleGradByFreq inside the launch; uncast
+    fp16/bf16 rows sum into the fp32 outCasted workspace and the same launch casts it into out),
+    CastOut."""
     n_rows, emb = tiling.n_rows, tiling.emb_dim
     g_src = grad
     if tiling.cast_grad:
         g_src = region("grad32", nx.FP32, n_rows * emb)
-        ct = tiling.cast_grad_tiling
+        ct = _planned(tiling.cast_grad_tiling)
         go(_cast_kernel, ct.block_dim, ct, grad, g_src, "none", name="CastGrad")
     i_src = idx
     if tiling.index_cast:
         i_src = region("idx32", nx.INT32, n_rows)
-        ct = tiling.cast_index_tiling
+        ct = _planned(tiling.cast_index_tiling)
         go(_cast_kernel, ct.block_dim, ct, idx, i_src, "trunc", name="CastIndices")
     if tiling.small_dim_kernel:
         # CheckIsSmallDimMode: no PorcessIndices (Sort) and no ZerosLike; EmbeddingDenseGradV2 gets
@@ -1407,29 +1686,35 @@ def _launch_v2(device: Any, go: Any, region: Any, tiling: EmbeddingTiling, grad:
         # MemSet clears (op_api aclnn_embedding_dense_backward.cpp, the else branch of
         # `is950 || !CheckIsSmallDimMode`); tiling key 100 (Tiling4SmallDim), block_dim = coreNum
         go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
-        go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, counts, name="EmbeddingDenseGradV2")
+        if tiling.region("outcast"):        # uncast fp16/bf16 rows: sums in the fp32 outCasted workspace
+            outcast = region("outcast", nx.FP32, tiling.num_weights * emb)
+            go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, outcast, counts, acc,
+               name="EmbeddingDenseGradV2")
+        else:
+            go(_small_dim_kernel, tiling.block_dim, tiling, i_src, g_src, acc, counts, name="EmbeddingDenseGradV2")
         if acc is not out:
-            ct = tiling.cast_out_tiling
+            ct = _planned(tiling.cast_out_tiling)
             go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
         return
     keys, pos = region("keys0", nx.INT32, n_rows), region("pos0", nx.INT32, n_rows)
-    ws = {name: (region(name, nx.INT32, tiling.region(name)[1] // 4) if tiling.region(name) else None)
-          for name in ("sws_k", "sws_p", "alist", "algk", "algp")}
+    ws = {name: region(name, nx.INT32, span[1] // 4)        # the sort's planned workspace regions
+          for name in ("sws_k", "sws_p", "alist", "algk", "algp") if (span := tiling.region(name))}
     go(_tik_sort_kernel, 1, tiling, i_src, keys, pos, ws, name="Sort")
-    old_counts = counts if not tiling.row_kernel else None
-    go(_zero_kernel, tiling.zero_block_dim, [acc] + ([old_counts] if old_counts is not None else []),
-       name="ZerosLike")
+    go(_zero_kernel, tiling.zero_block_dim, [acc], name="ZerosLike")
     go(_zero_kernel, tiling.zero_block_dim, [acc], name="MemSet")
-    if tiling.row_kernel:
-        go(_row_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
+    if tiling.det_kernel:
+        go(_det_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
+    elif tiling.half_kernel:
+        stage_idx = region("stage_idx", nx.INT32, tiling.block_dim * 2)
+        stage_span = tiling.region("stage")
+        assert stage_span is not None   # the half kernel's plan has a stage region
+        stage = region("stage", nx.FP32, stage_span[1] // 4)
+        go(_half_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, stage_idx, stage,
+           name="EmbeddingDenseGradV2")
     else:
-        if counts is not None:
-            go(_count_kernel, tiling.block_dim, tiling, keys, counts, name="EmbeddingCount")
-        go(_v2_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, name="EmbeddingDenseGradV2")
-        if counts is not None:
-            go(_scale_kernel, tiling.scale_block_dim, tiling, counts, acc, name="EmbeddingDenseGradScale")
+        go(_row_kernel, tiling.block_dim, tiling, keys, pos, g_src, acc, counts, name="EmbeddingDenseGradV2")
     if acc is not out:
-        ct = tiling.cast_out_tiling
+        ct = _planned(tiling.cast_out_tiling)
         go(_cast_kernel, ct.block_dim, ct, acc, out, "rint", name="CastOut")
 
 
@@ -1455,7 +1740,8 @@ def small_dim_rows(n_rows: int, block_dim: int, i: int) -> tuple[int, int]:
 
 
 def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTensor, grad: GlobalTensor,
-                      acc: GlobalTensor, counts: GlobalTensor | None = None) -> Iterator[Any]:
+                      acc: GlobalTensor, counts: GlobalTensor | None = None,
+                      out: GlobalTensor | None = None) -> Iterator[Any]:
     """EmbeddingDenseGradV2 small-dim kernel, fp32 rows (ops-nn index/embedding_dense_grad_v2/
     op_kernel/embedding_dense_grad_v2_small_dim.h, EmbeddingDenseGradV2SmallDimKernel::Process).
 
@@ -1483,19 +1769,34 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     With scaleGradByFreq (tiling key 101, embedding_dense_grad_v2.cpp ProcessAndScale<true,
     false>): InitWorkspace zeroes this core's share of the counts, SyncAll, the kernel above, whose
     CopyOut also adds the run length (scaleCount_, SetValue + PIPE_S_MTE3) atomically into the
-    counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch."""
+    counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch.
+
+    Uncast fp16/bf16 rows (``out`` given; isDifferentDtype_, docs/sources.md#embedding-a2-uncast-half):
+    ``acc`` is the fp32 outCasted workspace. SetGmAddr zeroes this core's share of it
+    (InitOutput: numWeights x embeddingDim / coreNum elements, the remainder on core 0; opsim
+    fills it from a zeroed UB buffer, the API's own loop is not public), PIPE_S_MTE3, SyncAll;
+    CopyIn loads the rows in grad's dtype (rows aligned to 16 elements) into the upper half of
+    the fp32 tile buffer and Casts the whole buffer to fp32 (CAST_NONE); the runs are summed in
+    fp32 and atomically added into outCasted; after the SyncAll each core casts its contiguous
+    share of outCasted (SplitOutCasted) to grad's dtype in pieces of the tile buffer
+    (CopyCastedOut: DataCopyPad in, PIPE_MTE2_V, Cast CAST_RINT, PIPE_V_MTE3, DataCopyPad to out,
+    PIPE_MTE3_S). The partial sums of one index meet in outCasted through fp32 atomics, so the
+    bits depend on their order (determinism off: this branch never runs with it on)."""
     scale = counts is not None
-    if scale:   # InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
+    half = out is not None
+    if counts is not None:   # scale: InitWorkspace (Tiling4Scale split of numWeights), as in _row_kernel
         yield from _zero_counts(ctx, tiling, counts)
     lo, hi = small_dim_rows(tiling.n_rows, ctx.block_dim, ctx.block_idx)
     emb, pad = tiling.emb_dim, tiling.padding_idx
-    ea = _align(emb, 8)                                     # embeddingDimAlign: rows padded to 32 B in UB
+    ea = _align(emb, 32 // grad.dtype.itemsize)             # embeddingDimAlign: rows padded to 32 B in UB
     rows = hi - lo
     copy_rows = min(tiling.sd_max_rows, rows)
     ia = _align(max(copy_rows, 1), 32)
     ibuf, pbuf, tmp2 = ctx.tbuf(ia * 4, nx.INT32), ctx.tbuf(ia * 4, nx.INT32), ctx.tbuf(ia * 4, nx.FP32)
     scratch = ctx.tbuf(ia * 12 * 2, nx.FP32)              # tmpQue_ + sortIndicesQue_
-    gbuf = ctx.tbuf(_slot(_align(_align(emb, 8) * max(copy_rows, 1), 16), 4), nx.FP32)
+    g_elems = _align(ea * max(copy_rows, 1), 16)            # gradAlignNum_ (fp32 elements)
+    gbuf = ctx.tbuf(_slot(g_elems, 4), nx.FP32)
+    g_half = gbuf.reinterpret(grad.dtype)[g_elems:2 * g_elems] if half else gbuf   # gradLocalCasted[GetSize()/2]
     accb = ctx.tbuf(_slot(emb, 4), nx.FP32)
     cnt_buf = ctx.tbuf(32, nx.FP32) if scale else None
     ev = {k: ctx.next_event_id(*k) for k in (("MTE2", "VECTOR"), ("VECTOR", "SCALAR"), ("SCALAR", "VECTOR"),
@@ -1506,6 +1807,23 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
         ctx.emit_set(a, b, ev[(a, b)])
         ctx.emit_wait(a, b, ev[(a, b)])
 
+    if half:    # SetGmAddr: InitOutput of this core's share of outCasted, PIPE_S_MTE3, SyncAll
+        total = tiling.num_weights * emb
+        blen = total // ctx.block_dim
+        spans = [(blen * ctx.block_idx, blen)]
+        if ctx.block_idx == 0 and total % ctx.block_dim:
+            spans.append((blen * ctx.block_dim, total % ctx.block_dim))
+        zn = min(max(max(k for _, k in spans), 1), ZERO_BUF_BYTES // 4)
+        z = ctx.tbuf(_slot(zn, 4), nx.FP32)
+        yield Duplicate(z, 0.0, count=zn)
+        sync("VECTOR", "MTE3")
+        for o0, k0 in spans:
+            for o in range(o0, o0 + k0, zn):
+                k = min(zn, o0 + k0 - o)
+                yield DataCopyPad(acc[o:o + k], z[0:k], k)
+        sync("MTE3", "SCALAR")
+        yield from _sync_all(5)
+        ctx.core.memory(ctx.core.local_memory).free(z.addr)
     if ctx.functional and rows > 0:
         vals = _peek(idx, lo, rows).astype(np.int64)
     else:
@@ -1519,11 +1837,13 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             sync("SCALAR", "MTE2")
         yield DataCopyPad(ibuf[0:n], idx[s:s + n], n)       # CopyIn
         if ea == emb:                                   # rows already 32 B: one contiguous copy
-            yield DataCopyPad(gbuf[0:n * emb], grad[s * emb:(s + n) * emb], n * emb)
+            yield DataCopyPad(g_half[0:n * emb], grad[s * emb:(s + n) * emb], n * emb)
         else:   # the real copy is one DataCopyPad of copyRow blocks padded to embeddingDimAlign;
             for r in range(n):                          # opsim's DataCopyPad has no block count
-                yield DataCopyPad(gbuf[r * ea:r * ea + emb], grad[(s + r) * emb:(s + r + 1) * emb], emb)
-        sync("MTE2", "VECTOR")                              # EnQue / DeQue
+                yield DataCopyPad(g_half[r * ea:r * ea + emb], grad[(s + r) * emb:(s + r + 1) * emb], emb)
+        sync("MTE2", "VECTOR")                              # EnQue / DeQue (PIPE_MTE2_V for 2-byte rows)
+        if half:                                            # Cast of the whole buffer, CAST_NONE
+            yield Cast(gbuf[0:g_elems], g_half[0:g_elems], "none", g_elems)
         na = _align(n, 32)
         yield Duplicate(tmp2, -1.0, count=na)               # SortIndices
         yield Cast(tmp2, ibuf, "round", count=n)
@@ -1555,7 +1875,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             yield SetAtomicAdd(nx.FP32)
             yield DataCopyPad(acc[key * emb:(key + 1) * emb], accb[0:emb], emb)
             yield SetAtomicNone()
-            if scale:                                       # tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
+            if counts is not None and cnt_buf is not None:   # scale: tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
                 yield ScalarOp(1, "SetValue count")
                 sync("SCALAR", "VECTOR")
                 yield Duplicate(cnt_buf, float(j - i), count=8)    # the scalar store, as an 8-lane write
@@ -1569,7 +1889,24 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             i = j
     sync("MTE3", "SCALAR")                                  # PIPE_MTE3_S
     yield from _sync_all(2)                                 # SyncAll
-    if scale:   # ProcessAndScale: SyncAll, tpipe.Destroy() (the kernel's UB freed), the scale kernel
+    if out is not None:     # SplitOutCasted + CopyCastedOut: this core's share of outCasted cast into out
+        total = tiling.num_weights * emb
+        tail, form_blocks = divmod(total, ctx.block_dim)
+        me = ctx.block_idx
+        length = tail + 1 if me < form_blocks else tail
+        start = me * (tail + 1) if me < form_blocks else form_blocks * (tail + 1) + (me - form_blocks) * tail
+        o_half = gbuf.reinterpret(out.dtype)
+        sync("VECTOR", "MTE2")
+        for o in range(start, start + length, g_elems):
+            k = min(g_elems, start + length - o)
+            sync("SCALAR", "MTE2")
+            yield DataCopyPad(gbuf[0:k], acc[o:o + k], k)
+            sync("MTE2", "VECTOR")                          # PIPE_MTE2_V
+            yield Cast(o_half[0:k], gbuf[0:k], "rint", k)
+            sync("VECTOR", "MTE3")                          # PIPE_V_MTE3
+            yield DataCopyPad(out[o:o + k], o_half[0:k], k)
+            sync("MTE3", "SCALAR")                          # PIPE_MTE3_S
+    if counts is not None and cnt_buf is not None:   # scale. ProcessAndScale: SyncAll, tpipe.Destroy(), scale kernel
         yield from _sync_all(1)
         sync("VECTOR", "MTE2")                              # the last ResetAddQue before the UB is reused
         ub = ctx.core.memory(ctx.core.local_memory)
@@ -1630,7 +1967,8 @@ def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np
     return {"out": acc}
 
 
-def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
     """The out opsim.run allocates when the caller gives none: [numWeights, embeddingDim], grad's dtype."""
     g = t.get("grad")
     nw = attrs.get("num_weights")
@@ -1671,7 +2009,8 @@ def example_shapes(spec: DeviceSpec, dtype: str = "fp32", shape: tuple[int, ...]
 #
 # The launches are the ones launch() queues, costed from the same tiling and the same cost
 # tables the simulator spends (kernels/analytic.py): ZerosLike, MemSet, the casts, the Sort and the
-# merge passes, EmbeddingCount, the accumulation kernel, the scale kernel, CastOut, each paying
+# merge passes, the accumulation kernel (with the counts and the scale inside it on Atlas A2), the
+# Atlas training series' scale kernel, CastOut, each paying
 # the launch overhead. What the real work takes from the index values is taken from the
 # data-independent pattern timing mode assumes (_assumed_indices: row i has index
 # i mod numWeights), so the estimate and a timing run price the same work: every index is
@@ -1710,6 +2049,8 @@ def _est_launch(spec: DeviceSpec, body: float, busy: Mapping[str, float], read: 
 def _est_zero(spec: DeviceSpec, block_dim: int, targets: Sequence[tuple[int, int]]) -> Any:
     """ZerosLike: one Duplicate of the zero buffer, then this block's share of every target in
     copies of the buffer, back to back on MTE3 (all blocks store at once)."""
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
+    assert spec.mte3 is not None
     buf = min(ZERO_BUF_BYTES, spec.ub.size // 2 // 32 * 32)
     _, rs = shared_rates(spec, 0, block_dim)
     st = spec.mte3.startup
@@ -1735,27 +2076,6 @@ def _est_cast(spec: DeviceSpec, ct: ElementwiseTiling, src: str, dst: str, from_
                         l2_loads=load if from_l2 else ())
     e = estimate_elementwise(spec, ct, work)
     return Estimate(**{**e.__dict__, "model": "embedding", "notes": name})
-
-
-def _est_count(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
-    """EmbeddingCount: per run of equal sorted indices a Duplicate and a 4 B atomic add
-    (two-deep queue); the scalar feed of sorted keys runs beside it on MTE2/SCALAR."""
-    bd = tiling.block_dim
-    rows = -(-tiling.n_rows // bd)
-    # one add per run of equal indices: rows / (gradRow / numWeights) runs when indices repeat
-    runs = rows * min(tiling.num_weights, tiling.n_rows) / max(tiling.n_rows, 1)
-    rl, rs = shared_rates(spec, bd, bd)
-    dup = vector_cycles(spec, "Duplicate", "fp32", 8)
-    add = dma_cycles(spec.mte3.startup, 4, rs)
-    period = max(dup, add, (dup + add) / 2)
-    chain = head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd) + runs * period + add
-    batches = -(-rows // INDEX_BATCH)
-    feed = (head_cycles(spec, "MTE2", bd) + batches * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
-            + (batches - 1) * math.ceil(INDEX_BATCH * spec.scalar.cycles_per_op))
-    busy = {"VECTOR": runs * dup, "MTE3": runs * add, "MTE2": feed,
-            "SCALAR": rows * spec.scalar.cycles_per_op}
-    return _est_launch(spec, max(chain, feed), busy, tiling.n_rows * 4, int(runs * bd * 4), bd,
-                       INDEX_BATCH * 4 + 2 * 32, "EmbeddingCount")
 
 
 def _run_end(p: int, n_rows: int, num_weights: int) -> int:
@@ -1803,6 +2123,7 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
         passes.append(tiling.emb_dim % tiling.e_chunk)
     if rows <= 0:
         passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
@@ -1845,6 +2166,8 @@ def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) 
     """EmbeddingDenseGradScale (A2): rows x fp32(1/count) through double-buffered queues, a
     tile of whole rows (one copy when rows are contiguous and aligned) or row chunks."""
     emb, nw, bd = tiling.emb_dim, tiling.num_weights, tiling.scale_block_dim
+    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
+    assert spec.mte2 is not None
     per_buf = (spec.ub.size - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8
     ep = _pad8(emb)
     rows = -(-nw // bd)
@@ -1860,11 +2183,11 @@ def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) 
         e = pipeline_estimate(spec, block_dim=bd, per_core=rows, last_core=max(last, 0), tile_length=rows_per_tile,
                               buffer_num=2, work=work, cores=spec.vector_cores, ub_bytes=4 * per_buf * 4)
     else:
-        def work(n: int) -> TileWork:
+        def work_flat(n: int) -> TileWork:
             return TileWork(loads=() if acc_from_l2 else (n * 4,), vector=(("Muls", "fp32", n),), stores=(n * 4,),
                             l2_loads=(n * 4,) if acc_from_l2 else ())
         e = pipeline_estimate(spec, block_dim=bd, per_core=rows * emb, last_core=max(last, 0) * emb,
-                              tile_length=per_buf, buffer_num=2, work=work, cores=spec.vector_cores,
+                              tile_length=per_buf, buffer_num=2, work=work_flat, cores=spec.vector_cores,
                               ub_bytes=4 * per_buf * 4)
     rl, _ = shared_rates(spec, bd, 0)
     feed = -(-rows // INDEX_BATCH) * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
@@ -1881,6 +2204,7 @@ def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_i
     (owner 0 is the busiest under the assumed indices)."""
     bd, nb, emb, ec = tiling.block_dim, tiling.ub_indices, tiling.emb_dim, tiling.e_chunk
     n_rows, nw = tiling.n_rows, max(tiling.num_weights, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
     rl, _ = shared_rates(spec, bd, 0)
@@ -1923,6 +2247,7 @@ def _est_v1_scale(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool, 
     bd, nb, emb = tiling.scale_block_dim, tiling.ub_indices, tiling.emb_dim
     n_rows = tiling.n_rows
     rows = tiling.rows_per_owner
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     # every core reads the same index blocks at about the same time: one misses, the rest hit
     idx_rate = l2_read_rate(spec, bd) if spec.l2 is not None else shared_rates(spec, bd, 0)[0]
@@ -1948,6 +2273,7 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     n, nb, batches = tiling.n_rows, tiling.sort_tile, tiling.sort_runs
     rl, rs = shared_rates(spec, 1, 1)
     rl2 = l2_read_rate(spec, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     ld = lambda b: dma_cycles(st2, b, rl)          # noqa: E731  (host-written indices: HBM)
@@ -2004,6 +2330,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
     rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
@@ -2028,11 +2355,19 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
                       int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
                       "EmbeddingDenseGradV2")
+    return _with_scale(spec, tiling, est)
+
+
+def _with_scale(spec: DeviceSpec, tiling: EmbeddingTiling, est: Any) -> Any:
+    """ProcessAndScale (keys 1, 11): counts zeroed (InitWorkspace), two SyncAlls, then the scale
+    kernel's rows, inside the accumulation kernel's launch."""
     if not tiling.scale:
         return est
-    # ProcessAndScale: counts zeroed (InitWorkspace), two SyncAlls, then the scale kernel's rows
+    bd = tiling.block_dim
+    _, rs = shared_rates(spec, 0, 1)
     scale = _est_scale_v2(spec, tiling, _fits_l2(spec, tiling.num_weights * tiling.emb_dim * 4))
-    zero = dma_cycles(st3, -(-tiling.num_weights // bd) * 4, rs)
+    assert spec.mte3 is not None        # required of every Ascend spec (devices/spec.py)
+    zero = dma_cycles(spec.mte3.startup, -(-tiling.num_weights // bd) * 4, rs)
     return Estimate(**{**est.__dict__, "cycles": est.cycles + zero + scale.cycles - spec.launch.overhead,
                        "pipe_busy": {p: est.pipe_busy.get(p, 0) + scale.pipe_busy.get(p, 0)
                                      for p in set(est.pipe_busy) | set(scale.pipe_busy)},
@@ -2054,6 +2389,7 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
     keys = _assumed_indices(tiling.n_rows, nw)[lo:hi]
     rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, 1)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
@@ -2119,6 +2455,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         if out is not None and out.numel:
             parts.append(_est_zero(spec, tiling.zero_block_dim, [(out.numel, out.dtype.itemsize)]))
         return _finish(parts, tiling)
+    assert out is not None              # validated (or inferred): out is required
     acc_ws = tiling.region("acc32") is not None
     acc_item = 4 if acc_ws else out.dtype.itemsize
     acc_bytes = nw * emb * acc_item
@@ -2128,7 +2465,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     parts.append(_est_zero(spec, tiling.zero_block_dim, targets))
     grad_bytes = n_rows * emb * 4
     if tiling.cast_grad:
-        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_grad_tiling), tiling.grad_dtype, "fp32", False, "CastGrad"))
     # a tensor written by an earlier launch is read back from L2 if it and what the call
     # touched since fit: grad32 (after it, the sort and the rows the flushes add into); the
     # accumulator (after it, the rows the gathers read)
@@ -2154,9 +2491,10 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     parts: list = []
     grad_bytes = n_rows * emb * 4
     if tiling.cast_grad:
-        parts.append(_est_cast(spec, tiling.cast_grad_tiling, tiling.grad_dtype, "fp32", False, "CastGrad"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_grad_tiling), tiling.grad_dtype, "fp32", False, "CastGrad"))
     if tiling.index_cast:
-        parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
+        parts.append(_est_cast(spec, _planned(tiling.cast_index_tiling), tiling.index_dtype, "int32", False,
+                                "CastIndices"))
     if tiling.small_dim_kernel:                           # no Sort, no ZerosLike (see _launch_v2)
         parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
         parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
@@ -2167,8 +2505,7 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
             parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
         return _finish(parts, tiling)
     parts.append(_est_tik_sort(spec, tiling))
-    old_counts = tiling.region("counts") is not None and not tiling.row_kernel
-    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)] + ([(nw, 4)] if old_counts else [])))
+    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
     parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
     parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
     flushed = int(_assumed_flushes(tiling)) * emb * acc_item
@@ -2177,12 +2514,8 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
     if tiling.row_kernel:
         parts.append(_est_row_kernel(spec, tiling))
-    else:
-        if tiling.scale:
-            parts.append(_est_count(spec, tiling))
-        parts.append(_est_v2(spec, tiling, grad_l2))
-        if tiling.scale:
-            parts.append(_est_scale_v2(spec, tiling, acc_l2))
+    else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
+        parts.append(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(parts, tiling)

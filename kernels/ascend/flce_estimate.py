@@ -400,6 +400,8 @@ class _CubeCosts:
     def __init__(self, spec: DeviceSpec, tiling: FlceTiling, rates: tuple[float, float, float]) -> None:
         self.spec = spec
         self.item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+        # FLCE is validated for parts with a cube, its Fixpipe and MTE2 (kernels' product check)
+        assert spec.cube is not None and spec.fixp is not None and spec.mte2 is not None
         self.macs = spec.cube.macs_per_cycle[tiling.dtype]
         self.frac = spec.cube.m * spec.cube.k * spec.cube.n
         self.hbm, self.l2, self.fixp = rates     # per-transfer bytes/cycle: misses, hits, Fixpipe
@@ -426,9 +428,11 @@ class _CubeCosts:
 
     def mmad(self, m: int, k: int, n: int) -> int:
         c = self.spec.cube
+        assert c is not None                # checked in __init__
         return math.ceil(ceil_div(m, c.m) * ceil_div(k, c.k) * ceil_div(n, c.n) * self.frac / self.macs)
 
     def fixpipe(self, m: int, n: int, out_item: int) -> int:
+        assert self.spec.fixp is not None   # checked in __init__
         return self.spec.fixp.startup + math.ceil(m * n * out_item / self.fixp)
 
 
@@ -507,6 +511,7 @@ class _CubeCore:
         acc = self.co1.deque()
         cyc = costs.fixpipe(ml, nl, out_item)
         c.op("FIXP", cyc + c.head(spec, "FIXP", bd))
+        assert spec.fixp is not None        # checked by _CubeCosts
         busy["~fixp"] = busy.get("~fixp", 0.0) + cyc - spec.fixp.startup
         self.co1.free(acc)
 
@@ -546,6 +551,7 @@ def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set
     span = max(end - start, 1.0)
     per_cycle = sum(cc.core.busy.get("~bytes", 0.0) for cc in cores) / span
     item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    assert spec.mte2 is not None            # required of every Ascend spec (devices/spec.py)
     gm_read = float(spec.rates.gm_read or spec.mte2.base)
     l2_read = float(spec.rates.l2_read or gm_read)
     apart = set()
@@ -571,6 +577,7 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
     the fraction of the time the cores keep transfers in flight (two passes)."""
     cap_hbm = spec.bytes_per_cycle(spec.gm.bandwidth)
     cap_l2 = spec.bytes_per_cycle(spec.l2.bandwidth) if spec.l2 is not None else 0.0
+    assert spec.mte2 is not None and spec.fixp is not None   # Ascend spec; FLCE parts have a Fixpipe
     gm_read = float(spec.rates.gm_read or spec.mte2.base)
     l2_read = float(spec.rates.l2_read or gm_read)
     fixp = float(spec.fixp.base)
@@ -654,10 +661,11 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
                     + vector_cycles(spec, "Div", "fp32", n))
         costs.append([max(beside, hit), store_prev, max(alone, hit), vec])
     # the store of chunk k runs beside the load of chunk k + 1
-    costs = [(ld, costs[(k + 1) % len(costs)][1], alone, vec) for k, (ld, _, alone, vec) in enumerate(costs)]
+    costs = [[ld, costs[(k + 1) % len(costs)][1], alone, vec] for k, (ld, _, alone, vec) in enumerate(costs)]
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     meta_copies = 3 + (2 if ms else 0)
-    state = {"slot": 0, "used": [False, False], "first": True}
+    state: dict[str, Any] = {"slot": 0, "used": [False, False], "first": True}
 
     def row() -> None:
         used = state["used"]

@@ -40,7 +40,7 @@ from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, Cros
                             LoadData, Mmad, align16, ceil_div, nz_bytes)
 from opsim.simulator.device import MixKernel
 from opsim.simulator.errors import MemoryFault
-from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, vector_cost
+from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, VectorOp, vector_cost
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor
 
@@ -105,6 +105,8 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     ig, wg = t.get("input_grad"), t.get("weight_grad")
     # null
     check_not_null(grad=g, input=x, weight=w, targetMask=tm, maskedTarget=mt, inputGradOut=ig, weightGradOut=wg)
+    assert x is not None and w is not None and g is not None and tm is not None and mt is not None \
+        and ig is not None and wg is not None           # checked just above
     if sm is None and (lm is None or se is None):
         missing = " and ".join(n for n, d in (("logitsMaxOptional", lm), ("sumExpLogitsOptional", se)) if d is None)
         raise OpError(ACLNN_ERR_PARAM_NULLPTR,
@@ -449,6 +451,7 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     out_items = ((4,) if mode == MEMORY_SAVING else ()) + (item, item)
     assignment = _assign(matmuls, phases, block_dim, item, out_items, spec.l2.size if spec.l2 is not None else 0)
     # vector side: a row of V fp32 (padded to 64 B) per buffer; split when it does not fit
+    assert spec.ub is not None              # required of every Ascend spec (devices/spec.py)
     ub = spec.ub.size
     max_chunk = ((ub - TBUF_BYTES) // 2 // 4) // (ROW_ALIGN // 4) * (ROW_ALIGN // 4)
     if max_chunk < 16:
@@ -518,23 +521,26 @@ class MaskBitRef:
         return b & 1 if self.bit < 0 else (b >> self.bit) & 1
 
 
-class _RefScalar:
+class _RefScalar(VectorOp):
     """Mixin: the scalar operand comes from a ScalarRef when the instruction executes."""
 
+    ref: ScalarRef                             # a slot of each concrete class
+
     def issue(self, pipe: Any) -> int:
-        self.ref.check()                       # type: ignore[attr-defined]
-        return super().issue(pipe)             # type: ignore[misc]
+        self.ref.check()
+        return super().issue(pipe)
 
     def accesses(self, pipe: Any) -> tuple:
-        return (self.ref.access(), *super().accesses(pipe))   # type: ignore[attr-defined,misc]
+        return (self.ref.access(), *super().accesses(pipe))
 
     def complete(self, pipe: Any) -> None:
         if pipe.core.device.functional:
-            self.scalar = self.ref.value()     # type: ignore[attr-defined]
-        super().complete(pipe)                 # type: ignore[misc]
+            self.scalar = self.ref.value()
+        super().complete(pipe)
 
 
-class AddsRef(_RefScalar, Adds):
+# Adds, Muls and Div are classes made by type() in simulator/isa.py, which mypy cannot follow
+class AddsRef(_RefScalar, Adds):  # type: ignore[valid-type,misc]
     """Adds(dst, src, s) with s read from UB (−logitsMax[row])."""
 
     __slots__ = ("ref",)
@@ -544,7 +550,7 @@ class AddsRef(_RefScalar, Adds):
         self.ref = ref
 
 
-class MulsRef(_RefScalar, Muls):
+class MulsRef(_RefScalar, Muls):  # type: ignore[valid-type,misc]  # as AddsRef
     """Muls(dst, src, s) with s read from UB (grad[row])."""
 
     __slots__ = ("ref",)
@@ -554,7 +560,7 @@ class MulsRef(_RefScalar, Muls):
         self.ref = ref
 
 
-class DivRef(_RefScalar, Div):
+class DivRef(_RefScalar, Div):  # type: ignore[valid-type,misc]  # as AddsRef
     """A true divide by sumExpLogits[row]. The kernel duplicates the scalar into a 256 B block
     and divides with a zero source-1 repeat stride; modelled as one Div of ``count`` elements."""
 
@@ -592,7 +598,7 @@ class TargetUpdate(Instruction):
         update = 1 - self.mask.value()
         if update == 0:
             return                          # subtracting 0 leaves the row as it is
-        t = self.target.value()
+        t = int(self.target.value())        # maskedTarget is INT32/INT64: an int already
         if not 0 <= t < self.v:
             raise MemoryFault(f"maskedTarget[{self.row}] = {t} is outside [0, {self.v}) of the vocabulary "
                               f"partition although targetMask[{self.row}] = 0", address=self.buf.addr)
@@ -696,10 +702,11 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
             mask_t = meta[offsets["mask"]:offsets["mask"] + nb].reinterpret(nx.BOOL)
             yield DataCopyPad(mask_t, ops.target_mask[b0:b0 + nb], nb)
         if ms:
+            assert ops.logits_max is not None and ops.sum_exp_logits is not None   # memory-saving mode has them
             max_t = meta[offsets["max"]:offsets["max"] + nb * 4].reinterpret(nx.FP32)
             sum_t = meta[offsets["sum"]:offsets["sum"] + nb * 4].reinterpret(nx.FP32)
-            yield DataCopyPad(max_t, ops.logits_max[b0:b0 + nb], nb)      # type: ignore[index]
-            yield DataCopyPad(sum_t, ops.sum_exp_logits[b0:b0 + nb], nb)  # type: ignore[index]
+            yield DataCopyPad(max_t, ops.logits_max[b0:b0 + nb], nb)
+            yield DataCopyPad(sum_t, ops.sum_exp_logits[b0:b0 + nb], nb)
         meta_q.enque(meta)
         meta = meta_q.deque()
         for i in range(nb):
@@ -757,11 +764,12 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
     mine = tiling.assignment[ctx.block_idx] if ctx.block_idx < len(tiling.assignment) else ()
     dt = nx.dtype(tiling.dtype)
     if tiling.mode == MEMORY_SAVING:
+        assert ops.logits is not None       # the memory-saving mode keeps the logits in the workspace
         # logits = input · Wᵀ: A = input (M = BT, K = H), B = Wᵀ (W stored N x K)
         for i, tm, tn in mine:
             if i == 0:
                 yield from _matmul_tile(ctx, qs, tiling.matmuls[0], ops.input, False, ops.weight, True,
-                                        ops.logits, tm, tn, dt, coarse)   # type: ignore[arg-type]
+                                        ops.logits, tm, tn, dt, coarse)
         # every cube core done (mode 0), then release this group's vector cores (mode 2)
         yield CrossCoreSetFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
         yield CrossCoreWaitFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")

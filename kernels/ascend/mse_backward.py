@@ -37,6 +37,7 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     """The documented checks in the documented order (docs/sources.md#mse-checks), then product support."""
     g, x, y, out = t.get("grad_output"), t.get("self"), t.get("target"), t.get("out")
     check_not_null(gradOutput=g, self=x, target=y, out=out)
+    assert g is not None and x is not None and y is not None and out is not None   # checked just above
     check_same_dtype("self", x, gradOutput=g, target=y)
     check_dtype_in(supported_dtypes(spec), spec.product, self=x, out=out)
     # The library casts to out's dtype after the kernel (docs/sources.md#mse-checks); the simulated call
@@ -175,7 +176,8 @@ def truth(a: Mapping[str, np.ndarray], attrs: Mapping[str, Any]) -> dict[str, np
     return {"out": (x - y) * cof * g}
 
 
-def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mapping[str, Any]) -> dict[str, TensorDesc]:
+def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
+          attrs: Mapping[str, Any]) -> dict[str, TensorDesc | None]:
     """The output opsim.run allocates when the caller gives none: the broadcast shape, self's dtype."""
     g, x, y = t.get("grad_output"), t.get("self"), t.get("target")
     if g is None or x is None or y is None:

@@ -56,10 +56,11 @@ def property(prop: str) -> int:  # noqa: A001 - pyasc's name
     if spec is None:
         from opsim.api import device_spec
         spec = device_spec(get_device())
-    if prop == TOTAL_L0C_SIZE:
-        return spec.l0c.size
-    if prop == TOTAL_L1_SIZE:
-        return spec.l1.size
+    if prop in (TOTAL_L0C_SIZE, TOTAL_L1_SIZE):
+        buf = spec.l0c if prop == TOTAL_L0C_SIZE else spec.l1
+        if buf is None:
+            raise ValueError(f"platform property {prop!r}: {spec.name} has no cube unit (no L0C/L1)")
+        return buf.size
     raise ValueError(f"unknown platform property {prop!r}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from greenlet import greenlet, getcurrent
@@ -36,7 +37,7 @@ class KernelExit(Exception):
 
 def call_site() -> str:
     """"file.py:line" of the innermost stack frame outside opsim.asc (the kernel's source)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_PKG_DIR):
@@ -82,7 +83,9 @@ class BlockState:
         """Hand the buffered instructions to the dispatcher now."""
         if self.buffer:
             buf, self.buffer = self.buffer, []
-            getcurrent().parent.switch(buf)
+            parent = getcurrent().parent
+            assert parent is not None   # flush runs inside the block's greenlet, never the root
+            parent.switch(buf)
 
     # -- flags reserved by the framework (queues, barriers, matmul hand-offs) ---------------------
     def reserved_event(self, src: str, dst: str) -> int:
@@ -114,7 +117,7 @@ def in_kernel() -> bool:
 def run_block(state: BlockState, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Iterator[Any]:
     """A generator of the block's instructions: runs ``fn(*args, **kwargs)`` in a greenlet."""
 
-    def body() -> None:
+    def body() -> list | None:
         try:
             fn(*args, **kwargs)
         except KernelExit:

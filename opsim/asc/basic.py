@@ -216,7 +216,7 @@ def _scalar(v: Any) -> Any:
     return float(v)
 
 
-def _binary(cls: type, name: str):
+def _binary(cls: type[isa.VectorOp], name: str):
     def op(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
@@ -227,7 +227,7 @@ def _binary(cls: type, name: str):
     return op
 
 
-def _unary(cls: type, name: str):
+def _unary(cls: type[isa.VectorOp], name: str):
     def op(dst: LocalTensor, src: LocalTensor, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
@@ -238,7 +238,7 @@ def _unary(cls: type, name: str):
     return op
 
 
-def _with_scalar(cls: type, name: str):
+def _with_scalar(cls: type[isa.VectorOp], name: str):
     def op(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         n = _count_of(name, dst, args, kwargs)
@@ -321,7 +321,7 @@ def select(dst: LocalTensor, sel_mask: LocalTensor, src0: LocalTensor, src1: Any
         raise _core.unsupported(f"select in {mode.name}")
 
 
-def _reduce(cls: type, name: str):
+def _reduce(cls: type[isa_ext.ReduceOp], name: str):
     def op(dst: LocalTensor, src: LocalTensor, shared_tmp_buffer: LocalTensor, *args: Any, **kwargs: Any) -> None:
         state = _core.current()
         if kwargs.pop("cal_index", False) or (len(args) in (2, 4) and args[-1] is True):
@@ -340,7 +340,7 @@ reduce_max = _reduce(isa_ext.ReduceMax, "reduce_max")
 reduce_min = _reduce(isa_ext.ReduceMin, "reduce_min")
 
 
-def _whole(cls: type, name: str, indexed: bool):
+def _whole(cls: type[isa_ext.WholeReduce], name: str, indexed: bool):
     def op(dst: LocalTensor, src: LocalTensor, mask: Any, repeat_time: int, dst_rep_stride: int,
            src_blk_stride: int, src_rep_stride: int, order: ReduceOrder = ReduceOrder.ORDER_VALUE_INDEX,
            is_set_mask: bool = True) -> None:

@@ -54,10 +54,10 @@ def data_copy_cube(state: _core.BlockState, dst: Any, src: Any, params: Any) -> 
     if isinstance(params, DataCopyCO12DstParams):
         if not (isinstance(dst, GlobalTensor) and isinstance(src, LocalTensor)):
             raise _core.unsupported("data_copy with DataCopyCO12DstParams other than L0C -> GM")
-        p = params
-        if not p.nz2nd_en:
+        co = params
+        if not co.nz2nd_en:
             raise _core.unsupported("L0C -> GM in NZ (nz2nd_en=False)")
-        _fixpipe(state, dst, src, p.m_size, p.n_size, p.src_stride, p.dst_stride, bool(p.relu_pre))
+        _fixpipe(state, dst, src, co.m_size, co.n_size, co.src_stride, co.dst_stride, bool(co.relu_pre))
         return
     raise _core.unsupported(f"data_copy with {type(params).__name__}")
 

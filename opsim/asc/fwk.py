@@ -173,6 +173,7 @@ class TQue:
         # flag is left set when the block ends
         for i, pending in enumerate(self._pending_free):
             if pending:
+                assert self._state is not None   # a queue that took allocations was initialised
                 self._state.emit(WaitFlag(self.consumer, self.producer, self.event_ids[i]), origin=self._site)
                 self._pending_free[i] = False
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from opsim.asc import _core
 from opsim.asc.tensor import GlobalAddress
+from opsim.stats import RunStats
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device, MixKernel
 from opsim.simulator.errors import SimulatorError
@@ -70,7 +71,7 @@ class KernelResult:
     outputs: dict[str, np.ndarray]
     cycles: int
     time_us: float
-    stats: dict[str, Any]
+    stats: RunStats
     trace: Any = field(default=None, repr=False)
     tiling: Any = None
     sanitizer: Any = None

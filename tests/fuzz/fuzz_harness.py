@@ -4,17 +4,20 @@ attribute lookup).
 
 Profiles: every fuzz test comes in two sizes, ``*_quick`` in the default lane (a few hundred
 calls per surface) and ``*_ci`` marked ``slow`` (>= 10,000 calls per surface; the CI lane runs
-``-m slow``). Both are derandomized -- the same calls on every run and machine -- and keep no
-example database. ``OPSIM_FUZZ_SCALE`` (a number, default 1) multiplies the example counts of
-both, for a longer search by hand.
+``-m slow``). Both are derandomized -- the same calls on every run and machine, whatever ran
+before them in the process (see _import_every_opsim_module) -- and keep no example database.
+``OPSIM_FUZZ_SCALE`` (a number, default 1) multiplies the example counts of both, for a longer
+search by hand.
 
 The counters are summed over the session and printed at its end (tests/fuzz/conftest.py), so a
 CI log shows how many calls ran and what came back.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import os
+import pkgutil
 import traceback
 from collections import Counter
 from pathlib import Path
@@ -28,6 +31,24 @@ import opsim
 from opsim.simulator.memory import PAGE
 
 SCALE = float(os.environ.get("OPSIM_FUZZ_SCALE", "1"))
+
+
+def _import_every_opsim_module() -> None:
+    """Import all of opsim before any example is generated.
+
+    Hypothesis (>= 6.131) draws, now and then, a constant found in the source of the non-test
+    modules already imported ("local constants"). Which opsim modules are imported depends on
+    what ran before in the process (the acl suite loads the aclnn kernels, for one), so the
+    same derandomized test generated different calls alone and after another suite. With
+    every module imported up front the pool, and so the calls, no longer depend on order."""
+    for name in ("opsim", "opsim.simulator", "opsim.kernels", "opsim.traces", "opsim.devices"):
+        pkg = importlib.import_module(name)
+        for mod in pkgutil.walk_packages(pkg.__path__, name + "."):
+            if not mod.name.endswith(".__main__"):      # __main__ would run the CLI
+                importlib.import_module(mod.name)
+
+
+_import_every_opsim_module()
 
 
 def fuzz_settings(max_examples: int) -> settings:
@@ -55,6 +76,13 @@ def raised_on_purpose(exc: BaseException) -> bool:
     if _ROOT not in path.parents or "site-packages" in path.parts or "tests" in path.relative_to(_ROOT).parts:
         return False
     return "raise" in (last.line or "")
+
+
+def c_int(value: Any) -> bool:
+    """Whether the C boundary takes ``value`` as an integer argument: a Python or numpy integer,
+    never a bool. The output models of the suites use it, so a call given np.int64(1) bytes is
+    expected to write that one byte (as C would, for any integer type)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def record(kind: str, detail: str) -> None:

@@ -23,7 +23,7 @@ from opsim.kernels import aclnn
 from opsim.simulator import acl
 from opsim.simulator.acl import AclRuntime, AclTensor
 
-from fuzz_harness import COUNTS, _python_text, changed_outside, fuzz_settings, garbage, record, snapshot
+from fuzz_harness import COUNTS, _python_text, c_int, changed_outside, fuzz_settings, garbage, record, snapshot
 
 ACL_CODES = {0, 100000, 100001, 100002, 200000, 200003, 107000, 107001, 507015}
 ACLNN_CODES = {0, 161001, 161002, 361001, 561002}
@@ -233,13 +233,13 @@ def act_memcpy(s: Session, data: Any) -> None:
         src = pick(data, ptrs + hosts)
         count = data.draw(st.one_of(st.integers(-8, 300), garbage()))
         dmax = data.draw(st.one_of(st.just(count), st.integers(0, 300), garbage()))
-    listed = isinstance(count, int) and not isinstance(count, bool) and count < 0
+    listed = c_int(count) and count < 0
     non_contig = isinstance(dst, np.ndarray) and not dst.flags.c_contiguous and (_eq(kind, 0) or _eq(kind, 2)) \
         and not _eq(count, 0)
     if isinstance(dst, np.ndarray):
         dst = dst.copy() if dst.flags.c_contiguous else np.zeros(64, np.float32)[::2]
     bad = not all(isinstance(v, (int, np.ndarray, bytes)) for v in (dst, src)) or not isinstance(count, int)
-    out = [(owner, dst, count)] if isinstance(dst, int) and isinstance(count, int) and count > 0 else []
+    out = [(owner, int(dst), int(count))] if c_int(dst) and c_int(count) and count > 0 else []
     # a copy takes simulated time on the host link, during which kernels already queued on this
     # runtime's streams keep running: their outputs may change too
     out += list(s.pending[owner])

@@ -75,6 +75,13 @@ def test_estimate_at_two_to_the_34_elements_answers_with_little_host_memory():
     assert rss_kb < 200 * 1024, rss_kb
 
 
+def test_a_simulator_error_is_named_once_on_the_command_line(capsys):
+    # 2^34 fp32 elements per operand need 256 GiB of HBM, more than any product has
+    assert main(["run", "mse_loss_backward", "--mode", "estimate", "--shape", "131072x131072"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opsim: CapacityError: mse_loss_backward needs") and err.count("CapacityError") == 1
+
+
 def test_full_mode_refuses_operands_over_the_host_memory_budget_before_making_them(capsys, monkeypatch):
     monkeypatch.setenv("OPSIM_HOST_MEMORY_BUDGET", "64M")
     assert main(["run", "mse_loss_backward", "--shape", "16384x65536"]) == 2

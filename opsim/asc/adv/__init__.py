@@ -56,6 +56,27 @@ class TCubeTiling:
     FIELDS = ("used_core_num", "m", "n", "k_a", "k_b", "single_core_m", "single_core_n", "single_core_k",
               "base_m", "base_n", "base_k", "step_m", "step_n", "step_ka", "step_kb", "depth_a1", "depth_b1",
               "is_bias", "iterate_order", "db_l0c")
+    # the FIELDS, each a TilingInt (set by __init__ / fill)
+    used_core_num: TilingInt
+    m: TilingInt
+    n: TilingInt
+    k_a: TilingInt
+    k_b: TilingInt
+    single_core_m: TilingInt
+    single_core_n: TilingInt
+    single_core_k: TilingInt
+    base_m: TilingInt
+    base_n: TilingInt
+    base_k: TilingInt
+    step_m: TilingInt
+    step_n: TilingInt
+    step_ka: TilingInt
+    step_kb: TilingInt
+    depth_a1: TilingInt
+    depth_b1: TilingInt
+    is_bias: TilingInt
+    iterate_order: TilingInt
+    db_l0c: TilingInt
 
     def __init__(self, **values: int) -> None:
         for f in self.FIELDS:
@@ -304,6 +325,7 @@ class Matmul:
 
     def _engine_for(self, dt: nx.DType) -> _CubeEngine:
         if self._engine is None:
+            assert self.tiling is not None      # _operands() checked it (every caller calls it first)
             self._engine = _CubeEngine(self.state, self.tiling, dt)
         return self._engine
 
@@ -314,6 +336,7 @@ class Matmul:
             raise _core.unsupported("Matmul.iterate_all with atomic accumulation")
         site = _core.call_site()
         ops = self._operands()
+        assert self.tiling is not None          # _operands() checked it
         c = _gm(gm, ops.rows, ops.cols, int(self.tiling.n))
         if self._local():
             serve_all(self.state, self._engine_for(ops.a.dtype), ops, c, site)
@@ -337,6 +360,7 @@ class Matmul:
         site = _core.call_site()
         ops = self._operands()
         t = self.tiling
+        assert t is not None                    # _operands() checked it
         sub = st.ctx.sub_block_idx
         n_tiles = _cdiv(ops.rows, int(t.base_m)) * _cdiv(ops.cols, int(t.base_n))
         if self._slots is None:
@@ -357,6 +381,7 @@ class Matmul:
     def _iterate_here(self, ops: _Operands, n_tiles: int, site: str) -> Iterator[int]:
         st = self.state
         engine = self._engine_for(ops.a.dtype)
+        assert self.tiling is not None and self._slots is not None   # _iterate set both up
         bm, bn = int(self.tiling.base_m), int(self.tiling.base_n)
         self._ev_ready = st.reserved_event("FIXP", st.core.load_pipe)
         self._ev_free = st.reserved_event(st.core.load_pipe, "FIXP")
@@ -382,6 +407,7 @@ class Matmul:
             raise SimulatorError(f"get_tensor_c outside an iterate() loop (at {_core.call_site()})")
         site = _core.call_site()
         t = self.tiling
+        assert t is not None                    # iterate() checked it (the slots exist)
         sub = st.ctx.sub_block_idx
         n = int(t.base_m) * int(t.base_n)
         if dst.sim.dtype != nx.FP32:

@@ -132,6 +132,7 @@ class MultiCoreMatmulTiling:
             key = (scm * scn, scm + scn, used)
             if best is None or key < best[0]:
                 best = (key, scm, scn)
+        assert best is not None             # dim >= 1: the loop ran at least once
         return best[1], best[2]
 
     def get_tiling(self, tiling: Any) -> int:
