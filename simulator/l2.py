@@ -24,35 +24,50 @@ decides what an entry stands for.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from itertools import repeat
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, overload
 
 import numpy as np
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
 
 
-class StridedRuns:
-    """``count`` runs of ``run`` bytes, ``stride`` bytes apart from address ``a0``: the rows of a
-    strided transfer (a tile of a matrix), as (address, bytes) pairs when iterated.
+class StridedRuns(Sequence[tuple[int, int]]):
+    """``rows`` runs of ``run`` bytes, ``stride`` bytes apart from address ``a0``: the rows of a
+    strided transfer (a tile of a matrix), a sequence of (address, bytes) pairs.
 
     :meth:`L2Cache.access_runs` walks the lines of such rows without making the pairs: a cube
     tile load touches hundreds of rows of one line each, and the per-row bookkeeping was most of
     the L2 model's cost.
     """
 
-    __slots__ = ("a0", "stride", "run", "count")
+    __slots__ = ("a0", "stride", "run", "rows")
 
-    def __init__(self, a0: int, stride: int, run: int, count: int) -> None:
-        self.a0, self.stride, self.run, self.count = a0, stride, run, count
+    def __init__(self, a0: int, stride: int, run: int, rows: int) -> None:
+        self.a0, self.stride, self.run, self.rows = a0, stride, run, rows
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         if self.stride:
-            return zip(range(self.a0, self.a0 + self.stride * self.count, self.stride), repeat(self.run))
-        return repeat((self.a0, self.run), max(self.count, 0))
+            return zip(range(self.a0, self.a0 + self.stride * self.rows, self.stride), repeat(self.run))
+        return repeat((self.a0, self.run), max(self.rows, 0))
 
     def __len__(self) -> int:
-        return max(self.count, 0)
+        return max(self.rows, 0)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, int]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        k = i + len(self) if i < 0 else i
+        if not 0 <= k < len(self):
+            raise IndexError(f"row {i} of {len(self)}")
+        return (self.a0 + k * self.stride, self.run)
 
 
 class L2Cache:
@@ -118,7 +133,7 @@ class L2Cache:
         if type(runs) is StridedRuns and runs.run > 0 and runs.a0 % c + runs.run <= c \
                 and runs.stride % c == 0:
             # every row lies in one line, and the rows' lines are equally spaced
-            return self._access_rows(runs.a0 // c, runs.stride // c, runs.count, runs.run, write)
+            return self._access_rows(runs.a0 // c, runs.stride // c, runs.rows, runs.run, write)
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
