@@ -63,12 +63,13 @@ def ceil_div(a: int, b: int) -> int:
 
 def align16(x: int) -> int:
     """Round up to a whole number of 16-element fractal edges."""
-    return ceil_div(x, FRACTAL) * FRACTAL
+    return -(-x // FRACTAL) * FRACTAL
 
 
 def nz_bytes(rows: int, cols: int, itemsize: int) -> int:
     """Bytes of an NZ (or zZ/nZ) image of a rows x cols matrix, padding included."""
-    return align16(rows) * align16(cols) * itemsize
+    # align16 inline: every cube instruction's issue calls this several times
+    return -(-rows // FRACTAL) * FRACTAL * (-(-cols // FRACTAL) * FRACTAL) * itemsize
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,9 +262,16 @@ def _l2_geometry(device: "Device", geometry: tuple[int, int, int, int]) -> tuple
     return a0, stride, run, count
 
 
-def _fit(t: LocalTensor, need: int, what: str) -> None:
-    """A tile of ``need`` bytes must fit the buffer ``t`` (and its memory)."""
+def _fit(t: LocalTensor, need: int, what: str, *args: Any) -> None:
+    """A tile of ``need`` bytes must fit the buffer ``t`` (and its memory). ``what`` names the
+    tile in the message, formatted with ``args`` only when there is one to make (every cube
+    instruction's issue checks its tiles; formatting the names each time cost more than the
+    checks)."""
     region = t.region
+    if need <= region.size and need <= t.count * t.dtype.itemsize:
+        return
+    if args:
+        what = what.format(*args)
     if need > region.size:
         raise CapacityError(f"{what} needs {need} B of {region.name}, which holds {region.size} B",
                             buffer=region.name, needed=need, available=region.size)
@@ -356,7 +364,7 @@ class CopyGmToL1(CubeInstruction):
         src._check_block(self.r0, self.nr, self.c0, self.nc)
         pr, pc = self.piece()
         need = nz_bytes(pr, pc, src.itemsize)
-        _fit(dst, need, f"DataCopy of a {pr} x {pc} {src.dtype} block")
+        _fit(dst, need, "DataCopy of a {} x {} {} block", pr, pc, src.dtype)
         dst.check(need // dst.dtype.itemsize, write=True)
         device = pipe.core.device
         lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
@@ -432,7 +440,7 @@ class LoadData(CubeInstruction):
             raise SimulatorError(f"LoadData between {src.dtype} and {dst.dtype}: MTE1 does not convert")
         pr, pc = self.piece()
         need = nz_bytes(pr, pc, src.dtype.itemsize)
-        _fit(dst, need, f"LoadData of a {pr} x {pc} {src.dtype} tile")
+        _fit(dst, need, "LoadData of a {} x {} {} tile", pr, pc, src.dtype)
         dst.check(need // dst.dtype.itemsize, write=True)
         if self.repeat == 1:
             if (self.r0 < 0 or self.c0 < 0 or self.r0 + self.nr > self.src_rows
@@ -441,7 +449,7 @@ class LoadData(CubeInstruction):
                                   f"[{self.c0}, {self.c0 + self.nc}) is outside the {self.src_rows} x "
                                   f"{self.src_cols} L1 block", address=src.addr)
             have = nz_bytes(self.src_rows, self.src_cols, src.dtype.itemsize)
-            _fit(src, have, f"the {self.src_rows} x {self.src_cols} L1 block")
+            _fit(src, have, "the {} x {} L1 block", self.src_rows, self.src_cols)
             src.check(have // src.dtype.itemsize, write=False)
         spec = pipe.core.device.spec
         to_a = dst.region.name == "L0A"
@@ -536,12 +544,13 @@ class Mmad(CubeInstruction):
             raise SimulatorError(f"Mmad with m={self.m}, k={self.k}, n={self.n}")
         kr = ceil_div(self.k, self.repeat)
         item = a.dtype.itemsize
-        _fit(a, nz_bytes(self.m, kr, item), f"Mmad left tile {self.m} x {kr}")
-        _fit(b, nz_bytes(kr, self.n, item), f"Mmad right tile {kr} x {self.n}")
-        _fit(c, nz_bytes(self.m, self.n, 4), f"Mmad result tile {self.m} x {self.n} fp32")
-        a.check(nz_bytes(self.m, kr, item) // item, write=False)
-        b.check(nz_bytes(kr, self.n, item) // item, write=False)
-        c.check(nz_bytes(self.m, self.n, 4) // 4, write=True)
+        a_bytes, b_bytes, c_bytes = nz_bytes(self.m, kr, item), nz_bytes(kr, self.n, item), nz_bytes(self.m, self.n, 4)
+        _fit(a, a_bytes, "Mmad left tile {} x {}", self.m, kr)
+        _fit(b, b_bytes, "Mmad right tile {} x {}", kr, self.n)
+        _fit(c, c_bytes, "Mmad result tile {} x {} fp32", self.m, self.n)
+        a.check(a_bytes // item, write=False)
+        b.check(b_bytes // item, write=False)
+        c.check(c_bytes // 4, write=True)
         return self.cycles(pipe.core.device.spec)
 
     def complete(self, pipe: "Pipe") -> None:
@@ -613,7 +622,7 @@ class Fixpipe(CubeInstruction):
             raise SimulatorError(f"Fixpipe reads fp32 from L0C, got {src.dtype}")
         if dst.layout != "ND":
             raise SimulatorError("Fixpipe here writes ND matrices only")
-        _fit(src, nz_bytes(self.m, self.n, 4), f"Fixpipe of a {self.m} x {self.n} fp32 tile")
+        _fit(src, nz_bytes(self.m, self.n, 4), "Fixpipe of a {} x {} fp32 tile", self.m, self.n)
         src.check(nz_bytes(self.m, self.n, 4) // 4, write=False)
         dst._check_block(self.r0, self.m, self.c0, self.n)
         device = pipe.core.device

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
 from typing import Any, Callable, Generator, Iterator, Sequence, cast
 
 import numpy as np
@@ -36,6 +35,7 @@ from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Backing, Region
 from opsim.simulator.tile import KernelContext
+from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
 from opsim.traces.bounds import copy_rate_facts
 from opsim.traces.trace import Trace
 
@@ -443,8 +443,7 @@ class Device:
         run_bytes = None                    # bytes the runs cover, when known without a sum
         if lines is None and geometry is not None and ranges is None:
             a0, stride, run, count = geometry
-            ranges = (list(zip(range(a0, a0 + stride * count, stride), repeat(run))) if stride
-                      else [(a0, run)] * count)
+            ranges = StridedRuns(a0, stride, run, count)   # the L2 walks these rows' lines directly
             run_bytes = run * count
         runs = ranges if ranges is not None else ((addr, nbytes),)
         if write:

@@ -24,12 +24,50 @@ decides what an entry stands for.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Iterable, Iterator, overload
 
 import numpy as np
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
-_INLINE_LINES = 16                        # runs of fewer lines: access_runs walks them inline
+
+
+class StridedRuns(Sequence[tuple[int, int]]):
+    """``rows`` runs of ``run`` bytes, ``stride`` bytes apart from address ``a0``: the rows of a
+    strided transfer (a tile of a matrix), a sequence of (address, bytes) pairs.
+
+    :meth:`L2Cache.access_runs` walks the lines of such rows without making the pairs: a cube
+    tile load touches hundreds of rows of one line each, and the per-row bookkeeping was most of
+    the L2 model's cost.
+    """
+
+    __slots__ = ("a0", "stride", "run", "rows")
+
+    def __init__(self, a0: int, stride: int, run: int, rows: int) -> None:
+        self.a0, self.stride, self.run, self.rows = a0, stride, run, rows
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        if self.stride:
+            return zip(range(self.a0, self.a0 + self.stride * self.rows, self.stride), repeat(self.run))
+        return repeat((self.a0, self.run), max(self.rows, 0))
+
+    def __len__(self) -> int:
+        return max(self.rows, 0)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[int, int]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[tuple[int, int]]: ...
+
+    def __getitem__(self, i: int | slice) -> tuple[int, int] | list[tuple[int, int]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        k = i + len(self) if i < 0 else i
+        if not 0 <= k < len(self):
+            raise IndexError(f"row {i} of {len(self)}")
+        return (self.a0 + k * self.stride, self.run)
 
 
 class L2Cache:
@@ -71,104 +109,147 @@ class L2Cache:
         re-weighed). ``count=False`` leaves the hit/miss totals to the caller (:meth:`count`)."""
         if nbytes <= 0:
             return 0
-        c = self.chunk
-        first, last = addr // c, (addr + nbytes - 1) // c
-        lru = self._lru
-        cap = self.capacity_chunks
-        w = 1.0
-        hit = 0
-        # Lines are touched in address order. The resident ones are found with one set
-        # intersection and the runs of new lines between them are inserted in bulk, so a
-        # streaming access costs a few C-level calls instead of a Python step per line.
-        present = sorted(lru.keys() & set(range(first, last + 1))) if lru else ()
-        run_start = first
-        for ch in (*present, last + 1):
-            if run_start < ch:                               # new lines [run_start, ch)
-                lru.update(dict.fromkeys(range(run_start, ch), w))
-                self._used += w * (ch - run_start)
-                if self._used > cap:
-                    self._evict()
-            if ch > last:
-                break
-            old = lru.get(ch)
-            if old is None:                                  # evicted by this very access
-                lru[ch] = w
-                self._used += w
-            else:
-                lru.move_to_end(ch)
-                hit += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
-                if old != w:
-                    lru[ch] = w
-                    self._used += w - old
-            if self._used > cap:
-                self._evict()
-            run_start = ch + 1
-        if write:
-            if self.write_back:
-                # the lines of this store that are still resident (all but those a store larger
-                # than the cache pushed out again, whose bytes are owed to HBM at once)
-                for ch in range(first, last + 1):
-                    if ch in lru:
-                        self._dirty.add(ch)
-                    else:
-                        self.pending_writeback += min(addr + nbytes, (ch + 1) * c) - max(addr, ch * c)
-            return 0
-        if count:
+        hit = self.access_runs(((addr, nbytes),), write=write)
+        if count and not write:
             self.count(hit, nbytes - hit)
         return hit
 
     def access_runs(self, runs: Iterable[tuple[int, int]], *, write: bool) -> int:
-        """:meth:`access` of each (address, bytes) run in turn, hits summed, totals not counted.
+        """Touch each (address, bytes) run in turn; return the bytes that were resident (hits;
+        0 for a write). The totals are not counted (the caller does, :meth:`count`).
 
-        The same LRU updates in the same order as one ``access(a, n, write=write, count=False)``
-        per run. A short run (the rows of a strided tile: often hundreds per transfer, each a
-        line or two) is walked line by line inline, which is what :meth:`access` amounts to
-        (weights are whole numbers, so the order of the additions does not matter); that
-        per-run call is where a strided transfer spent its time. Long runs go to
-        :meth:`access`, which inserts runs of new lines in bulk.
+        Lines are touched one by one in address order, run after run: a resident line moves to
+        the most-recent end (re-weighed to one line of capacity if a sample left it heavier), a
+        new line is inserted and the least-recently-used lines are evicted as soon as the cache
+        is over capacity, so a line this very access pushed out misses when it is touched
+        again. This loop is the whole cost of the L2 model for a transfer (a strided tile
+        touches hundreds of rows of a line or two each; a streaming tile tens of new lines), so
+        it is written for that: bound methods and the used-capacity total in locals, one dict
+        lookup per line, the eviction of :meth:`_evict` inline. (Bulk
+        ``OrderedDict.update`` of new lines was slower than this loop: it goes through the
+        generic mapping protocol per key.)
         """
         c = self.chunk
+        if type(runs) is StridedRuns and runs.run > 0 and runs.a0 % c + runs.run <= c \
+                and runs.stride % c == 0:
+            # every row lies in one line, and the rows' lines are equally spaced
+            return self._access_rows(runs.a0 // c, runs.stride // c, runs.rows, runs.run, write)
         lru = self._lru
+        get = lru.get
+        to_end = lru.move_to_end
+        popfront = lru.popitem
         cap = self.capacity_chunks
         dirty = self._dirty            # empty unless the L2 is write-back
         mark = write and self.write_back
+        used = self._used
         hit = 0
         for a, n in runs:
             if n <= 0:
                 continue
-            first, last = a // c, (a + n - 1) // c
-            if last - first >= _INLINE_LINES:
-                hit += self.access(a, n, write=write, count=False)
-                continue
             end = a + n
-            missed = 0          # the run's bytes in lines that were not resident (usually few)
+            first, last = a // c, (end - 1) // c
+            if first == last and not mark:
+                # a run inside one line (most rows of a strided tile): the loop below, unrolled
+                old = get(first)
+                if old is None:
+                    lru[first] = 1.0
+                    used += 1.0
+                else:
+                    to_end(first)
+                    hit += n
+                    if old != 1.0:
+                        lru[first] = 1.0
+                        used += 1.0 - old
+                while used > cap and len(lru) > 1:      # as _evict, inline (a full cache
+                    ch, w = popfront(False)             # evicts on every new line)
+                    used -= w
+                    if ch in dirty:
+                        dirty.discard(ch)
+                        self.pending_writeback += w * c
+                continue
+            # lines that were not resident: how many, the first and the last (their bytes are
+            # whole lines except where the run starts or ends inside the first or last line)
+            nmiss = 0
+            lo = hi = -1
             for line in range(first, last + 1):
-                old = lru.get(line)
+                old = get(line)
                 if old is None:
                     lru[line] = 1.0
-                    self._used += 1.0
-                    missed += min(end, (line + 1) * c) - max(a, line * c)
+                    used += 1.0
+                    if not nmiss:
+                        lo = line
+                    nmiss += 1
+                    hi = line
                 else:
-                    lru.move_to_end(line)
+                    to_end(line)
                     if old != 1.0:
                         lru[line] = 1.0
-                        self._used += 1.0 - old
-                while self._used > cap and len(lru) > 1:
-                    ch, w = lru.popitem(last=False)   # as _evict: a dirty line is owed to HBM
-                    self._used -= w
+                        used += 1.0 - old
+                while used > cap and len(lru) > 1:      # as _evict: a dirty line is owed to HBM
+                    ch, w = popfront(False)
+                    used -= w
                     if ch in dirty:
                         dirty.discard(ch)
                         self.pending_writeback += w * c
             if mark:
-                # as access(): resident lines of the store turn dirty; a line this very run
-                # pushed out again is owed to HBM at once
+                # resident lines of the store turn dirty; a line this very run pushed out again
+                # is owed to HBM at once
                 for line in range(first, last + 1):
                     if line in lru:
                         dirty.add(line)
                     else:
                         self.pending_writeback += min(end, (line + 1) * c) - max(a, line * c)
-            hit += n - missed
+            if nmiss:
+                missed = nmiss * c
+                if lo == first:
+                    missed -= a - first * c
+                if hi == last:
+                    missed -= (last + 1) * c - end
+                hit += n - missed
+            else:
+                hit += n
+        self._used = used
         return 0 if write else hit
+
+    def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
+        """:meth:`access_runs` of ``count`` rows of ``run`` bytes that each lie in one line, the
+        lines ``first + k * step``: the same steps per line as the general loop (touch, evict,
+        mark), with no per-row address arithmetic."""
+        lru = self._lru
+        get = lru.get
+        to_end = lru.move_to_end
+        popfront = lru.popitem
+        cap = self.capacity_chunks
+        c = self.chunk
+        dirty = self._dirty
+        mark = write and self.write_back
+        used = self._used
+        misses = 0
+        lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
+        for line in lines:
+            old = get(line)
+            if old is None:
+                lru[line] = 1.0
+                used += 1.0
+                misses += 1
+            else:
+                to_end(line)
+                if old != 1.0:
+                    lru[line] = 1.0
+                    used += 1.0 - old
+            while used > cap and len(lru) > 1:          # as _evict
+                ch, w = popfront(False)
+                used -= w
+                if ch in dirty:
+                    dirty.discard(ch)
+                    self.pending_writeback += w * c
+            if mark:
+                if line in lru:
+                    dirty.add(line)
+                else:                                   # pushed out by its own touch: owed now
+                    self.pending_writeback += run
+        self._used = used
+        return 0 if write else (max(count, 0) - misses) * run
 
     def sample(self, geometry: tuple[int, int, int, int], period: int) -> np.ndarray:
         """Indices (ascending) of the sampled lines among those a transfer of equally spaced

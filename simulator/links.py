@@ -79,7 +79,7 @@ _MERGE_REL = 1e-9
 OnChange = Callable[[int, dict[str, float]], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # slots: one per transfer, and built a little faster
 class TransferRecord:
     """What a completed transfer reports.
 
@@ -728,7 +728,11 @@ class LinkNetwork:
 
         # Fast path: when no link is asked for more than its capacity, every transfer simply
         # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
-        if all(rec[4] <= rec[0] for rec in info.values()):
+        # (a loop, not all() over a generator: this runs at every recompute)
+        for rec in info.values():
+            if rec[4] > rec[0]:
+                break
+        else:
             for c in unfrozen:
                 c.rate = c.demand
                 if c.pool is not None:

@@ -109,3 +109,71 @@ def test_access_runs_leaves_the_cache_as_one_access_per_run_would(seed, write_ba
         # and a write-back cache owes HBM the same dirty lines
         assert batched._dirty == one._dirty
         assert batched.pending_writeback == one.pending_writeback
+
+
+class _ReferenceLRU:
+    """A line-by-line LRU written for the test: a list in recency order, one line per line."""
+
+    def __init__(self, lines: int, write_back: bool) -> None:
+        self.lines, self.write_back = lines, write_back
+        self.order: list[int] = []
+        self.dirty: set[int] = set()
+        self.owed = 0
+
+    def touch_runs(self, runs, write: bool) -> int:
+        hit = 0
+        for a, n in runs:
+            for line in range(a // LINE, (a + n - 1) // LINE + 1 if n > 0 else a // LINE):
+                part = min(a + n, (line + 1) * LINE) - max(a, line * LINE)
+                if line in self.order:
+                    self.order.remove(line)
+                    hit += part
+                self.order.append(line)
+                while len(self.order) > self.lines:
+                    gone = self.order.pop(0)
+                    if gone in self.dirty:
+                        self.dirty.discard(gone)
+                        self.owed += LINE
+            if write and self.write_back and n > 0:
+                for line in range(a // LINE, (a + n - 1) // LINE + 1):
+                    if line in self.order:
+                        self.dirty.add(line)
+                    else:
+                        self.owed += min(a + n, (line + 1) * LINE) - max(a, line * LINE)
+        return 0 if write else hit
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
+    # single-line rows, partial lines, runs longer than the cache, re-touched lines, stores
+    rng = np.random.default_rng(7)
+    l2, ref = L2Cache(16 * LINE, LINE, write_back=write_back), _ReferenceLRU(16, write_back)
+    for _ in range(400):
+        if rng.random() < 0.5:
+            a0, stride = int(rng.integers(0, 64 * LINE)), int(rng.choice([LINE, 2 * LINE, 8 * LINE]))
+            runs = [(a0 + k * stride, LINE) for k in range(int(rng.integers(1, 24)))]
+        else:
+            runs = [(int(rng.integers(0, 64 * LINE)), int(rng.integers(0, 20 * LINE))) for _ in range(3)]
+        write = bool(rng.random() < 0.3)
+        assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
+        assert list(l2._lru) == ref.order
+        assert l2.take_writeback() == ref.owed
+        ref.owed = 0
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+@pytest.mark.parametrize("geometry", [(0, 4 * LINE, LINE, 12), (256, 2 * LINE, 256, 9), (0, 0, LINE, 5),
+                                      (3 * LINE, LINE, 700, 6), (40 * LINE, -2 * LINE, LINE, 8)])
+def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
+    from opsim.simulator.l2 import StridedRuns
+    a0, stride, run, count = geometry
+    pairs = [(a0 + k * stride, run) for k in range(count)]
+    assert list(StridedRuns(*geometry)) == pairs
+    l2, ref = L2Cache(16 * LINE, LINE, write_back=write_back), _ReferenceLRU(16, write_back)
+    for write in (False, True, False):          # cold, then stores, then warm reads
+        l2.access_runs([(5 * LINE, 30 * LINE)], write=False)    # evicts part of it each time
+        ref.touch_runs([(5 * LINE, 30 * LINE)], False)
+        assert l2.access_runs(StridedRuns(*geometry), write=write) == ref.touch_runs(pairs, write)
+        assert list(l2._lru) == ref.order
+        assert l2.take_writeback() == ref.owed
+        ref.owed = 0
