@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Generator, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -765,6 +765,19 @@ def _row_syncs(ctx: KernelContext) -> Any:
     return ev, sync
 
 
+def _add_count(sync: Callable[[str, str], None], counts: GlobalTensor, cnt_buf: Any, key: int,
+               count: float) -> Iterator[Any]:
+    """scaleGradByFreq's count of one index: tmpLocal.SetValue(count), then a 4 B atomic add into
+    counts[key] (the scalar store written as an 8-lane Duplicate)."""
+    yield ScalarOp(1, "SetValue count")
+    sync("SCALAR", "VECTOR")
+    yield Duplicate(cnt_buf, float(count), count=8)
+    sync("VECTOR", "MTE3")
+    yield SetAtomicAdd(nx.FP32)
+    yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
+    yield SetAtomicNone()
+
+
 def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
                 grad: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> Iterator[Any]:
     """EmbeddingDenseGradV2 on Atlas A2, fp32 rows, determinism on (tiling key 10; 11 with
@@ -825,13 +838,7 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
             yield SetAtomicNone()
             if counts is not None and c0 == 0:      # tmpLocal.SetValue(count), 4 B atomic add
-                yield ScalarOp(1, "SetValue count")
-                sync("SCALAR", "VECTOR")
-                yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
-                sync("VECTOR", "MTE3")
-                yield SetAtomicAdd(nx.FP32)
-                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
-                yield SetAtomicNone()
+                yield from _add_count(sync, counts, cnt_buf, key, cnt[a])
             sync("MTE3", "SCALAR")                          # PipeBarrier<PIPE_ALL>
             sync("SCALAR", "VECTOR")
             yield Duplicate(accs[a], 0.0)                   # ResetAddQue
@@ -1397,13 +1404,7 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
             yield DataCopyPad(acc[key * emb + c0:key * emb + c0 + n], accs[a][0:n], n)
             yield SetAtomicNone()
             if counts is not None and c0 == 0:             # scale, AddFreq: tmpLocal.SetValue(count), 4 B atomic add
-                yield ScalarOp(1, "SetValue count")
-                sync("SCALAR", "VECTOR")
-                yield Duplicate(cnt_buf, float(cnt[a]), count=8)   # the scalar store, as an 8-lane write
-                sync("VECTOR", "MTE3")
-                yield SetAtomicAdd(nx.FP32)
-                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
-                yield SetAtomicNone()
+                yield from _add_count(sync, counts, cnt_buf, key, cnt[a])
             sync("MTE3", "SCALAR")                          # PipeBarrier<PIPE_ALL>
             sync("SCALAR", "VECTOR")
             yield Duplicate(accs[a], 0.0)                   # ResetQue
@@ -1876,13 +1877,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             yield DataCopyPad(acc[key * emb:(key + 1) * emb], accb[0:emb], emb)
             yield SetAtomicNone()
             if counts is not None and cnt_buf is not None:   # scale: tmpLocal.SetValue(0, scaleCount_), 4 B atomic add
-                yield ScalarOp(1, "SetValue count")
-                sync("SCALAR", "VECTOR")
-                yield Duplicate(cnt_buf, float(j - i), count=8)    # the scalar store, as an 8-lane write
-                sync("VECTOR", "MTE3")
-                yield SetAtomicAdd(nx.FP32)
-                yield DataCopyPad(counts[key:key + 1], cnt_buf[0:1], 1)
-                yield SetAtomicNone()
+                yield from _add_count(sync, counts, cnt_buf, key, j - i)
             sync("MTE3", "VECTOR")                          # FreeTensor -> ResetAddQue
             yield Duplicate(accb, 0.0)
             sync("VECTOR", "SCALAR")
