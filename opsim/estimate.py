@@ -10,15 +10,44 @@ bandwidth, pipe busy and utilisation, UB bytes, bound) so studies can mix both m
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import Estimate, TileWork, cast_work, roofline_estimate
 from opsim.kernels.common import OpDef, TensorDesc, reduction_code
+from opsim.replay_estimate import replay_estimate
 from opsim.traces.bounds import cap_text, copy_rate_facts
 from opsim.stats import RunStats
 from opsim.traces.summary import classify_bound
 
+
+
+# "replay" | "closed-form" | None (the default per operator: CLOSED_FORM_KEPT); set with prefer()
+_PREFERRED: str | None = None
+
+# operators whose closed form is measurably better than the replay on the example studies
+# (docs/estimate.md has the numbers of both)
+CLOSED_FORM_KEPT: frozenset[str] = frozenset()
+
+
+@contextmanager
+def prefer(model: str | None) -> Iterator[None]:
+    """Within the block, estimate with ``model`` ("replay", or "closed-form" where an operator
+    still has one) instead of the default -- for benchmarks/estimate_error.py, which measures both."""
+    global _PREFERRED
+    if model not in (None, "replay", "closed-form"):
+        raise ValueError(f"estimate model {model!r} is not one of 'replay', 'closed-form' or None")
+    saved, _PREFERRED = _PREFERRED, model
+    try:
+        yield
+    finally:
+        _PREFERRED = saved
+
+
+def closed_form(opdef: OpDef) -> Any:
+    """The operator's closed-form model, if it still has one (None: the replay is its only model)."""
+    return opdef.estimate or MODELS.get(opdef.name)
 
 
 def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
@@ -31,11 +60,13 @@ def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | No
         _check_gm_capacity(opdef.name, spec, {n: d.nbytes for n, d in descs.items() if d is not None},
                            int(opdef.workspace(tiling) or 0))
     # the operator's own model, else one kept here for operators whose module has none
-    hook = opdef.estimate or MODELS.get(opdef.name)
-    if hook is not None:
+    hook = closed_form(opdef)
+    use_closed = hook is not None and (_PREFERRED == "closed-form" or (
+        _PREFERRED is None and opdef.name in CLOSED_FORM_KEPT))
+    if use_closed:
         est: Estimate = hook(spec, descs, attrs, tiling)
     else:
-        est = _roofline(opdef, spec, descs, tiling)
+        est = replay_estimate(opdef, spec, descs, attrs, tiling)
     if est.launches > 1 and spec.launch.gap:
         # the launches of one call are queued back to back: each after the first starts
         # launch.gap cycles after the previous one ends, as in the simulator (simulator/device.py)
