@@ -8,6 +8,8 @@ The numbers in docs/estimate.md are the output of this script:
 
     .venv/bin/python benchmarks/estimate_error.py            # writes docs/estimate.md
     .venv/bin/python benchmarks/estimate_error.py --print    # prints it instead
+    .venv/bin/python benchmarks/estimate_error.py --save m.json   # keeps the measurements
+    .venv/bin/python benchmarks/estimate_error.py --load m.json   # re-renders the page from them
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 from opsim.kernels import analytic  # noqa: E402
 from opsim.kernels.ascend import flce_estimate  # noqa: E402
 from opsim.kernels import registry  # noqa: E402
-from opsim.sweep import StudyError, load_study, run_points, sweep  # noqa: E402
+from opsim.estimate import CLOSED_FORM_KEPT, prefer  # noqa: E402
+from opsim.sweep import StudyError, load_study, run_point, run_points, sweep  # noqa: E402
 
 # points of each study confirmed with the simulator (evenly spaced over the points that ran);
 # the embedding's simulation takes 10-25 s a point, the fused linear cross-entropy's 3-80 s,
@@ -64,6 +67,19 @@ def _confirm(rows: list[dict], workers: int) -> list[dict]:
             done.append({**r, "confirm_error": o["error"]})
     return done
 
+def _both_models(row: dict) -> dict[str, int]:
+    """The estimate of ``row``'s point by the replay and, where the operator still has one, by
+    its closed form: model name -> cycles (run here, in this process: a few ms each)."""
+    out: dict[str, int] = {}
+    p = json.loads(row["params"])
+    for model in ("replay", "closed-form"):
+        with prefer(model):
+            got = run_point(p)
+        if got["status"] == "ok" and got["estimate_model"] not in out:
+            out[got["estimate_model"]] = got["cycles"]
+    return out
+
+
 STUDIES = sorted((ROOT / "examples" / "studies").glob("*.toml"))
 
 
@@ -79,9 +95,10 @@ def _summary(errors: list[float]) -> tuple[str, ...]:
             f"{100 * sum(1 for e in a if e <= 0.10) / len(a):.0f}%")
 
 
-def run(workers: int) -> str:
-    lines: list[str] = []
+def run(workers: int) -> dict:
+    """Sweep and confirm every example study; the measurements :func:`render` turns into the page."""
     groups: dict[tuple[str, str, str], list[float]] = {}
+    used: dict[tuple[str, str], str] = {}
     worst: list[tuple[float, dict]] = []
     notes: list[str] = []
     t0 = time.time()
@@ -104,15 +121,29 @@ def run(workers: int) -> str:
                          + (f", {len(failed_confirm)} failed in the simulator (first: "
                             f"`{failed_confirm[0]['confirm_error'][:200]}`)" if failed_confirm else ""))
             for r in confirmed:
-                key = (path.stem, r["operator"], r["estimate_model"] or "?")
-                groups.setdefault(key, []).append(r["estimate_error"])
+                used[(path.stem, r["operator"])] = r["estimate_model"] or "?"
                 worst.append((abs(r["estimate_error"]), r))
+                for model, cycles in _both_models(r).items():
+                    key = (path.stem, r["operator"], model)
+                    groups.setdefault(key, []).append((cycles - r["confirmed_cycles"]) / r["confirmed_cycles"])
     wall = time.time() - t0
+    return {"groups": [[list(k), v] for k, v in groups.items()], "used": [[list(k), v] for k, v in used.items()],
+            "worst": [[e, r] for e, r in worst], "notes": notes, "wall": wall, "workers": workers,
+            "cpus": os.cpu_count(), "operators": registry.names()}
+
+
+def render(data: dict) -> str:
+    """docs/estimate.md from the measurements of :func:`run` (also as saved by ``--save``)."""
+    lines: list[str] = []
+    groups = {tuple(k): v for k, v in data["groups"]}
+    used = {tuple(k): v for k, v in data["used"]}
+    worst = [(e, r) for e, r in data["worst"]]
     head = ("points", "mean abs", "median abs", "p90 abs", "max abs", "min", "max", "within 10%")
-    lines.append("| study | operator | model | " + " | ".join(head) + " |")
-    lines.append("|---|---|---|" + "---|" * len(head))
+    lines.append("| study | operator | model | used | " + " | ".join(head) + " |")
+    lines.append("|---|---|---|---|" + "---|" * len(head))
     for (study, op, model), errs in sorted(groups.items()):
-        lines.append(f"| {study} | {op} | {model} | " + " | ".join(_summary(errs)) + " |")
+        mark = "yes" if used.get((study, op)) == model else "no"
+        lines.append(f"| {study} | {op} | {model} | {mark} | " + " | ".join(_summary(errs)) + " |")
     worst.sort(key=lambda x: -x[0])
     wl = ["| study | operator | device | shape | dtype | tiling | overrides | attrs | estimate | simulator | error |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -120,10 +151,11 @@ def run(workers: int) -> str:
         wl.append(f"| {r['study']} | {r['operator']} | {r['device']} | `{r['shape']}` | `{r['dtype']}` | "
                   f"`{r['tiling']}` | `{r['overrides']}` | `{r['attrs']}` | {r['cycles']} | "
                   f"{r['confirmed_cycles']} | {_pct(r['estimate_error'])} |")
-    return TEMPLATE.format(table="\n".join(lines), worst="\n".join(wl), notes="\n".join(notes),
+    return TEMPLATE.format(table="\n".join(lines), worst="\n".join(wl), notes="\n".join(data["notes"]),
                            weight=analytic.LOCKSTEP_WEIGHT, drift=flce_estimate.DRIFT_LIMIT,
-                           operators=", ".join(registry.names()),
-                           wall=f"{wall:.0f}", workers=workers, cpus=os.cpu_count())
+                           kept=", ".join(f"`{n}`" for n in sorted(CLOSED_FORM_KEPT)),
+                           operators=", ".join(data["operators"]),
+                           wall=f"{data['wall']:.0f}", workers=data["workers"], cpus=data["cpus"])
 
 
 TEMPLATE = """# The estimate mode and its error against the simulator
@@ -226,8 +258,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--print", action="store_true", help="print instead of writing docs/estimate.md")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--save", metavar="JSON", help="also save the measurements (to re-render the page with --load)")
+    ap.add_argument("--load", metavar="JSON", help="render the page from measurements saved by --save; run nothing")
     args = ap.parse_args(argv)
-    text = run(args.workers)
+    if args.load:
+        data = json.loads(Path(args.load).read_text(encoding="utf-8"))
+    else:
+        data = run(args.workers)
+        if args.save:
+            Path(args.save).write_text(json.dumps(data), encoding="utf-8")
+    text = render(data)
     if args.print:
         print(text)
     else:
