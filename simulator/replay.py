@@ -14,8 +14,8 @@ flags (``Device.cross_flags``). A transfer's rate is fixed when it starts: every
 running block is assumed to do the same at the same time (lockstep), so a link or pool is
 shared by ``blocks × transfers this block has in flight on it`` (fair share).
 
-Only a sample of blocks is replayed (:func:`sample_blocks`: the first, a middle one and the last;
-the others take the duration of the nearest sample below them), and inside a block a steady
+Only a sample of blocks is replayed (:func:`sample_blocks`: the first and the last; the others
+take the duration of the nearest sample below them), and inside a block a steady
 state is extrapolated (:class:`_Steady`): once the scheduler's state one period of the
 instruction stream later is the same up to a time shift, the remaining identical periods are
 counted, not scheduled.
@@ -71,6 +71,8 @@ class ReplayDevice(Device):
 
         # GM allocations the replayed blocks read / wrote in the current launch: (addr, size) -> write
         self.touched: dict[tuple[int, int], bool] = {}
+        # (addr, bytes), write: ranges an earlier launch left in the L2, not yet in the model
+        self.assumed: list[tuple[tuple[int, int], bool]] = []
 
     def synchronize(self, stream: Any = None) -> None:
         """Launches are replayed by :func:`replay_launches`, not by running simulated time."""
@@ -80,18 +82,21 @@ class ReplayDevice(Device):
         if alloc is not None:
             key = (alloc.addr, alloc.nbytes)
             self.touched[key] = self.touched.get(key, False) or write
+        if self.assumed and self.l2 is not None:
+            self._warm(addr, nbytes)
         return super().gm_transfer(pipe, addr, nbytes, write=write, **kw)
 
     def settle_l2(self) -> None:
-        """After a launch: the L2 sees every tensor the replayed blocks touched as touched in
-        full (the blocks and tiles not replayed cover the rest of it) -- reads first, then
-        writes -- so a later launch finds in the L2 what the simulator's would."""
+        """After a launch: every tensor the replayed blocks touched counts as touched in full
+        (the blocks and tiles not replayed cover the rest of it) -- reads first, then writes --
+        so a later launch finds in the L2 what the simulator's would. Kept as ranges assumed
+        resident (the last L2-size bytes, LRU), put into the L2 model only when a replayed
+        transfer reaches them: a whole tensor line by line would cost more than the replay."""
         l2 = self.l2
         touched, self.touched = self.touched, {}
         if l2 is None:
             return
-        ordered = [(r, w) for write in (False, True) for r, w in touched.items() if w == write]
-        # LRU: only the last L2-size bytes of the sequence can still be resident
+        ordered = [*self.assumed, *((r, w) for write in (False, True) for r, w in touched.items() if w == write)]
         keep: list[tuple[tuple[int, int], bool]] = []
         room = l2.capacity_chunks * l2.chunk
         for (addr, n), w in reversed(ordered):
@@ -100,9 +105,24 @@ class ReplayDevice(Device):
             take = min(n, room)
             keep.append(((addr + n - take, take), w))
             room -= take
-        for run, w in reversed(keep):
-            l2.access_runs([run], write=w)
-        l2.take_writeback()
+        self.assumed = keep[::-1]
+
+    def _warm(self, addr: int, nbytes: int) -> None:
+        """Put the assumed-resident part of [addr, addr + nbytes) into the L2 model, once."""
+        end = addr + nbytes
+        out: list[tuple[tuple[int, int], bool]] = []
+        for (a, n), w in self.assumed:
+            lo, hi = max(a, addr), min(a + n, end)
+            if lo >= hi:
+                out.append(((a, n), w))
+                continue
+            self.l2.access(lo, hi - lo, write=w, count=False)  # type: ignore[union-attr]
+            self.l2.take_writeback()  # type: ignore[union-attr]
+            if a < lo:
+                out.append(((a, lo - a), w))
+            if hi < a + n:
+                out.append(((hi, a + n - hi), w))
+        self.assumed = out
 
 
 def _parts(ev: Any) -> list[_Transfer] | None:
@@ -426,9 +446,9 @@ class _Scheduler:
 
 
 def sample_blocks(block_dim: int) -> list[int]:
-    """The blocks replayed: the first, a middle one and the last (distinct as work splits go:
-    the remainder of a split sits on the first or the last blocks)."""
-    return sorted({0, block_dim // 2, block_dim - 1})
+    """The blocks replayed: the first and the last. Work splits put the remainder on the first
+    blocks (former/tail) or on the last one, so these two are the distinct kinds of block."""
+    return sorted({0, block_dim - 1})
 
 
 def _cores_for(dev: Device, launch: Launch) -> list[Any]:
