@@ -18,10 +18,31 @@ from opsim.simulator.replay import ReplayDevice, replay_launches
 from opsim.simulator.tile import GlobalTensor
 
 
+# One replay device per device spec and process, recycled from call to call: building its cores
+# and memories costs about as much as replaying a point. Not for operators that place operands
+# in a core's own memory (the DSP's private storage), which a recycle would not undo.
+_DEVICES: dict[int, tuple[DeviceSpec, ReplayDevice]] = {}
+_MAX_DEVICES = 8
+
+
+def _device(spec: DeviceSpec, opdef: OpDef) -> ReplayDevice:
+    if opdef.place is not None or spec.family == "dsp":
+        return ReplayDevice(spec)
+    held = _DEVICES.get(id(spec))
+    if held is not None and held[0] is spec:
+        held[1].recycle()
+        return held[1]
+    if len(_DEVICES) >= _MAX_DEVICES:
+        _DEVICES.pop(next(iter(_DEVICES)))
+    dev = ReplayDevice(spec)
+    _DEVICES[id(spec)] = (spec, dev)
+    return dev
+
+
 def replay_estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
                     attrs: Mapping[str, Any], tiling: Any) -> Estimate:
     """Cycles of ``opdef`` with this tiling on ``spec``, replayed from its kernel program."""
-    dev = ReplayDevice(spec)
+    dev = _device(spec, opdef)
     stream = dev.create_stream()
     placed = dict(opdef.place(dev, descs, attrs)) if opdef.place is not None else {}
     tensors: dict[str, GlobalTensor] = {}

@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 import simpy
 
 from opsim.devices.spec import DeviceSpec
-from opsim.simulator.device import Device, Launch
+from opsim.simulator.device import CrossCoreFlags, Device, Launch
 from opsim.simulator.errors import DeadlockError, SimulatorError, UnsupportedInstruction
 from opsim.simulator.isa import Instruction, WaitFlag
 from opsim.simulator.l2 import L2Cache
@@ -77,6 +77,30 @@ class ReplayDevice(Device):
 
     def synchronize(self, stream: Any = None) -> None:
         """Launches are replayed by :func:`replay_launches`, not by running simulated time."""
+
+    def recycle(self) -> None:
+        """Make the device as new for the next call (building one costs as much as a replay):
+        every allocation freed, an empty L2, no launches, streams or flags, statistics cleared."""
+        self.gm.reset()
+        if self.spec.smc is not None:
+            self.smc.reset()
+        if self.spec.l2 is not None:
+            l2 = self.spec.l2
+            self.l2 = L2Cache(l2.size, l2.chunk, write_back=l2.write_policy == "write-back")
+        self.touched, self.assumed = {}, []
+        self.launches.clear()
+        self.streams.clear()
+        # the recorded launches queued SimPy work that never runs: drop it with the launches
+        self.env._queue.clear()  # type: ignore[attr-defined]
+        self.cross_flags = CrossCoreFlags(self.env)
+        self.bytes_read = self.bytes_written = 0
+        self.link_bytes = {}
+        self.faulted = None
+        for core in self.all_cores():
+            core.launch, core.blocks_run, core.atomic = None, 0, None
+            for region in core.memories.values():
+                region.reset()
+                region.peak_allocated_bytes = 0
 
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool, **kw: Any) -> simpy.Event:
         alloc = self.gm.allocation_at(addr)
