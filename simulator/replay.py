@@ -68,7 +68,8 @@ class ReplayDevice(Device):
 
     def __init__(self, spec: DeviceSpec, *, seed: int = 0) -> None:
         super().__init__(spec, trace=None, functional=False, seed=seed)
-        self.net = ReplayNet(self.env, self.net.links, self.net.pools)  # type: ignore[assignment]
+        net: Any = vars(self)["net"]   # the LinkNetwork Device built: its links and pools stay
+        self.net = ReplayNet(self.env, net.links, net.pools)  # type: ignore[assignment]
 
         # GM allocations the replayed blocks read / wrote in the current launch: (addr, size) -> write
         self.touched: dict[tuple[int, int], bool] = {}
@@ -94,7 +95,7 @@ class ReplayDevice(Device):
         self.env._queue.clear()  # type: ignore[attr-defined]
         self.cross_flags = CrossCoreFlags(self.env)
         self.bytes_read = self.bytes_written = 0
-        self.link_bytes = {}
+        self.link_bytes.clear()
         self.faulted = None
         for core in self.all_cores():
             core.launch, core.blocks_run, core.atomic = None, 0, None
@@ -174,7 +175,7 @@ class _RPipe:
     """The view of a pipe an instruction's issue/complete needs (see simulator/core.Pipe)."""
 
     __slots__ = ("core", "name", "head_pending", "last_slice", "flow_from", "queue", "free_at", "current",
-                 "blocked", "busy", "instructions", "held")
+                 "blocked", "busy", "instructions")
 
     def __init__(self, core: Any, name: str) -> None:
         self.core, self.name = core, name
@@ -186,7 +187,6 @@ class _RPipe:
         self.blocked: simpy.Event | None = None
         self.busy = 0
         self.instructions = 0
-        self.held = 0
 
     def head_cycles(self) -> int:
         if not self.head_pending:
@@ -220,7 +220,6 @@ class _Program:
     next: Instruction | None = None
     done: bool = False
     dispatched: int = 0
-    steady: "_Steady | None" = None
 
 
 @dataclass
