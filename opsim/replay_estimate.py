@@ -8,6 +8,7 @@ estimate this way with no second model of the kernel.
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Mapping
 
 from opsim.devices.spec import DeviceSpec
@@ -18,24 +19,27 @@ from opsim.simulator.replay import ReplayDevice, replay_launches
 from opsim.simulator.tile import GlobalTensor
 
 
-# One replay device per device spec and process, recycled from call to call: building its cores
-# and memories costs about as much as replaying a point. Not for operators that place operands
-# in a core's own memory (the DSP's private storage), which a recycle would not undo.
-_DEVICES: dict[int, tuple[DeviceSpec, ReplayDevice]] = {}
-_MAX_DEVICES = 8
+# One replay device per device spec and thread (a sweep on dask runs points in threads),
+# recycled from call to call: building its cores and memories costs about as much as replaying a
+# point. Not for operators that place operands in a core's own memory (the DSP's private
+# storage), which a recycle would not undo.
+_LOCAL = threading.local()
+_MAXdevices = 8
 
 
 def _device(spec: DeviceSpec, opdef: OpDef) -> ReplayDevice:
     if opdef.place is not None or spec.family == "dsp":
         return ReplayDevice(spec)
-    held = _DEVICES.get(id(spec))
+    devices: dict[int, tuple[DeviceSpec, ReplayDevice]] = getattr(_LOCAL, "devices", None) or {}
+    _LOCAL.devices = devices
+    held = devices.get(id(spec))
     if held is not None and held[0] is spec:
         held[1].recycle()
         return held[1]
-    if len(_DEVICES) >= _MAX_DEVICES:
-        _DEVICES.pop(next(iter(_DEVICES)))
+    if len(devices) >= _MAXdevices:
+        devices.pop(next(iter(devices)))
     dev = ReplayDevice(spec)
-    _DEVICES[id(spec)] = (spec, dev)
+    devices[id(spec)] = (spec, dev)
     return dev
 
 

@@ -99,6 +99,8 @@ class ReplayDevice(Device):
         self.faulted = None
         for core in self.all_cores():
             core.launch, core.blocks_run, core.atomic = None, 0, None
+            core.flags.clear()
+            core.flag_waiters.clear()      # a deadlocked replay leaves its waiter behind
             for region in core.memories.values():
                 region.reset()
                 region.peak_allocated_bytes = 0
