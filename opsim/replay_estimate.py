@@ -24,7 +24,7 @@ from opsim.simulator.tile import GlobalTensor
 # point. Not for operators that place operands in a core's own memory (the DSP's private
 # storage), which a recycle would not undo.
 _LOCAL = threading.local()
-_MAXdevices = 8
+_MAX_DEVICES = 8
 
 
 def _device(spec: DeviceSpec, opdef: OpDef) -> ReplayDevice:
@@ -36,7 +36,7 @@ def _device(spec: DeviceSpec, opdef: OpDef) -> ReplayDevice:
     if held is not None and held[0] is spec:
         held[1].recycle()
         return held[1]
-    if len(devices) >= _MAXdevices:
+    if len(devices) >= _MAX_DEVICES:
         devices.pop(next(iter(devices)))
     dev = ReplayDevice(spec)
     devices[id(spec)] = (spec, dev)
