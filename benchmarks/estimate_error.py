@@ -242,9 +242,10 @@ Only where measurably better than the replay (the table below has both, `used` m
   `ctx.tiles` yet and the replay runs every row of the sampled blocks (1–1.5 s a point against a
   few ms): a study of thousands of points would take an hour. Once those loops use `ctx.tiles`
   the closed form can go. Every launch of the call in order (ZerosLike, casts, SortIndices and the
-  MergeSortedRuns passes, EmbeddingCount, the accumulation kernel with its gathers and atomic
-  flushes, the scale kernel, CastOut), index-dependent work under the pattern timing mode assumes
-  (row *i* has index *i* mod numWeights), L2 residency of what an earlier launch wrote.
+  MergeSortedRuns passes, EmbeddingCount where the product has it, the accumulation kernel with its
+  gathers and atomic flushes (on Atlas A2 with the counts and the scale inside it), the scale
+  kernel, CastOut), index-dependent work under the pattern timing mode assumes (row *i* has index
+  *i* mod numWeights), L2 residency of what an earlier launch wrote.
 - **fused_linear_cross_entropy_loss_grad** (kernels/ascend/flce_estimate.py, model `flce`): the
   mixed launch's phases, each the slowest core's replay of its program with the simulator's costs,
   and an LRU over matmul panels wave by wave (a panel not resident is missed by the first core of
