@@ -19,8 +19,9 @@ The same numbers the simulator spends are used here, combined by formulas instea
   overlaps the store of this one). On a DSP loads and stores share the one DMA pipe.
 
 Operators describe the work of one tile (:class:`TileWork`) and hand their tiling's numbers to
-:func:`pipeline_estimate`; operators without a model of their own get :func:`roofline_estimate`
-(bytes over the achievable GM rate). Nothing here imports the simulator's event machinery, so an
+:func:`pipeline_estimate`. These closed forms are kept only where they beat the replay of the
+kernel program (opsim/estimate.py ``CLOSED_FORM_KEPT``; every other operator, a user's own
+kernels included, is estimated by simulator/replay.py). Nothing here imports the simulator's event machinery, so an
 estimate costs microseconds: studies rank thousands of points with it and confirm the best with
 the simulator.
 """
@@ -35,7 +36,7 @@ from opsim.simulator.core import pipe_head_cycles
 from opsim.simulator.isa import vector_cost
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
-           "pipeline_estimate", "roofline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
+           "pipeline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
            "dma_cycles", "sequence", "lockstep_copy_cycles"]
 
 
@@ -340,37 +341,6 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
                     ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
                     model="pipeline", l2_bytes_read=int(nl2),
                     notes=f"{waves} wave(s) of up to {concurrent_max} blocks; buffer_num {buffer_num}")
-
-
-def roofline_estimate(spec: DeviceSpec, *, bytes_read: int, bytes_written: int, block_dim: int,
-                      ub_bytes: int = 0, workspace_bytes: int = 0, launches: int = 1,
-                      vector_cycles_per_core: float = 0.0, cube_cycles_per_core: float = 0.0) -> Estimate:
-    """A bound for operators without a pipeline model: the bytes each core moves at the
-    calibrated per-core rates (loads and stores overlapped, GM link shared), or the compute
-    cycles given, whichever is larger, plus pipe heads and the launch overhead."""
-    cores = max(1, min(block_dim, spec.vector_cores))
-    load_pipe, store_pipe = memory_pipes(spec)
-    rl, rs = copy_rates(spec, cores, cores)
-    per_core_r = bytes_read / cores
-    per_core_w = bytes_written / cores
-    load_t = per_core_r / rl if per_core_r else 0.0
-    store_t = per_core_w / rs if per_core_w else 0.0
-    mem = (load_t + store_t) if load_pipe == store_pipe else max(load_t, store_t)
-    heads = head_cycles(spec, load_pipe, block_dim) + (
-        head_cycles(spec, store_pipe, block_dim) if store_pipe != load_pipe else 0)
-    body = max(mem, vector_cycles_per_core, cube_cycles_per_core) + heads
-    busy = {load_pipe: int(round(load_t + (store_t if load_pipe == store_pipe else 0.0)))}
-    if store_pipe != load_pipe:
-        busy[store_pipe] = int(round(store_t))
-    if vector_cycles_per_core:
-        busy["VECTOR"] = int(round(vector_cycles_per_core))
-    if cube_cycles_per_core:
-        busy["CUBE"] = int(round(cube_cycles_per_core))
-    return Estimate(cycles=int(math.ceil(body)) + spec.launch.overhead * launches, pipe_busy=busy,
-                    bytes_read=int(bytes_read), bytes_written=int(bytes_written), block_dim=block_dim,
-                    ub_bytes=ub_bytes, workspace_bytes=workspace_bytes, launches=launches,
-                    model="roofline",
-                    notes="operand bytes at the calibrated per-core DMA rates; no pipeline model")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -387,7 +387,7 @@ def kernel_p(ctx: KernelContext, tiling: DspTiling, x: int, y: int, w: int | Non
         scalar = yield from _scalar_dloss(ctx, tiling, at(dloss, 0, 1))
     compute = _compute(tiling.dtype == "fp16", tiling.weight_defined, tiling.reduction == 0, scratch, scalar)
     tile, total = tiling.tile_length, tiling.total
-    for t in range(-(-total // tile)):
+    for t in ctx.tiles(-(-total // tile)):
         ctx.tile = t
         off = t * tile
         n = min(tile, total - off)

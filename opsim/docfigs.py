@@ -342,8 +342,9 @@ def study() -> str:
         "```", f"$ opsim sweep {STUDY} --confirm-top 3 --plot plots/", out.rstrip("\n"), "```", "",
         *textwrap.wrap(
             f'The {failed} "failed" points are tilings that do not fit the UB: each row records the '
-            f"refusal (`{sample_text}`). `estimate` mode is a closed form over the same tiling and cost "
-            "tables (its error against the simulator is in `docs/estimate.md`); `--confirm-top K` runs "
+            f"refusal (`{sample_text}`). `estimate` mode replays the kernel program with the simulator's "
+            "own instruction costs, without the event loop (its error against the simulator is in "
+            "`docs/estimate.md`); `--confirm-top K` runs "
             "the simulator on the best K. Rows are committed point by point, so a sweep killed at any "
             "moment and rerun with `--resume` ends with exactly one row per point. Points run in local "
             "worker processes, or on a dask.distributed cluster with `--executor dask`.",

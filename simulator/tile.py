@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections import deque as _deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -382,6 +382,9 @@ class KernelContext:
         # the context of the block the core runs now: execution clients (the sanitizer) look at
         # its queues when the block ends
         core.context = self
+        # set by a replay (simulator/replay.py): count -> the tile indices to run, which may jump
+        # over a run of identical tiles once their timing repeats; None: every tile
+        self.tile_loop: Callable[[int], Iterable[int]] | None = None
 
     # Ascend C spellings
     def get_block_idx(self) -> int:
@@ -404,6 +407,12 @@ class KernelContext:
     @property
     def functional(self) -> bool:
         return self.device.functional
+
+    def tiles(self, count: int) -> Iterable[int]:
+        """``range(count)``, the tile loop of a kernel. The simulator runs every tile; the
+        estimate's replay may skip identical tiles in the middle once their timing repeats."""
+        loop = self.tile_loop
+        return range(count) if loop is None else loop(count)
 
     def next_event_id(self, src: str, dst: str) -> int:
         # Count per unordered pipe pair: on a DSP core loads and stores share the DMA pipe, so
@@ -524,7 +533,7 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
 
     if prefetch:
         yield from copy_in(0)
-    for t in range(ntiles):
+    for t in ctx.tiles(ntiles):
         if not prefetch:
             yield from copy_in(t)
         elif t + 1 < ntiles:

@@ -11,8 +11,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import TileWork, cast_work
-from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
+from opsim.kernels.ascend.elementwise import ElementwiseTiling, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, broadcast_shapes,
                             broadcasts_to, check_dtype_in, check_max_dims, check_not_null,
                             check_product, check_reduction, check_same_dtype, reduction_code)
@@ -74,29 +73,6 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     # maxTile = UB / (4·sizeof(T) + 16) for fp16/bf16 and UB / 16 for fp32 (docs/sources.md#mse-tiling).
     return plan_elementwise(spec, out.numel, n_inputs=3, in_itemsize=item, out_itemsize=item,
                             calc_bytes=16 if item == 2 else 0, overrides=overrides)
-
-
-def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any],
-             tiling: ElementwiseTiling) -> Any:
-    """Closed-form cycles of this tiling: per tile three loads, the kernel's vector
-    instructions (casts for 16-bit types, Sub, Muls, Mul, cast back) and one store."""
-    out = t["out"]
-    dt = t["self"].dtype
-    item = dt.itemsize
-    ins = [t["self"], t["target"], t["grad_output"]]
-
-    def work(n: int) -> TileWork:
-        # a broadcast operand re-reads the same few bytes: served by the L2 after the first tile
-        hbm = tuple(n * item for d in ins if d.numel >= out.numel)
-        l2 = tuple(min(n, d.numel) * item for d in ins if d.numel < out.numel)
-        if item == 2:
-            vec = (*cast_work(dt.name, "fp32", n) * 3, ("Sub", "fp32", n), ("Muls", "fp32", n),
-                   ("Mul", "fp32", n), *cast_work("fp32", dt.name, n))
-        else:
-            vec = (("Sub", dt.name, n), ("Muls", dt.name, n), ("Mul", dt.name, n))
-        return TileWork(loads=hbm, vector=vec, stores=(n * item,), l2_loads=l2)
-
-    return estimate_elementwise(spec, tiling, work)
 
 
 def cof_of(reduction: int, n: int) -> float:
@@ -216,6 +192,5 @@ OP = OpDef(
     infer=infer,
     dtypes=supported_dtypes,
     summary="MSE loss gradient: (self - target) * cof * gradOutput",
-    estimate=estimate,
     example_shapes=example_shapes,
 )

@@ -98,6 +98,6 @@ def test_calibration_doc_matches_a_fresh_run():
 def test_estimate_doc_matches_a_fresh_run():
     est = _load("estimate_error")
     wall = re.compile(r"Generated in \d+ s with \d+\s+worker processes on a \d+-CPU machine")
-    fresh = wall.sub("Generated in …", est.run(2))
+    fresh = wall.sub("Generated in …", est.render(est.run(2)))
     have = wall.sub("Generated in …", (ROOT / "docs" / "estimate.md").read_text(encoding="utf-8"))
     assert have == fresh, _explain("docs/estimate.md", have, fresh)

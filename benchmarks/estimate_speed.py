@@ -1,0 +1,57 @@
+"""A 1,000-point estimate-mode study, timed: the acceptance figure of the estimate's speed.
+
+The element-wise example study (examples/studies/elementwise_tiling_a2_a3.toml) widened to
+1,000 points: 2 devices x 2 operators x 2 dtypes x 5 shapes (256 Ki to 64 Mi elements) x 5
+block_dims x 5 tile lengths, swept in estimate mode with ``--workers`` processes (default 2).
+Prints the wall time, the points that ran and the replayed work per point.
+
+    .venv/bin/python benchmarks/estimate_speed.py [--workers 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from opsim.sweep import sweep  # noqa: E402
+
+STUDY = {
+    "study": {"name": "estimate-speed-1000", "mode": "estimate",
+              "description": "element-wise study widened to 1,000 points (benchmarks/estimate_speed.py)"},
+    "axes": {
+        "device": ["atlas-a2", "atlas-a3"],
+        "operator": ["mse_loss_backward", "binary_cross_entropy_backward"],
+        "shape": [[1 << 18], [1 << 20], [1 << 22], [1 << 24], [1 << 26]],
+        "dtype": ["fp32", "fp16"],
+        "tiling": {"block_dim": [1, 8, 16, 32, 48], "tile_length": [1024, 2048, 4096, 6144, 8192]},
+        "attr": {"reduction": ["mean"]},
+    },
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        res = sweep(STUDY, Path(tmp) / "speed.sqlite", workers=args.workers, quiet=True)
+        wall = time.perf_counter() - t0
+        rows = res.rows()
+    ok = [r for r in rows if r["status"] == "ok"]
+    models = sorted({r["estimate_model"] for r in ok})
+    print(f"estimate study: {len(rows)} points ({len(ok)} ran, the rest refused by the tiling) in "
+          f"{wall:.2f} s with {args.workers} workers ({1e3 * wall / max(1, len(rows)):.1f} ms a point); "
+          f"models: {', '.join(models)}; point wall in the workers: "
+          f"{1e3 * sum(r['wall_s'] for r in rows) / max(1, len(rows)):.1f} ms mean, "
+          f"{1e3 * max(r['wall_s'] for r in rows):.0f} ms max")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

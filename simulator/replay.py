@@ -1,0 +1,588 @@
+"""Replay: a fast estimate of a launch's cycles from the kernel program itself (mode "estimate").
+
+The replay runs the same kernel generators the simulator runs, through the same instruction
+objects: each instruction's cost is what its own ``issue`` returns (vector ``k·N + b`` tables,
+L1->L0 rates, Mmad fractals, pipe heads), and a DMA's transfers are the ones
+``Device.gm_transfer`` plans (start-up, per-core rate ``base`` + pool share, the GM/L2 link, L2
+hits and write-backs) -- only the fluid link network is replaced by :class:`ReplayNet`, which
+records each transfer instead of simulating it. Nothing here restates a cost formula.
+
+Timing is a plain list scheduler without SimPy (:func:`replay_block`): per core a dispatcher that
+pushes the program in order into per-pipe queues of ``scalar.queue_depth`` entries, in-order
+pipes, the kernel's own TQue/intra-core flags (``Core.set_flag``/``wait_flag``) and cross-core
+flags (``Device.cross_flags``). A transfer's rate is fixed when it starts: every concurrently
+running block is assumed to do the same at the same time (lockstep), so a link or pool is
+shared by ``blocks × transfers this block has in flight on it`` (fair share).
+
+Only a sample of blocks is replayed (:func:`sample_blocks`: the first, a middle one and the last;
+the others take the duration of the nearest sample below them), and inside a block a steady
+state is extrapolated (:class:`_Steady`): once the scheduler's state one period of the
+instruction stream later is the same up to a time shift, the remaining identical periods are
+counted, not scheduled.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import simpy
+
+from opsim.devices.spec import DeviceSpec
+from opsim.simulator.device import CrossCoreFlags, Device, Launch
+from opsim.simulator.errors import DeadlockError, SimulatorError, UnsupportedInstruction
+from opsim.simulator.isa import Instruction, WaitFlag
+from opsim.simulator.l2 import L2Cache
+from opsim.simulator.tile import KernelContext
+
+
+class _Transfer(simpy.Event):
+    """A transfer ``Device.gm_transfer`` asked for: priced by the replay, never simulated."""
+
+    def __init__(self, env: simpy.Environment, nbytes: int, base: float, links: tuple, pool: Any,
+                 startup: int) -> None:
+        super().__init__(env)
+        self.nbytes, self.base, self.links, self.pool, self.startup = nbytes, base, links, pool, startup
+
+
+class ReplayNet:
+    """Stands in for :class:`~opsim.simulator.links.LinkNetwork` on a replay device: a transfer
+    is recorded with its route and rates and returned as an event the replay prices."""
+
+    def __init__(self, env: simpy.Environment, links: dict, pools: dict) -> None:
+        self.env = env
+        self.links = links
+        self.pools = pools
+        self.on_change = None
+
+    def transfer(self, nbytes: int, *, base_rate: float, links: Sequence[Any] = (), pool: Any = None,
+                 startup: int = 0, tag: object = None) -> simpy.Event:
+        return _Transfer(self.env, int(nbytes), float(base_rate), tuple(links), pool, int(startup))
+
+
+class ReplayDevice(Device):
+    """A timing-only device whose launches are recorded, not run: :func:`replay_launches`
+    computes their cycles. Memory, cores, L2 model and instruction checks are the simulator's."""
+
+    def __init__(self, spec: DeviceSpec, *, seed: int = 0) -> None:
+        super().__init__(spec, trace=None, functional=False, seed=seed)
+        net: Any = vars(self)["net"]   # the LinkNetwork Device built: its links and pools stay
+        self.net = ReplayNet(self.env, net.links, net.pools)  # type: ignore[assignment]
+
+        # GM allocations the replayed blocks read / wrote in the current launch: (addr, size) -> write
+        self.touched: dict[tuple[int, int], bool] = {}
+        # (addr, bytes), write: ranges an earlier launch left in the L2, not yet in the model
+        self.assumed: list[tuple[tuple[int, int], bool]] = []
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Launches are replayed by :func:`replay_launches`, not by running simulated time."""
+
+    def recycle(self) -> None:
+        """Make the device as new for the next call (building one costs as much as a replay):
+        every allocation freed, an empty L2, no launches, streams or flags, statistics cleared."""
+        self.gm.reset()
+        if self.spec.smc is not None:
+            self.smc.reset()
+        if self.spec.l2 is not None:
+            l2 = self.spec.l2
+            self.l2 = L2Cache(l2.size, l2.chunk, write_back=l2.write_policy == "write-back")
+        self.touched, self.assumed = {}, []
+        self.launches.clear()
+        self.streams.clear()
+        # the recorded launches queued SimPy work that never runs: drop it with the launches
+        self.env._queue.clear()  # type: ignore[attr-defined]
+        self.cross_flags = CrossCoreFlags(self.env)
+        self.bytes_read = self.bytes_written = 0
+        self.link_bytes.clear()
+        self.faulted = None
+        for core in self.all_cores():
+            core.launch, core.blocks_run, core.atomic = None, 0, None
+            core.flags.clear()
+            core.flag_waiters.clear()      # a deadlocked replay leaves its waiter behind
+            for region in core.memories.values():
+                region.reset()
+                region.peak_allocated_bytes = 0
+
+    def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool, **kw: Any) -> simpy.Event:
+        alloc = self.gm.allocation_at(addr)
+        if alloc is not None:
+            key = (alloc.addr, alloc.nbytes)
+            self.touched[key] = self.touched.get(key, False) or write
+        if self.assumed and self.l2 is not None:
+            self._warm(addr, nbytes)
+        return super().gm_transfer(pipe, addr, nbytes, write=write, **kw)
+
+    def settle_l2(self) -> None:
+        """After a launch: every tensor the replayed blocks touched counts as touched in full
+        (the blocks and tiles not replayed cover the rest of it) -- reads first, then writes --
+        so a later launch finds in the L2 what the simulator's would. Kept as ranges assumed
+        resident (the last L2-size bytes, LRU), put into the L2 model only when a replayed
+        transfer reaches them: a whole tensor line by line would cost more than the replay."""
+        l2 = self.l2
+        touched, self.touched = self.touched, {}
+        if l2 is None:
+            return
+        ordered = [*self.assumed, *((r, w) for write in (False, True) for r, w in touched.items() if w == write)]
+        keep: list[tuple[tuple[int, int], bool]] = []
+        room = l2.capacity_chunks * l2.chunk
+        for (addr, n), w in reversed(ordered):
+            if room <= 0:
+                break
+            take = min(n, room)
+            keep.append(((addr + n - take, take), w))
+            room -= take
+        self.assumed = keep[::-1]
+        # what the L2 holds now is exactly those ranges (the model fills them as they are reached):
+        # lines of the replayed blocks outside them were evicted by the tiles not replayed
+        spec = self.spec.l2
+        assert spec is not None
+        self.l2 = L2Cache(spec.size, spec.chunk, write_back=spec.write_policy == "write-back")
+
+    def _warm(self, addr: int, nbytes: int) -> None:
+        """Put the assumed-resident part of [addr, addr + nbytes) into the L2 model, once."""
+        end = addr + nbytes
+        out: list[tuple[tuple[int, int], bool]] = []
+        for (a, n), w in self.assumed:
+            lo, hi = max(a, addr), min(a + n, end)
+            if lo >= hi:
+                out.append(((a, n), w))
+                continue
+            self.l2.access(lo, hi - lo, write=w, count=False)  # type: ignore[union-attr]
+            self.l2.take_writeback()  # type: ignore[union-attr]
+            if a < lo:
+                out.append(((a, lo - a), w))
+            if hi < a + n:
+                out.append(((hi, a + n - hi), w))
+        self.assumed = out
+
+
+def _parts(ev: Any) -> list[_Transfer] | None:
+    """The transfers behind the event an instruction's issue returned (None: another event)."""
+    if isinstance(ev, _Transfer):
+        return [ev]
+    if isinstance(ev, simpy.events.Condition):
+        out: list[_Transfer] = []
+        for e in ev._events:
+            p = _parts(e)
+            if p is None:
+                return None
+            out.extend(p)
+        return out
+    return None
+
+
+class _RPipe:
+    """The view of a pipe an instruction's issue/complete needs (see simulator/core.Pipe)."""
+
+    __slots__ = ("core", "name", "head_pending", "last_slice", "flow_from", "queue", "free_at", "current",
+                 "blocked", "busy", "instructions")
+
+    def __init__(self, core: Any, name: str) -> None:
+        self.core, self.name = core, name
+        self.head_pending = True
+        self.last_slice = self.flow_from = -1
+        self.queue: deque = deque()
+        self.free_at = 0          # end of the instruction in progress
+        self.current: Instruction | None = None
+        self.blocked: simpy.Event | None = None
+        self.busy = 0
+        self.instructions = 0
+
+    def head_cycles(self) -> int:
+        if not self.head_pending:
+            return 0
+        self.head_pending = False
+        return self.core.head_cost(self.name)
+
+
+def _stream(program: Iterator[Any], pending: list) -> Iterator[Instruction]:
+    """The program's instructions in dispatch order (queue flags before the next yielded one)."""
+    for item in program:
+        if pending:
+            yield from pending
+            pending.clear()
+        if item is None:
+            continue
+        if not isinstance(item, Instruction):
+            raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction")
+        yield item
+    if pending:
+        yield from pending
+        pending.clear()
+
+
+@dataclass
+class _Program:
+    core: Any
+    pipes: dict[str, _RPipe]
+    instrs: Iterator[Instruction]
+    pending: list = field(default_factory=list)
+    next: Instruction | None = None
+    done: bool = False
+    dispatched: int = 0
+
+
+@dataclass
+class BlockReplay:
+    """What replaying one block (or one group of a mixed launch) gave."""
+
+    cycles: int
+    pipe_busy: dict[str, int]
+    instructions: int
+    skipped_tiles: int = 0      # tiles the steady state counted instead of scheduling
+
+
+def _signature(instr: Instruction) -> tuple:
+    """What the cost of an instruction depends on besides addresses (for the steady state)."""
+    return (type(instr), instr.pipe, getattr(instr, "count", None), getattr(instr, "_nbytes", None),
+            getattr(instr, "event_id", None), getattr(instr, "m", None), getattr(instr, "n", None),
+            getattr(instr, "k", None), getattr(instr, "repeat", None))
+
+
+class _Steady:
+    """Steady-state extrapolation of a kernel's tile loop (``KernelContext.tiles``).
+
+    At the start of every tile the scheduler's state relative to the current cycle (each pipe's
+    instruction in progress and queue, the flags, the transfers in flight, what the dispatcher
+    holds) is compared with the state 1..MAX_PERIOD tiles earlier. Once it repeats, every later
+    period of tiles would take the same cycles, so the loop jumps to the last tile and the
+    scheduler's clock, busy cycles and pending ends move on by the periods skipped."""
+
+    MAX_PERIOD = 4
+
+    def __init__(self, sched: "_Scheduler", prog: "_Program") -> None:
+        self.sched, self.prog = sched, prog
+        self.skipped_tiles = 0
+
+    def loop(self, count: int) -> Iterator[int]:
+        sched = self.sched
+        history: list[tuple[tuple, int, dict[str, int], int]] = []
+        t = 0
+        jumped = False
+        while t < count:
+            if not jumped:
+                snap = sched.snapshot(self.prog)
+                now = sched.now
+                busy = {n: p.busy for n, p in self.prog.pipes.items()}
+                for period in range(1, min(self.MAX_PERIOD, len(history)) + 1):
+                    old, then, obusy, _ = history[-period]
+                    if old != snap:
+                        continue
+                    repeats = (count - 1 - t) // period
+                    if repeats > 0:
+                        sched.shift(self.prog, repeats * (now - then),
+                                    {n: repeats * (b - obusy[n]) for n, b in busy.items()})
+                        t += repeats * period
+                        self.skipped_tiles += repeats * period
+                        jumped = True
+                    break
+                history.append((snap, now, busy, t))
+                if len(history) > self.MAX_PERIOD:
+                    history.pop(0)
+            yield t
+            t += 1
+
+
+class _Scheduler:
+    """The list scheduler of one block (one core, or the cores of a mixed group)."""
+
+    def __init__(self, spec: DeviceSpec, share: int) -> None:
+        self.spec = spec
+        self.depth = spec.scalar.queue_depth
+        self.share = max(1, share)               # blocks running at once (lockstep copies)
+        self.inflight: dict[int, list[int]] = {}   # id(link or pool) -> end times of transfers
+        self.now = 0
+        self.programs: list[_Program] = []
+        self.events: list[tuple[int, int, _RPipe]] = []
+        self._seq = 0
+
+    def add(self, core: Any, program: Iterator[Any], pending: list) -> _Program:
+        pipes = {name: _RPipe(core, name) for name in core.pipes}
+        prog = _Program(core, pipes, _stream(program, pending), pending=pending)
+        self.programs.append(prog)
+        return prog
+
+    # -- steady state ----------------------------------------------------------------------------
+    def snapshot(self, prog: _Program) -> tuple:
+        """The state of ``prog``'s core relative to now (see :class:`_Steady`)."""
+        now = self.now
+        pipes = tuple((p.current is not None and (_signature(p.current), p.free_at - now, p.blocked is not None),
+                       tuple(_signature(i) for i in p.queue), p.head_pending) for p in prog.pipes.values())
+        core = prog.core
+        flights = tuple(sorted((k, tuple(sorted(e - now for e in ends if e > now)))
+                               for k, ends in self.inflight.items()))
+        return (pipes, tuple(sorted(core.flags.items())), tuple(sorted(core.flag_waiters)),
+                tuple(_signature(i) for i in prog.pending),
+                prog.next is not None and _signature(prog.next), flights, core.atomic)
+
+    def shift(self, prog: _Program, cycles: int, busy: dict[str, int]) -> None:
+        """Move the clock on by ``cycles`` skipped (the state repeats, shifted), adding the
+        busy cycles of the skipped periods."""
+        self.now += cycles
+        for p in prog.pipes.values():
+            if p.current is not None:
+                p.free_at += cycles
+            p.busy += busy.get(p.name, 0)
+        self.events = [(t + cycles, seq, p) for t, seq, p in self.events]
+        heapq.heapify(self.events)
+        self.inflight = {k: [e + cycles for e in ends] for k, ends in self.inflight.items()}
+
+    # -- costs -----------------------------------------------------------------------------------
+    def _price(self, parts: list[_Transfer]) -> int:
+        """Cycles of a DMA's transfers started now: each at its own rate (base + pool share),
+        capped by its fair share of every link it crosses; the DMA ends with its last part."""
+        now = self.now
+        longest = 0
+        for p in parts:
+            rate = p.base
+            if p.pool is not None:
+                rate += p.pool.capacity / (self.share * self._count(p.pool, now))
+            for link in p.links:
+                rate = min(rate, link.capacity / (self.share * self._count(link, now)))
+            d = p.startup + (math.ceil(p.nbytes / rate) if p.nbytes else 0)
+            longest = max(longest, d)
+        for p in parts:
+            for r in (*p.links, *((p.pool,) if p.pool is not None else ())):
+                self.inflight.setdefault(id(r), []).append(now + longest)
+        return longest
+
+    def _count(self, resource: Any, now: int) -> int:
+        ends = self.inflight.get(id(resource))
+        if not ends:
+            return 1
+        live = [e for e in ends if e > now]
+        self.inflight[id(resource)] = live
+        return 1 + len(live)
+
+    # -- execution -------------------------------------------------------------------------------
+    def _start(self, pipe: _RPipe, instr: Instruction) -> None:
+        """``pipe`` pops ``instr`` now: issue it (checks and cost, as the simulator does)."""
+        wait = instr.issue(pipe)  # type: ignore[arg-type]
+        pipe.current = instr
+        if wait is None:
+            d = 0
+        elif isinstance(wait, int):
+            d = wait
+        else:
+            parts = _parts(wait)
+            if parts is None:           # a flag: blocked until it is set
+                if wait.triggered:
+                    d = 0
+                else:
+                    pipe.blocked = wait
+                    return
+            else:
+                d = self._price(parts)
+        self._run_for(pipe, instr, d)
+
+    def _run_for(self, pipe: _RPipe, instr: Instruction, d: int) -> None:
+        pipe.free_at = self.now + max(0, int(d))
+        if instr.busy:
+            pipe.busy += pipe.free_at - self.now
+            pipe.instructions += 1
+        if pipe.free_at > self.now:
+            self._seq += 1
+            heapq.heappush(self.events, (pipe.free_at, self._seq, pipe))
+        else:
+            self._finish(pipe)
+
+    def _finish(self, pipe: _RPipe) -> None:
+        instr = pipe.current
+        pipe.current = None
+        if instr is not None:
+            instr.complete(pipe)  # type: ignore[arg-type]
+
+    def _step(self) -> bool:
+        """Do everything possible at ``now``; True if anything happened."""
+        progress = False
+        for prog in self.programs:
+            pipes = prog.pipes
+            # pipes: finished instructions, released flags, next pops
+            again = True
+            while again:
+                again = False
+                for pipe in pipes.values():
+                    if pipe.blocked is not None:
+                        if not pipe.blocked.triggered:
+                            continue
+                        pipe.blocked = None
+                        self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
+                        again = progress = True
+                    if pipe.current is None and pipe.queue and pipe.free_at <= self.now:
+                        self._start(pipe, pipe.queue.popleft())
+                        again = progress = True
+                # dispatcher: push in program order while the target queue has room
+                while not prog.done:
+                    if prog.next is None:
+                        prog.next = next(prog.instrs, None)
+                        if prog.next is None:
+                            prog.done = True
+                            break
+                    instr = prog.next
+                    pipe = pipes.get(instr.pipe)  # type: ignore[assignment]
+                    if pipe is None:
+                        raise UnsupportedInstruction(
+                            f"{instr.name} needs pipe {instr.pipe}, which {prog.core.name} does not have "
+                            f"(pipes: {', '.join(pipes)})", core=prog.core.name, instruction=instr.describe())
+                    if len(pipe.queue) >= self.depth:
+                        break
+                    instr.tile = prog.core.tile
+                    pipe.queue.append(instr)
+                    prog.next = None
+                    prog.dispatched += 1
+                    again = progress = True
+        return progress
+
+    def run(self) -> int:
+        """Replay to the end; the cycles from the block's start to its last instruction's end."""
+        end = 0
+        while True:
+            while self._step():
+                pass
+            # retire everything that ends at the next event time
+            if self.events:
+                t = self.events[0][0]
+                self.now = t
+                while self.events and self.events[0][0] == t:
+                    _, _, pipe = heapq.heappop(self.events)
+                    self._finish(pipe)
+                end = max(end, t)
+                continue
+            if all(p.done for p in self.programs) and not any(
+                    pp.queue or pp.current is not None for p in self.programs for pp in p.pipes.values()):
+                return max(end, self.now)
+            # only flags block. A cross-core wait on blocks that are not replayed (a barrier such
+            # as SyncAll across the launch) passes now: identical cores in lockstep reach it
+            # together. A core waiting on its own flags can never go on: the kernel deadlocks.
+            blocked = [pp for p in self.programs for pp in p.pipes.values() if pp.blocked is not None]
+            cross = [pp for pp in blocked if not isinstance(pp.current, WaitFlag)]
+            if not cross:
+                waiting = [f"{pp.core.name}.{pp.name}: {pp.current.describe()}" for pp in blocked
+                           if pp.current is not None]
+                raise DeadlockError("no instruction can make progress" +
+                                    (f"; waiting: {'; '.join(waiting[:8])}" if waiting else ""), waiting=waiting)
+            pipe = cross[0]
+            pipe.blocked = None
+            self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
+
+    def busy(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.programs:
+            for name, pipe in p.pipes.items():
+                if pipe.instructions:
+                    out[name] = max(out.get(name, 0), pipe.busy)
+        return out
+
+
+def sample_blocks(block_dim: int) -> list[int]:
+    """The blocks replayed: the first, a middle one and the last. Work splits put a remainder on
+    the first blocks or on the last one; a middle block stands for work that varies across the
+    blocks (the embedding's accumulation: dropping it underestimates that operator by 25 %)."""
+    return sorted({0, block_dim // 2, block_dim - 1})
+
+
+def _cores_for(dev: Device, launch: Launch) -> list[Any]:
+    cores = dev.units("cube" if launch.unit == "mix" else launch.unit)
+    mask = launch.core_mask
+    return [c for c in cores if mask is None or (mask >> c.index) & 1]
+
+
+def replay_block(dev: Device, launch: Launch, b: int, share: int) -> BlockReplay:
+    """Replay block ``b`` of ``launch`` on its own, ``share`` blocks running at once."""
+    sched = _Scheduler(dev.spec, share)
+    cores = _cores_for(dev, launch)
+    steady = None
+    if launch.unit == "mix":
+        aic = cores[0]
+        ratio = dev.mix_ratio
+        aic.begin_block(launch, b)
+        launch.roles[aic.name] = (b, 0)
+        ctx = KernelContext(aic, b, launch.block_dim)
+        sched.add(aic, launch.kernel.aic(ctx, *launch.args), ctx.pending)
+        vec = dev.units("vector")
+        for sub in range(ratio):
+            core = vec[aic.index * ratio + sub]
+            core.begin_block(launch, b * ratio + sub)
+            launch.roles[core.name] = (b, sub)
+            vctx = KernelContext(core, b * ratio + sub, launch.block_dim * ratio)
+            vctx.sub_block_idx, vctx.sub_block_num = sub, ratio
+            sched.add(core, launch.kernel.aiv(vctx, *launch.args), vctx.pending)
+    else:
+        core = cores[0]
+        core.begin_block(launch, b)
+        ctx = KernelContext(core, b, launch.block_dim)
+        prog = sched.add(core, launch.kernel(ctx, *launch.args), ctx.pending)
+        steady = _Steady(sched, prog)
+        ctx.tile_loop = steady.loop
+    try:
+        cycles = sched.run()
+    except SimulatorError as exc:
+        raise exc.at(core=sched.programs[0].core.name) from None
+    busy = sched.busy()
+    n = sum(p.dispatched for p in sched.programs)
+    return BlockReplay(cycles, busy, n, steady.skipped_tiles if steady is not None else 0)
+
+
+@dataclass
+class LaunchReplay:
+    name: str
+    block_dim: int
+    cycles: int                   # from the launch's start (after overhead) to its last block's end
+    pipe_busy: dict[str, int]     # summed over all blocks
+    blocks: dict[int, BlockReplay] = field(default_factory=dict)
+
+
+def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
+    """The blocks of ``launch`` on its cores: sampled blocks replayed, the rest taking the
+    duration of the nearest sample below them, placed on the cores in waves."""
+    ncores = len(_cores_for(dev, launch))
+    if ncores == 0:
+        raise SimulatorError(f"launch {launch.name}: its core mask selects no core")
+    bd = launch.block_dim
+    share = min(bd, ncores)
+    samples = sample_blocks(bd)
+    reps = {b: replay_block(dev, launch, b, share) for b in samples}
+
+    def rep(b: int) -> BlockReplay:
+        return reps[max(s for s in samples if s <= b)]
+    free = [0] * ncores
+    end = 0
+    busy: dict[str, int] = {}
+    for b in range(bd):
+        r = rep(b)
+        i = min(range(ncores), key=free.__getitem__)
+        free[i] += r.cycles
+        end = max(end, free[i])
+        for p, v in r.pipe_busy.items():
+            busy[p] = busy.get(p, 0) + v
+    return LaunchReplay(launch.name, bd, end, busy, reps)
+
+
+@dataclass
+class Replay:
+    """The replay of every launch of a call, queued on one stream as the simulator queues them."""
+
+    cycles: int
+    launches: list[LaunchReplay]
+    pipe_busy: dict[str, int]        # per pipe, the busiest core's cycles (as the simulator reports)
+
+
+def replay_launches(dev: Device, launches: Sequence[Launch]) -> Replay:
+    """Cycles of ``launches`` run back to back on one stream, each paying the launch overhead
+    (the gap between queued launches is added by the caller, as for every estimate)."""
+    spec = dev.spec
+    t = 0
+    out = []
+    busy: dict[str, int] = {}
+    for launch in launches:
+        t += spec.launch.overhead
+        r = replay_launch(dev, launch)
+        if isinstance(dev, ReplayDevice) and launch is not launches[-1]:
+            dev.settle_l2()
+        t += r.cycles
+        out.append(r)
+        for p in {p for rep in r.blocks.values() for p in rep.pipe_busy}:
+            busy[p] = busy.get(p, 0) + max(rep.pipe_busy.get(p, 0) for rep in r.blocks.values())
+    return Replay(t, out, busy)

@@ -1,0 +1,131 @@
+"""The estimate replays the kernel program itself (simulator/replay.py): a user's own kernel,
+registered with opsim.register_operator, gets an estimate with no model of its own, and it
+agrees with the simulator on the example kernels of examples/kernels."""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opsim
+from opsim.api import TensorSpec
+from opsim.kernels import registry
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "kernels"
+MAX_ERROR = 0.08     # the estimate's stated worst case against the simulator (docs/estimate.md)
+
+
+def _load(name: str) -> Any:
+    path = EXAMPLES / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"replay_example_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _register(op: str, kernel: Any, inputs: tuple, outputs: tuple, tiling: Any, **kw: Any) -> str:
+    if op not in registry.names():
+        opsim.register_operator(kernel, name=op, inputs=inputs, outputs=outputs, tiling=tiling, **kw)
+    return op
+
+
+def _vector_cases() -> list[tuple[str, str, dict, dict]]:
+    """(operator, device, operands, tiling overrides) of the vector example kernels."""
+    cases = []
+    add = _load("add_tque")
+    op = _register("replay_add_tque", add.add_kernel, ("x", "y"), ("z",),
+                   lambda spec, ins, at: {"block_dim": 8, "block_length": ins["x"].numel // 8,
+                                          "tile_length": 512, "buffer_num": 2})
+    for n, bn in ((8 * 512 * 8, 2), (8 * 512 * 64, 1), (8 * 512 * 64, 2)):
+        cases.append((op, "atlas-a2", {"x": (n,), "y": (n,)}, {"buffer_num": bn}))
+    flags = _load("add_manual_flags")
+    op = _register("replay_add_manual_flags", flags.add_kernel, ("x", "y"), ("z",),
+                   lambda spec, ins, at: {"block_dim": 8, "block_length": ins["x"].numel // 8, "buffer_num": 2})
+    cases.append((op, "atlas-a2", {"x": (8 * 2048,), "y": (8 * 2048,)}, {}))
+    relu = _load("leaky_relu")
+    op = _register("replay_leaky_relu", relu.leaky_relu_kernel, ("x",), ("y",),
+                   lambda spec, ins, at: {"block_dim": 8, "block_length": ins["x"].numel // 8,
+                                          "tile_length": 1024}, attrs={"alpha": 0.01})
+    cases.append((op, "atlas-a2", {"x": (8 * 4096,)}, {}))
+    op = _register("replay_leaky_relu_48", relu.leaky_relu_kernel, ("x",), ("y",),
+                   lambda spec, ins, at: {"block_dim": 48, "block_length": ins["x"].numel // 48,
+                                          "tile_length": 1024}, attrs={"alpha": 0.01})
+    cases.append((op, "atlas-a3", {"x": (48 * 16384,)}, {}))
+    soft = _load("softmax")
+    op = _register("replay_softmax", soft.softmax_kernel, ("x",), ("y",),
+                   lambda spec, ins, at: {"block_dim": 8, "rows_per_block": ins["x"].shape[0] // 8,
+                                          "cols": ins["x"].shape[1]}, example_shape=(64, 256))
+    cases.append((op, "atlas-a2", {"x": (64, 256)}, {}))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_a_registered_example_kernel_is_estimated_within_the_stated_error(case: int) -> None:
+    op, device, shapes, overrides = _vector_cases()[case]
+    ops = {n: TensorSpec(s, "fp32") for n, s in shapes.items()}
+    sim = opsim.run(op, device=device, mode="timing", trace="off", tiling=overrides, **ops)
+    est = opsim.run(op, device=device, mode="estimate", tiling=overrides, **ops)
+    assert est.stats["estimate_model"] == "replay"
+    assert abs(est.cycles - sim.cycles) <= MAX_ERROR * sim.cycles, (est.cycles, sim.cycles)
+
+
+# Cube kernels: the replay prices every sampled block as if all blocks loaded the same way at
+# once; when the blocks share a matrix (matmul_cube_only reads all of A on every core) the
+# simulator has one core miss the L2 and the others hit, so the replay overestimates: +8 % at
+# the example's size, up to +18 % at 1024 x 1024 x 4096 (docs/estimate.md). Held to that bound.
+CUBE_MAX_ERROR = 0.20
+
+
+def test_a_cube_example_kernel_is_estimated_within_its_known_bound() -> None:
+    mm = _load("matmul_cube_only")
+    op = _register("replay_matmul_cube_only", mm.matmul_kernel, ("a", "b", "bias"), ("c",),
+                   lambda spec, ins, at: {"block_dim": 8, "tiling": mm.plan(ins["a"].shape[0], ins["b"].shape[1],
+                                                                           ins["a"].shape[1], 8, False)},
+                   dtypes=("fp16", "fp32"),
+                   infer=lambda spec, ins, at: {"c": ((ins["a"].shape[0], ins["b"].shape[1]), "fp32")})
+    ops = {"a": TensorSpec((128, 64), "fp16"), "b": TensorSpec((64, 1024), "fp16"),
+           "bias": TensorSpec((1, 1024), "fp32")}
+    sim = opsim.run(op, device="atlas-a2", mode="timing", trace="off", **ops)
+    est = opsim.run(op, device="atlas-a2", mode="estimate", **ops)
+    assert abs(est.cycles - sim.cycles) <= CUBE_MAX_ERROR * sim.cycles, (est.cycles, sim.cycles)
+
+
+def test_a_kernel_that_waits_on_a_flag_nobody_sets_is_refused_as_a_deadlock() -> None:
+    from opsim.simulator.errors import DeadlockError
+    from opsim.simulator.isa import WaitFlag
+
+    def stuck(ctx, x, out):
+        yield WaitFlag("MTE3", "MTE2", 0)
+    op = _register("replay_stuck", stuck, ("x",), ("out",), lambda spec, ins, at: {"block_dim": 1})
+    with pytest.raises(DeadlockError, match="WaitFlag"):
+        opsim.run(op, device="atlas-a2", mode="estimate", x=TensorSpec((64,), "fp32"))
+
+
+def test_the_estimate_of_a_long_tile_loop_costs_as_much_as_a_short_one() -> None:
+    # the steady state is extrapolated: 64x the tiles, not 64x the instructions replayed
+    from opsim.simulator import replay
+    calls = []
+    orig = replay._Scheduler._start
+
+    def counting(self, pipe, instr):
+        calls.append(1)
+        return orig(self, pipe, instr)
+    ops = {n: TensorSpec((n_,), "fp32") for n, n_ in (("grad_output", 0), ("self", 0), ("target", 0))}
+    counts = []
+    for n in (48 * 8192, 64 * 48 * 8192):
+        ops = {k: TensorSpec((n,), "fp32") for k in ("grad_output", "self", "target")}
+        calls.clear()
+        replay._Scheduler._start = counting
+        try:
+            opsim.run("mse_loss_backward", device="atlas-a2", mode="estimate", reduction="mean",
+                      tiling={"tile_length": 1024}, **ops)
+        finally:
+            replay._Scheduler._start = orig
+        counts.append(len(calls))
+    assert counts[1] < 2 * counts[0], counts
+    assert np.isfinite(counts[0])
