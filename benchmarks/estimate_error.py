@@ -237,22 +237,22 @@ Only where measurably better than the replay (the table below has both, `used` m
   store), extended by its steady-state period; `LOCKSTEP_WEIGHT = {weight}` weighs the lockstep
   against the spread bound of load/store contention (a calibration against the simulator).
 - **embedding_dense_backward** (`estimate` in kernels/ascend/embedding_backward.py, model
-  `embedding`): kept for speed, not accuracy — the replay is as close to the simulator (a
-  little closer in the table below) but several hundred times slower, because the embedding's
-  kernels do not loop with `ctx.tiles` yet and the replay runs every row of the sampled blocks
-  (1–1.5 s a point against a few ms): a study of thousands of points would take an hour. Once
-  those loops use `ctx.tiles` the closed form can go. Every launch of the call in order (ZerosLike, casts, SortIndices and the
-  MergeSortedRuns passes, EmbeddingCount where the product has it, the accumulation kernel with its
-  gathers and atomic flushes (on Atlas A2 with the counts and the scale inside it), the scale
-  kernel, CastOut), index-dependent work under the pattern timing mode assumes (row *i* has index
-  *i* mod numWeights), L2 residency of what an earlier launch wrote.
-- **fused_linear_cross_entropy_loss_grad** (kernels/ascend/flce_estimate.py, model `flce`): the
+  `embedding`): kept for speed, not accuracy — the replay is as close to the simulator (a little
+  closer in the table below) but several hundred times slower, because the embedding's kernels do
+  not loop with `ctx.tiles` yet and the replay runs every row of the sampled blocks (1–1.5 s a point
+  against a few ms): a study of thousands of points would take an hour. Once those loops use
+  `ctx.tiles` the closed form can go. Every launch of the call in order (ZerosLike, casts,
+  SortIndices and the MergeSortedRuns passes, EmbeddingCount where the product has it, the
+  accumulation kernel with its gathers and atomic flushes (on Atlas A2 with the counts and the scale
+  inside it), the scale kernel, CastOut), index-dependent work under the pattern timing mode assumes
+  (row *i* has index *i* mod numWeights), L2 residency of what an earlier launch wrote. -
+  **fused_linear_cross_entropy_loss_grad** (kernels/ascend/flce_estimate.py, model `flce`): the
   mixed launch's phases, each the slowest core's replay of its program with the simulator's costs,
   and an LRU over matmul panels wave by wave (a panel not resident is missed by the first core of
   the wave that loads it; sharing breaks when a chunk's miss-minus-hit time times the cores' load
-  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator). The
-  generic replay samples three blocks in sequence, so the L2 sees the panels in another order than
-  the simulator's 24 concurrent cores and misses far more (+20 % on average on this study).
+  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator). The generic
+  replay samples three blocks in sequence, so the L2 sees the panels in another order than the
+  simulator's 24 concurrent cores and misses far more (+20 % on average on this study).
 
 The MSE and BCE closed forms were deleted. On this script's previous run (the same sample of
 points) they had a mean |error| of 0.69 % (MSE) and 0.89 % (BCE), maxima 4.75 % and 5.48 %: the

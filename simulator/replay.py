@@ -31,7 +31,7 @@ from typing import Any, Iterator, Sequence
 import simpy
 
 from opsim.devices.spec import DeviceSpec
-from opsim.simulator.device import CrossCoreFlags, Device, Launch
+from opsim.simulator.device import CrossCoreFlags, Device, Launch, MixKernel
 from opsim.simulator.errors import DeadlockError, SimulatorError, UnsupportedInstruction
 from opsim.simulator.isa import Instruction, WaitFlag
 from opsim.simulator.l2 import L2Cache
@@ -92,7 +92,7 @@ class ReplayDevice(Device):
         self.launches.clear()
         self.streams.clear()
         # the recorded launches queued SimPy work that never runs: drop it with the launches
-        self.env._queue.clear()  # type: ignore[attr-defined]
+        self.env._queue.clear()
         self.cross_flags = CrossCoreFlags(self.env)
         self.bytes_read = self.bytes_written = 0
         self.link_bytes.clear()
@@ -495,12 +495,14 @@ def replay_block(dev: Device, launch: Launch, b: int, share: int) -> BlockReplay
     cores = _cores_for(dev, launch)
     steady = None
     if launch.unit == "mix":
+        mix = launch.kernel
+        assert isinstance(mix, MixKernel)          # Device.launch takes a MixKernel only with unit "mix"
         aic = cores[0]
         ratio = dev.mix_ratio
         aic.begin_block(launch, b)
         launch.roles[aic.name] = (b, 0)
         ctx = KernelContext(aic, b, launch.block_dim)
-        sched.add(aic, launch.kernel.aic(ctx, *launch.args), ctx.pending)
+        sched.add(aic, mix.aic(ctx, *launch.args), ctx.pending)
         vec = dev.units("vector")
         for sub in range(ratio):
             core = vec[aic.index * ratio + sub]
@@ -508,12 +510,14 @@ def replay_block(dev: Device, launch: Launch, b: int, share: int) -> BlockReplay
             launch.roles[core.name] = (b, sub)
             vctx = KernelContext(core, b * ratio + sub, launch.block_dim * ratio)
             vctx.sub_block_idx, vctx.sub_block_num = sub, ratio
-            sched.add(core, launch.kernel.aiv(vctx, *launch.args), vctx.pending)
+            sched.add(core, mix.aiv(vctx, *launch.args), vctx.pending)
     else:
         core = cores[0]
         core.begin_block(launch, b)
         ctx = KernelContext(core, b, launch.block_dim)
-        prog = sched.add(core, launch.kernel(ctx, *launch.args), ctx.pending)
+        kernel = launch.kernel
+        assert not isinstance(kernel, MixKernel)   # a MixKernel runs only with unit "mix"
+        prog = sched.add(core, kernel(ctx, *launch.args), ctx.pending)
         steady = _Steady(sched, prog)
         ctx.tile_loop = steady.loop
     try:
