@@ -224,6 +224,7 @@ def _zipf_case():
     return _grad(rng, (1500, 16)), idx, nw
 
 
+@pytest.mark.slow          # the deterministic kernel walks every row (4-6 s)
 def test_deterministic_mode_is_bitwise_identical_across_five_seeds():
     g, idx, nw = _zipf_case()
     outs = [_run(grad=g, indices=idx, num_weights=nw, deterministic=True, seed=s).outputs["out"]
@@ -261,6 +262,7 @@ def test_deterministic_mode_leaves_each_index_to_one_core():
     assert len({c for cores in writers.values() for c in cores}) > 1
 
 
+@pytest.mark.slow          # the deterministic kernel walks every row (4-6 s)
 def test_acl_deterministic_option_selects_the_deterministic_scheme():
     g, idx, nw = _zipf_case()
     outs = []
@@ -428,6 +430,7 @@ def test_sorts_beyond_one_tik_batch_merge_through_gm_and_keep_every_row():
     assert e.value.code == 561002 and "TIK Sort" in e.value.message
 
 
+@pytest.mark.slow          # the deterministic kernel walks every row (4-6 s)
 def test_embedding_dim_chunks_do_not_change_the_deterministic_bits():
     g, idx, nw = _zipf_case()
     whole = _run(grad=g, indices=idx, num_weights=nw, deterministic=True)
