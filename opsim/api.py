@@ -115,7 +115,7 @@ def _split_kwargs(op: Any, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], d
 def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trace: str = "instruction",
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
         device_overrides: Mapping[str, Any] | None = None, source_lines: bool = False,
-        sanitize: bool = False, fast_forward: bool = True,
+        sanitize: bool = False, fast_forward: bool = False,
         **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
@@ -127,8 +127,10 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     aclnn status code) for a
     rejected call and a simulator error (``MemoryFault``, ``CapacityError`` …) for a fault.
 
-    ``fast_forward=False`` runs every round of the kernels step by step; by default the engine
-    skips rounds it proves repeat (simulator/fastforward.py), with identical results.
+    ``fast_forward=True`` lets the engine skip tile rounds it proves repeat
+    (simulator/fastforward.py), with identical results; ``res.stats["fast_forward"]`` says what
+    it skipped or why not. It is off by default: where it skips, a jump still replays the L2 and
+    draws the program ahead, and measured no faster than stepping (benchmarks/run.py, figure 5).
 
     ``sanitize=True`` (full and timing mode) runs the sanitizer (racecheck, memcheck, synccheck;
     docs/sanitizer.md) alongside: ``res.sanitizer`` is its report. Results and cycles are the

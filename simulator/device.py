@@ -209,7 +209,7 @@ class Device:
     """One simulated NPU or DSP."""
 
     def __init__(self, spec: DeviceSpec, *, trace: Trace | None = None, functional: bool = True,
-                 seed: int = 0, fast_forward: bool = True) -> None:
+                 seed: int = 0, fast_forward: bool = False) -> None:
         self.spec = spec
         # steady-state fast-forward (simulator/fastforward.py): exact, skips repeated rounds;
         # False runs every instruction step by step

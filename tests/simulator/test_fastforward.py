@@ -144,7 +144,8 @@ def test_an_observer_that_needs_every_instruction_live_stops_it() -> None:
     case = SKIPPED[0]
     o = registry.get(case[0])
     kwargs = o.example(np.random.default_rng(0), devices.load(case[1]), case[2], **case[3])
-    res = opsim.run(case[0], device=case[1], trace="off", tiling=case[4], sanitize=True, **kwargs)
+    res = opsim.run(case[0], device=case[1], trace="off", tiling=case[4], sanitize=True, fast_forward=True,
+                    **kwargs)
     ff = res.stats["fast_forward"]
     assert ff["skipped_rounds"] == 0 and "Sanitizer" in ff["reason"]
 
