@@ -534,7 +534,7 @@ class LaunchReplay:
     name: str
     block_dim: int
     cycles: int                   # from the launch's start (after overhead) to its last block's end
-    pipe_busy: dict[str, int]     # summed over all blocks
+    pipe_busy: dict[str, int]     # per pipe, the busiest core's cycles over the blocks it ran
     blocks: dict[int, BlockReplay] = field(default_factory=dict)
 
 
@@ -552,15 +552,19 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
     def rep(b: int) -> BlockReplay:
         return reps[max(s for s in samples if s <= b)]
     free = [0] * ncores
+    per_core: list[dict[str, int]] = [{} for _ in range(ncores)]
     end = 0
-    busy: dict[str, int] = {}
     for b in range(bd):
         r = rep(b)
         i = min(range(ncores), key=free.__getitem__)
         free[i] += r.cycles
         end = max(end, free[i])
+        core_busy = per_core[i]
         for p, v in r.pipe_busy.items():
-            busy[p] = busy.get(p, 0) + v
+            core_busy[p] = core_busy.get(p, 0) + v
+    # as the simulator reports it: a core's busy cycles over every block it ran, the busiest core
+    # (with more blocks than cores a core runs several blocks)
+    busy = {p: max(c.get(p, 0) for c in per_core) for p in {p for c in per_core for p in c}}
     return LaunchReplay(launch.name, bd, end, busy, reps)
 
 
@@ -587,6 +591,6 @@ def replay_launches(dev: Device, launches: Sequence[Launch]) -> Replay:
             dev.settle_l2()
         t += r.cycles
         out.append(r)
-        for p in {p for rep in r.blocks.values() for p in rep.pipe_busy}:
-            busy[p] = busy.get(p, 0) + max(rep.pipe_busy.get(p, 0) for rep in r.blocks.values())
+        for p, v in r.pipe_busy.items():
+            busy[p] = busy.get(p, 0) + v
     return Replay(t, out, busy)
