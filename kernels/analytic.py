@@ -67,7 +67,7 @@ class Estimate:
     ub_bytes: int = 0
     workspace_bytes: int = 0
     launches: int = 1
-    model: str = "pipeline"               # "pipeline" | "roofline" | an operator's own name
+    model: str = "pipeline"               # "pipeline" | "replay" | an operator's own name
     notes: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
     l2_bytes_read: int = 0                # of bytes_read, those the L2 serves (not HBM traffic)

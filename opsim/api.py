@@ -145,6 +145,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     seed = check_seed(seed)
     tiling = check_mapping("tiling", tiling, "{'block_dim': 1, 'tile_length': 4096}")
     device_overrides = check_mapping("device_overrides", device_overrides, "{'ub.size': 262144}")
+    if fast_forward and mode not in ("full", "timing"):
+        raise ValueError(f"fast_forward=True needs mode 'full' or 'timing' (it skips rounds of the "
+                         f"simulated machine), got mode {mode!r}")
     if sanitize and mode not in ("full", "timing"):
         raise ValueError(f"sanitize=True needs mode 'full' or 'timing' (the sanitizer watches the "
                          f"simulated machine), got mode {mode!r}")

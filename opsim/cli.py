@@ -126,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 2
     except (SimulatorError, KeyError, TypeError, ValueError) as exc:
         text = str(exc)      # a SimulatorError's message already starts with its class name
-        if not text.startswith(type(exc).__name__):
+        if not isinstance(exc, SimulatorError):
             text = f"{type(exc).__name__}: {text}"
         print(f"opsim: {text}", file=sys.stderr)
         return 2

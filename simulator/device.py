@@ -673,7 +673,7 @@ class Device:
         # the block is over: its queues point back at their context, so drop the list (and the
         # core's link to it) rather than leave the pair to the cyclic garbage collector
         ctx.queues.clear()
-        if getattr(core, "context", None) is ctx:
+        if core.context is ctx:
             core.context = None
         t1 = cast(int, self.env.now)
         launch.blocks.append((b, core.name, t0, t1))
@@ -728,7 +728,6 @@ class Device:
         env = self.env
         ff = self.ff
         assert ff is not None
-        queue = env._queue
         step = env.step
         while until.callbacks is not None:          # not yet processed
             queue = env._queue

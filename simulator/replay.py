@@ -69,6 +69,7 @@ class ReplayDevice(Device):
     def __init__(self, spec: DeviceSpec, *, seed: int = 0) -> None:
         super().__init__(spec, trace=None, functional=False, seed=seed)
         net: Any = vars(self)["net"]   # the LinkNetwork Device built: its links and pools stay
+        # a ReplayNet stands in for the LinkNetwork (it records transfers, it does not share links)
         self.net = ReplayNet(self.env, net.links, net.pools)  # type: ignore[assignment]
 
         # GM allocations the replayed blocks read / wrote in the current launch: (addr, size) -> write
@@ -143,14 +144,16 @@ class ReplayDevice(Device):
     def _warm(self, addr: int, nbytes: int) -> None:
         """Put the assumed-resident part of [addr, addr + nbytes) into the L2 model, once."""
         end = addr + nbytes
+        l2 = self.l2
+        assert l2 is not None                   # only a device with an L2 assumes residency
         out: list[tuple[tuple[int, int], bool]] = []
         for (a, n), w in self.assumed:
             lo, hi = max(a, addr), min(a + n, end)
             if lo >= hi:
                 out.append(((a, n), w))
                 continue
-            self.l2.access(lo, hi - lo, write=w, count=False)  # type: ignore[union-attr]
-            self.l2.take_writeback()  # type: ignore[union-attr]
+            l2.access(lo, hi - lo, write=w, count=False)
+            l2.take_writeback()
             if a < lo:
                 out.append(((a, lo - a), w))
             if hi < a + n:
@@ -174,7 +177,10 @@ def _parts(ev: Any) -> list[_Transfer] | None:
 
 
 class _RPipe:
-    """The view of a pipe an instruction's issue/complete needs (see simulator/core.Pipe)."""
+    """The view of a pipe an instruction's issue/complete needs (see simulator/core.Pipe).
+
+    Duck-typed: instructions declare ``core.Pipe`` and are handed this; the ``arg-type`` /
+    ``assignment`` ignores where the scheduler passes it say no more than that."""
 
     __slots__ = ("core", "name", "head_pending", "last_slice", "flow_from", "queue", "free_at", "current",
                  "blocked", "busy", "instructions")

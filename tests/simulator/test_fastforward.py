@@ -339,3 +339,9 @@ def test_program_error_ahead_is_raised_where_the_step_run_raises_it(fail_at: int
     assert on == off
     assert dev_on.now == dev_off.now
     assert dev_on.ff.rounds > 0
+
+
+def test_fast_forward_outside_full_and_timing_mode_is_refused_naming_the_mode() -> None:
+    s = opsim.TensorSpec((1024,), "fp32")
+    with pytest.raises(ValueError, match="fast_forward=True needs mode 'full' or 'timing'.*'estimate'"):
+        opsim.run("mse_loss_backward", mode="estimate", fast_forward=True, grad_output=s, self=s, target=s)
