@@ -12,6 +12,8 @@ last bits (see the module docstring of simulator/fastforward.py).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import pathlib
 import zlib
 from typing import Any
 
@@ -21,6 +23,8 @@ import pytest
 import opsim
 from opsim import api, devices
 from opsim.kernels import registry
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 FLOAT_STATS = {"bandwidth_GBps", "l2_bandwidth_GBps", "links", "fast_forward"}
 
@@ -172,37 +176,16 @@ def test_cube_and_atomic_kernel_is_stepped(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_asc_kernel_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's own element-wise kernel (opsim.asc, hand-placed flags, fixed UB addresses)."""
-    import importlib
-
-    import opsim.asc as asc
     import opsim.asc.lib.runtime as rt
     jit = importlib.import_module("opsim.asc.jit")   # the module (opsim.asc.jit is also the decorator)
 
-    @asc.jit
-    def add_kernel(x: asc.GlobalAddress, y: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):
-        start = asc.get_block_idx() * block_length
-        xg, yg, zg = asc.GlobalTensor(), asc.GlobalTensor(), asc.GlobalTensor()
-        xg.set_global_buffer(x + start, block_length)
-        yg.set_global_buffer(y + start, block_length)
-        zg.set_global_buffer(z + start, block_length)
-        tile = 256
-        dtype = x.dtype
-        region = tile * 2 * dtype.sizeof()
-        x_ub = asc.LocalTensor(dtype, asc.TPosition.VECIN, 0, tile * 2)
-        y_ub = asc.LocalTensor(dtype, asc.TPosition.VECIN, region, tile * 2)
-        z_ub = asc.LocalTensor(dtype, asc.TPosition.VECOUT, 2 * region, tile * 2)
-        for i in range(block_length // tile):
-            b = i % 2
-            asc.data_copy(x_ub[b * tile:], xg[i * tile:], tile)
-            asc.data_copy(y_ub[b * tile:], yg[i * tile:], tile)
-            asc.set_flag(asc.HardEvent.MTE2_V, b)
-            asc.wait_flag(asc.HardEvent.MTE2_V, b)
-            asc.add(z_ub[b * tile:], x_ub[b * tile:], y_ub[b * tile:], tile)
-            asc.set_flag(asc.HardEvent.V_MTE3, b)
-            asc.wait_flag(asc.HardEvent.V_MTE3, b)
-            asc.data_copy(zg[i * tile:], z_ub[b * tile:], tile)
-            asc.set_flag(asc.HardEvent.MTE3_MTE2, b)
-            asc.wait_flag(asc.HardEvent.MTE3_MTE2, b)
+    # the example kernel of examples/kernels (manual flags, double-buffered UB halves)
+    spec = importlib.util.spec_from_file_location("ff_add_manual_flags",
+                                                  ROOT / "examples" / "kernels" / "add_manual_flags.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    add_kernel = example.add_kernel
 
     rng = np.random.default_rng(0)
     x = rng.random(2 * 256 * 40, dtype=np.float32)
@@ -219,7 +202,7 @@ def test_asc_kernel_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> N
         z = np.zeros_like(x)
         with monkeypatch.context() as m:
             m.setattr(jit, "Device", device)
-            res = add_kernel[2, rt.current_stream()](x, y, z, x.size // 2, trace="off")
+            res = add_kernel[2, rt.current_stream()](x, y, z, x.size // 2, 2, trace="off")
         results[ff] = (res, rec, z)
     (a, ra, za), (b, rb, zb) = results[False], results[True]
     assert np.array_equal(za, x + y) and za.tobytes() == zb.tobytes()
@@ -266,9 +249,7 @@ def test_matrix_same_with_fast_forward(op: str, dtype: str, device: str, mode: s
 def test_corpus_configurations_same_with_fast_forward(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every configuration of the regression corpus, without a trace (so the fast-forward may
     skip), equal with and without it. (Its shapes are small: few of their rounds repeat.)"""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "corpus.py"
+    path = ROOT / "benchmarks" / "corpus.py"
     spec = importlib.util.spec_from_file_location("corpus_for_ff", path)
     corpus = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(corpus)
