@@ -310,19 +310,6 @@ class _L2:
                 self.written_back += b
         return False
 
-    def stream(self, parts: Iterable[tuple[str, str, float, bool]], slices: int = 8) -> list[float]:
-        """Entries touched as an interleaved stream (the vector stage: rows read, S written),
-        in ``slices`` rounds so that what survives is the stream's most recent bytes. Returns
-        the bytes written back to HBM in each round (dirty lines the round evicted)."""
-        parts = [p for p in parts if p[2] > 0]
-        out = []
-        for r in range(slices):
-            wb = self.written_back
-            for tensor, view, nbytes, write in parts:
-                self.touch((tensor, view, "stream", r), nbytes / slices, write)
-            out.append(self.written_back - wb)
-        return out
-
 
 Miss = tuple[float, float]   # (probability that this core's load is the wave's first, fraction missed then)
 
@@ -378,6 +365,31 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
             name = tiling.matmuls[i].name
             l2.touch(("logits" if name == "logits" else "result", "tiles", w, name), nbytes, write=True)
     return out
+
+
+def _vector_l2(l2: _L2, tiling: FlceTiling, rows_alloc: float, s_bytes: int, rows_name: str,
+               slices: int = 8) -> list[tuple[list[float], float]] | None:
+    """The vector stage through the L2, batch by batch of META_ROWS rows (every vector core its
+    batch at once): the rows read that the L2 does not serve allocate, round by round, then the
+    batch's S enters (dirty), as the kernel shows it to the L2 model with the batch's last row
+    (flce_grad._vector_rows, ``l2_rows``). With a write-back L2, per batch: the bytes written
+    back per byte a round's loads allocate, and the bytes each core writes back when the S
+    enters (``_vector_stage``); None for a write-through L2."""
+    _, nrows = tiling.rows_of(0)
+    out = []
+    for b0 in range(0, nrows, META_ROWS):
+        frac = min(META_ROWS, nrows - b0) / nrows
+        fs = []
+        for r in range(slices):
+            wb, nbytes = l2.written_back, rows_alloc * frac / slices
+            if nbytes > 0:
+                l2.touch((rows_name, "stream", b0, r), nbytes)
+            fs.append((l2.written_back - wb) / nbytes if nbytes > 0 else 0.0)
+        wb = l2.written_back
+        for r in range(slices):       # in slices, so that what survives is the most recent S
+            l2.touch(("s", "stream", b0, r), s_bytes * frac / slices, write=True)
+        out.append((fs, (l2.written_back - wb) / tiling.aiv_num))
+    return out if l2.write_back else None
 
 
 def _stream_hits(l2: _L2, rows_bytes: int, s_bytes: int, steps: int = 64) -> float:
@@ -647,13 +659,16 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
 # ---------------------------------------------------------------------------------------------
 
 def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_l2: float,
-                  int_item: int, packed: bool, writeback: Sequence[float] | None = None) -> tuple[float, _Core]:
+                  int_item: int, packed: bool,
+                  writeback: Sequence[tuple[Sequence[float], float]] | None = None) -> tuple[float, _Core]:
     """End of the vector stage: the replay of the vector core with the most rows
     (flce_grad._vector_rows); every vector core does the same at the same time.
 
-    ``writeback``: with a write-back L2, per round of the stage (its rows split evenly), the HBM
-    bytes written back per byte the round allocates in the L2 (``_L2.stream``); None: stores go
-    to HBM (a write-through L2, or none)."""
+    ``writeback``: with a write-back L2, per batch of META_ROWS rows (``_vector_l2``), the HBM
+    bytes written back per byte the row loads allocate in the L2, round by round (the batch's
+    rows split evenly), and the bytes a core writes back when the batch's S enters the L2 (with
+    its last row: the kernel's ``l2_rows``); None: stores go to HBM (a write-through L2, or
+    none)."""
     ms = tiling.mode == MEMORY_SAVING
     v, chunk = tiling.v, tiling.vec_chunk
     item = 2 if tiling.dtype in ("fp16", "bf16") else 4
@@ -690,7 +705,7 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
             out.append([max(beside, hit), store_prev, max(alone, hit), vec_cycles(n)])
         return out
 
-    def back_costs(f: float) -> list[list[int]]:
+    def back_costs(f: float, end_wb: float = 0.0) -> list[list[int]]:
         # a write-back L2 takes the stores on the L2 link at the MTE3 path's rate; HBM carries
         # the loads' misses and the dirty lines evicted by what the loads and stores allocate
         # (``f`` bytes per byte), which the transfers wait for (Device.gm_transfer). Every core
@@ -705,18 +720,18 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
             prev = chunks[k - 1]
             lb, sb = n * 4, align16(prev) * item
             hit, miss = lb * rows_from_l2, lb * (1.0 - rows_from_l2)
-            wl, ws = f * miss, f * sb
+            wl, ws = f * miss, 0.0
             hit_c = hit / l2r
             beside = max(miss / dl, (miss + wl + ws) / share, hit_c)
             alone = max(miss / dl, (miss + wl) / share, hit_c)
-            store = max(sb / ds, ws / share)
+            # the last chunk's store of a batch's last row waits for what the batch's S evicts
+            store = max(sb / ds, (ws + (end_wb if k == 0 else 0.0)) / share)
             out.append([math.ceil(beside), math.ceil(store), math.ceil(alone), vec_cycles(n)])
         return out
 
-    rounds = [through_costs()] if writeback is None else [back_costs(f) for f in writeback]
-    # the store of chunk k runs beside the load of chunk k + 1
-    rounds = [[[ld, cs[(k + 1) % len(cs)][1], alone, vec] for k, (ld, _, alone, vec) in enumerate(cs)]
-              for cs in rounds]
+    def rotate(cs: list[list[int]]) -> list[list[int]]:
+        # the store of chunk k runs beside the load of chunk k + 1
+        return [[ld, cs[(k + 1) % len(cs)][1], alone, vec] for k, (ld, _, alone, vec) in enumerate(cs)]
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     meta_copies = 3 + (2 if ms else 0)
@@ -752,11 +767,19 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
         c.set("MTE2", "VECTOR", "meta")
         c.wait("MTE2", "VECTOR", "meta")
         # identical rows (those of one round of the L2 stream): a steady state is a shift
-        for r, costs in enumerate(rounds):
-            lo = max(b0, r * nrows // len(rounds))
-            hi = min(b0 + nb, (r + 1) * nrows // len(rounds))
-            if hi > lo:
-                c.repeat(hi - lo, lambda cs=costs: row(cs))
+        if writeback is None:
+            plain = rotate(through_costs())
+            c.repeat(nb, lambda cs=plain: row(cs))
+        else:
+            fs, end_wb = writeback[b0 // META_ROWS]
+            for r, f in enumerate(fs):
+                lo, hi = r * nb // len(fs), (r + 1) * nb // len(fs)
+                last = hi == nb
+                if hi - last > lo:
+                    costs = rotate(back_costs(f))
+                    c.repeat(hi - last - lo, lambda cs=costs: row(cs))
+                if last:
+                    row(rotate(back_costs(f, end_wb)))
         c.set("VECTOR", "MTE2", "meta")
     return c.end, c
 
@@ -797,15 +820,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         logits_l2 = 0.0
     writeback = None
     if l2 is not None:
-        # the vector stage's rows read (those the L2 serves allocate nothing) and S written
-        # (dirty), round by round; with a write-back L2 the dirty lines each round evicts are
-        # its HBM writes
-        slices = 8
-        wb = l2.stream([("logits" if ms else "softmax", "stream", rows_bytes * (1.0 - logits_l2), False),
-                        ("s", "stream", s_bytes, True)], slices)
-        if l2.write_back:
-            new_bytes = (rows_bytes * (1.0 - logits_l2) + s_bytes) / slices
-            writeback = [w / new_bytes for w in wb]
+        writeback = _vector_l2(l2, tiling, rows_bytes * (1.0 - logits_l2), s_bytes, "logits" if ms else "softmax")
     end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed, writeback)
     notes.append(f"vector {end - now:.0f}")
     now = end
