@@ -20,8 +20,13 @@ tables the simulator uses (Mmad fractals / cube.macs_per_cycle, LoadData bytes /
 or l1_to_l0b, DMA start-up plus bytes / rate, vector ``k·N + b``, pipe heads); in timing mode
 the cube kernel groups L1 chunks into coarse instructions (``tiling.coarsen``), which the replay
 mirrors. The vector stage is the replay of the vector core with the most rows: all vector cores
-run the same program in lockstep, so a row's load shares the link with every core's loads and
-stores (``kernels.analytic.lockstep_copy_cycles``).
+run the same program in lockstep, so a row's load shares HBM with every core's loads. With a
+write-through L2 (or none) every core's stores share it too
+(``kernels.analytic.lockstep_copy_cycles``); with a write-back L2 (the device's
+``l2.write_policy``, as ``Device.gm_transfer`` has it) the L2 takes the stores on the L2 link
+and HBM sees only the dirty lines an access evicts, which that access waits for (``_vector_l2``:
+the loads' misses allocate round by round; a batch's S enters with its last row, as the kernel
+shows it to the L2 model).
 
 **L2.** Whether a cube load is served by the L2 (``rates.l2_read``) or HBM (``rates.gm_read``)
 decides whether the cube stage is cube- or MTE2-bound, so the hit fraction of every tile's A and
@@ -32,7 +37,8 @@ LRU hits; one that is not misses, shared among the cores of the wave that load i
 first misses); a panel of a tensor seen through another view (S by rows for input_grad and by
 columns for weight_grad, W and input by rows in the logits matmul) hits for the fraction of that
 tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
-writes) is resident at the start of the cube stage as far as it fits; the logits the vector
+writes) is resident at the start of the cube stage as far as it fits, S the most recent (Fixpipe
+results and S are dirty in a write-back L2); the logits the vector
 stage reads back in memory-saving mode follow a fluid LRU (``_stream_hits``). This follows any
 tile traversal ``plan`` chooses, since it reads the assignment. One timing-mode effect of the
 simulator is mirrored: sharers of a panel drift apart when a coarse chunk's miss makes one of
