@@ -345,8 +345,7 @@ class TQue:
         i = self._out.pop(t.addr, None)
         if i is None:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
-        from opsim.simulator.isa import QueueFreeFlag
-        self.ctx.emit(QueueFreeFlag(self.consumer, self.producer, self.event_ids[i]))
+        self.ctx.emit(_flag_class("QueueFreeFlag")(self.consumer, self.producer, self.event_ids[i]))
         self._free.append(i)
 
 
@@ -471,13 +470,19 @@ class KernelContext:
         self._stamp(instr)
         self.pending.append(instr)
 
+    # emit_set / emit_wait run for every queue hand-off of a tiled kernel (tens per cube L1
+    # chunk): the flag classes are looked up once (isa imports this module, hence not at the top)
     def emit_set(self, src: str, dst: str, event_id: int) -> None:
-        from opsim.simulator.isa import SetFlag
-        self.emit(SetFlag(src, dst, event_id))
+        instr = _flag_class("SetFlag")(src, dst, event_id)
+        if self.device.source_lines:
+            self._stamp(instr)
+        self.pending.append(instr)
 
     def emit_wait(self, src: str, dst: str, event_id: int) -> None:
-        from opsim.simulator.isa import WaitFlag
-        self.emit(WaitFlag(src, dst, event_id))
+        instr = _flag_class("WaitFlag")(src, dst, event_id)
+        if self.device.source_lines:
+            self._stamp(instr)
+        self.pending.append(instr)
 
     def _stamp(self, instr: Any) -> None:
         # an emitted flag's source line is the kernel line that emitted it (TQue calls included),
@@ -548,6 +553,19 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
         out = outq.deque()
         yield _copy_out(output[off:off + n], out, n)
         outq.free(out)
+
+
+_FLAG_CLASSES: dict[str, Any] = {}
+
+
+def _flag_class(name: str) -> Any:
+    """simulator.isa's SetFlag / WaitFlag / QueueFreeFlag (imported on first use: isa imports
+    this module)."""
+    cls = _FLAG_CLASSES.get(name)
+    if cls is None:
+        from opsim.simulator import isa
+        cls = _FLAG_CLASSES[name] = getattr(isa, name)
+    return cls
 
 
 def _caller_line() -> str | None:
