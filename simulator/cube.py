@@ -417,8 +417,17 @@ class CopyGmToL1(CubeInstruction):
         return f"DataCopy(GM->L1 {kind}, {self.nr} x {self.nc} {self.src.dtype}, repeat {self.repeat})"
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        detail = f"GM->L1 {'ND2NZ' if self.src.layout == 'ND' else 'NZ'} {self.nr}x{self.nc} {self.src.dtype}"
-        return self.nr * self.nc, self._nbytes, self.src.span(self.r0, 1, self.c0, self.nc)[0], detail
+        # the profiler asks every copy for its bytes: the detail text is made once per shape
+        src = self.src
+        key = (src.layout, self.nr, self.nc, src.dtype.name)
+        detail = _COPY_DETAIL.get(key)
+        if detail is None:
+            detail = _COPY_DETAIL[key] = (f"GM->L1 {'ND2NZ' if src.layout == 'ND' else 'NZ'} "
+                                          f"{self.nr}x{self.nc} {src.dtype}")
+        return self.nr * self.nc, self._nbytes, src.span(self.r0, 1, self.c0, self.nc)[0], detail
+
+
+_COPY_DETAIL: dict[tuple[str, int, int, str], str] = {}
 
 
 # ---------------------------------------------------------------------------------------------
