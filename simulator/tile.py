@@ -308,13 +308,14 @@ class TQue:
             raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
                                  f"(free() one first)", core=self.ctx.core.name)
         i = self._free.popleft()
+        ctx = self.ctx
         if self._used_before[i]:
-            self.ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
+            ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
         self._used_before[i] = True
-        dt = nx.dtype(dtype)
-        t = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+        dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
+        t = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
-        if self.ctx.device.source_lines:
+        if ctx.device.source_lines:
             self._alloc_origin[t.addr] = _caller_line()
         return t
 
