@@ -44,6 +44,9 @@ class Instruction:
 
     def __init__(self) -> None:
         self.tile = -1
+        # set, not left unset: getattr(instr, "origin", None) on an empty slot raises and
+        # catches an AttributeError, and the profiler asks it of every busy instruction
+        self.origin: str | None = None
 
     def issue(self, pipe: "Pipe") -> int | simpy.Event | None:
         return 0
