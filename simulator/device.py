@@ -349,15 +349,19 @@ class Device:
         if self.l2 is not None and alloc is not None:
             self.l2.invalidate(alloc.addr, alloc.nbytes)
 
-    def write(self, addr: int, data: Any) -> None:
-        """Host → device copy (not timed; host copies are outside the operator's time)."""
+    def write(self, addr: int, data: Any, *, share: bool = False) -> None:
+        """Host → device copy (not timed; host copies are outside the operator's time).
+        ``share=True``: keep ``data`` itself when it fills a whole fresh allocation (copied on
+        the device's first write into it; Region.write)."""
         buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        self.space.write(addr, buf)
+        self.space.write(addr, buf, share=share)
         if self.l2 is not None:
             self.l2.invalidate(addr, buf.size)
 
-    def read(self, addr: int, nbytes: int) -> np.ndarray:
-        return self.space.read(addr, nbytes)
+    def read(self, addr: int, nbytes: int, *, copy: bool = True) -> np.ndarray:
+        """Device → host copy; ``copy=False`` may return a (possibly read-only) view of the
+        device memory itself, for a host that is done with the device (Region.read)."""
+        return self.space.read(addr, nbytes, copy=copy)
 
     def check_global(self, addr: int, nbytes: int, *, write: bool) -> None:
         self.space.check(addr, nbytes, write=write)
