@@ -366,13 +366,18 @@ class Device:
     def check_global(self, addr: int, nbytes: int, *, write: bool) -> None:
         self.space.check(addr, nbytes, write=write)
 
-    def global_view(self, addr: int, nbytes: int, *, write: bool = False) -> np.ndarray:
+    def global_view(self, addr: int, nbytes: int, *, write: bool = False,
+                    np_dtype: np.dtype | None = None) -> np.ndarray:
+        """A view of device memory (Region.view); typed as ``np_dtype`` when given, in one call
+        (Region.typed_view: the DMA numerics take one per instruction)."""
         if self.drawing is not None:
             # a kernel program reads device data while it runs: its instructions may depend on
             # it, so the fast-forward never reads that program ahead
             self.drawing.reads_data = True
             if self.ff is not None:
                 self.ff.reason = f"{self.drawing.core.name}'s program reads device data while it runs (data-dependent)"
+        if np_dtype is not None:
+            return self.space.region_of(addr, nbytes).typed_view(addr, nbytes, np_dtype, write=write)
         return self.space.view(addr, nbytes, write=write)
 
     # -- DMA timing ----------------------------------------------------------------------------

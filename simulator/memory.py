@@ -557,6 +557,31 @@ class Region:
             return np.zeros(0, _U8)
         return store.view(addr, nbytes, write)
 
+    def typed_view(self, addr: int, nbytes: int, np_dtype: np.dtype, *, write: bool = False) -> np.ndarray:
+        """``view(addr, nbytes, write=write).view(np_dtype)``, with the common case -- a backed
+        range of one segment, in bounds (of a live allocation for "allocation" backing) --
+        checked and sliced in this one call: the numerics of every instruction take two to four
+        of these.  Everything else, faults included, goes through :meth:`view`."""
+        if nbytes > 0 and not (write and self.read_only):
+            store: _SegmentStore | None = None
+            if self._store is not None:        # "flat" / "sparse": any in-range address
+                if self.base <= addr and addr + nbytes <= self.end:
+                    store = self._store
+            else:
+                i = bisect_right(self._alloc_starts, addr) - 1
+                if i >= 0:
+                    alloc = self._allocs[i]
+                    if addr + nbytes <= alloc.addr + alloc.nbytes and not (write and alloc.read_only):
+                        store = alloc._store
+            if store is not None and not (write and store.shared):
+                i = bisect_right(store._starts, addr) - 1
+                if i >= 0:
+                    seg = store._segs[i]
+                    if addr + nbytes <= seg.end:
+                        off = addr - seg.start
+                        return seg.data[off:off + nbytes].view(np_dtype)
+        return self.view(addr, nbytes, write=write).view(np_dtype)
+
     def ensure_backed(self, addr: int, nbytes: int) -> None:
         """Back [addr, addr+nbytes) now, so views taken afterwards stay valid together."""
         self.view(addr, nbytes, write=True)
