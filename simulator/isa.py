@@ -432,7 +432,8 @@ class VectorOp(Instruction):
         if fp32:
             type(self).fn(*args, out=out)
         else:
-            out[...] = nx.round_to(type(self).fn(*args).astype(np.float32, copy=False), dt)
+            # the one rounding to the destination dtype (round_to), converted straight into it
+            nx.cast_into(out, type(self).fn(*args).astype(np.float32, copy=False), dt, "rint")
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         n = self.count
@@ -588,7 +589,7 @@ class Cast(Instruction):
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
             n = self.count
-            self.dst.array(n)[...] = nx.cast(self.src.array(n), self.dst.dtype, self.mode)
+            nx.cast_into(self.dst.array(n), self.src.array(n), self.dst.dtype, self.mode)
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         return self.src.access(self.count, False), self.dst.access(self.count, True)
