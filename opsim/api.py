@@ -243,10 +243,12 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
-            # the device is dropped after this call: hand over its output bytes without a copy
-            # (a copy only when they are read-only: never written, or the caller's own bytes)
+            # the device is dropped after this call: hand over its output bytes without a copy;
+            # copied only when they are read-only (never written) or share a host array with
+            # other device memory that the result would keep alive (a DSP region's segment)
             raw = memory_of[n].read(t.addr, d.nbytes, copy=False)
-            if not raw.flags.writeable:
+            owner = raw.base if raw.base is not None else raw
+            if not raw.flags.writeable or owner.nbytes > raw.nbytes:
                 raw = raw.copy()
             outs[n] = raw.view(d.dtype.np_dtype).reshape(d.shape)
     stats = collect_stats(dev, launches, tiling_obj, ws)
