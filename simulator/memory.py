@@ -29,6 +29,12 @@ two backing segments moves their bytes into a new array, and views taken *before
 longer alias the memory.  Take all views an instruction needs before writing through any of
 them (writes then land in the current backing), or call :meth:`Region.ensure_backed` first.
 ``Region.backing_generation`` changes whenever that can have happened.
+
+Host copies without copying: ``write(..., share=True)`` of a whole, fresh allocation keeps the
+host's array itself as the allocation's bytes (read-only; the first device write into the
+allocation copies it, so the host's array is never modified), and ``read(..., copy=False)``
+hands back a view.  ``opsim.run`` uses both: its device lives only for the call, and a 64 MiB
+copy into fresh host pages costs more than the operator it feeds.
 """
 
 from __future__ import annotations
