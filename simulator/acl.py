@@ -481,7 +481,7 @@ class AclRuntime:
                 dev.write(int(dst), data[:count])
             elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
                 assert out is not None      # a host destination: checked above
-                out[:count] = dev.read(int(src), count)
+                out[:count] = dev.read(int(src), count, copy=False)   # one copy, into the host's array
             elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
                 dev.check_global(int(dst), count, write=True)
                 dev.write(int(dst), dev.read(int(src), count))

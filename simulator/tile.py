@@ -197,7 +197,7 @@ class GlobalSlice:
         t = self.tensor
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, np_dtype=t.dtype.np_dtype)
         if offs is None:
             return raw
         base = (lo - t.addr) // t.dtype.itemsize
@@ -208,7 +208,7 @@ class GlobalSlice:
         count = len(values)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
         if offs is None:
             raw[...] = values
         else:
@@ -279,8 +279,7 @@ class LocalTensor:
 
     def array(self, count: int | None = None) -> np.ndarray:
         n = self.count if count is None else count
-        return self.region.view(self.addr, n * self.dtype.itemsize,
-                                write=True).view(self.dtype.np_dtype)
+        return self.region.typed_view(self.addr, n * self.dtype.itemsize, self.dtype.np_dtype, write=True)
 
 
 # ---------------------------------------------------------------------------------------------
