@@ -99,6 +99,11 @@ class ReplayDevice(Device):
         self.link_bytes.clear()
         self.faulted = None
         for core in self.all_cores():
+            if core.launch is None:
+                # no block began on it since the last recycle (Core.begin_block sets launch),
+                # so it is as that recycle left it: skip the per-region resets (most of a
+                # recycle on a device of 72 cores where a replay uses one to three)
+                continue
             core.launch, core.blocks_run, core.atomic = None, 0, None
             core.flags.clear()
             core.flag_waiters.clear()      # a deadlocked replay leaves its waiter behind
@@ -228,6 +233,10 @@ class _Program:
     next: Instruction | None = None
     done: bool = False
     dispatched: int = 0
+    pipe_list: list[_RPipe] = field(default_factory=list)   # pipes.values(), walked at every step
+
+    def __post_init__(self) -> None:
+        self.pipe_list = list(self.pipes.values())
 
 
 @dataclass
@@ -303,6 +312,15 @@ class _Scheduler:
         self.programs: list[_Program] = []
         self.events: list[tuple[int, int, _RPipe]] = []
         self._seq = 0
+        # id(instruction) -> (instruction, _signature): an instruction sits in the snapshots of
+        # several tiles (queued, then in progress); the entry holds it, so its id is not reused
+        self._sigs: dict[int, tuple[Instruction, tuple]] = {}
+
+    def _sig(self, instr: Instruction) -> tuple:
+        held = self._sigs.get(id(instr))
+        if held is None:
+            held = self._sigs[id(instr)] = (instr, _signature(instr))
+        return held[1]
 
     def add(self, core: Any, program: Iterator[Any], pending: list) -> _Program:
         pipes = {name: _RPipe(core, name) for name in core.pipes}
@@ -314,14 +332,15 @@ class _Scheduler:
     def snapshot(self, prog: _Program) -> tuple:
         """The state of ``prog``'s core relative to now (see :class:`_Steady`)."""
         now = self.now
-        pipes = tuple((p.current is not None and (_signature(p.current), p.free_at - now, p.blocked is not None),
-                       tuple(_signature(i) for i in p.queue), p.head_pending) for p in prog.pipes.values())
+        sig = self._sig
+        pipes = tuple((p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
+                       tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list)
         core = prog.core
         flights = tuple(sorted((k, tuple(sorted(e - now for e in ends if e > now)))
                                for k, ends in self.inflight.items()))
         return (pipes, tuple(sorted(core.flags.items())), tuple(sorted(core.flag_waiters)),
-                tuple(_signature(i) for i in prog.pending),
-                prog.next is not None and _signature(prog.next), flights, core.atomic)
+                tuple(map(sig, prog.pending)),
+                prog.next is not None and sig(prog.next), flights, core.atomic)
 
     def shift(self, prog: _Program, cycles: int, busy: dict[str, int]) -> None:
         """Move the clock on by ``cycles`` skipped (the state repeats, shifted), adding the
@@ -384,15 +403,20 @@ class _Scheduler:
         self._run_for(pipe, instr, d)
 
     def _run_for(self, pipe: _RPipe, instr: Instruction, d: int) -> None:
-        pipe.free_at = self.now + max(0, int(d))
+        now = self.now
+        d = int(d)
+        end = now + d if d > 0 else now
+        pipe.free_at = end
         if instr.busy:
-            pipe.busy += pipe.free_at - self.now
+            pipe.busy += end - now
             pipe.instructions += 1
-        if pipe.free_at > self.now:
+        if end > now:
             self._seq += 1
-            heapq.heappush(self.events, (pipe.free_at, self._seq, pipe))
+            heapq.heappush(self.events, (end, self._seq, pipe))
         else:
-            self._finish(pipe)
+            # _finish, inline (most flags and every zero-cost instruction end here)
+            pipe.current = None
+            instr.complete(pipe)  # type: ignore[arg-type]
 
     def _finish(self, pipe: _RPipe) -> None:
         instr = pipe.current
@@ -403,15 +427,17 @@ class _Scheduler:
     def _step(self) -> bool:
         """Do everything possible at ``now``; True if anything happened."""
         progress = False
+        depth = self.depth
         for prog in self.programs:
             pipes = prog.pipes
             # pipes: finished instructions, released flags, next pops
             again = True
             while again:
                 again = False
-                for pipe in pipes.values():
-                    if pipe.blocked is not None:
-                        if not pipe.blocked.triggered:
+                for pipe in prog.pipe_list:
+                    blocked = pipe.blocked
+                    if blocked is not None:
+                        if not blocked.triggered:
                             continue
                         pipe.blocked = None
                         self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
@@ -421,18 +447,18 @@ class _Scheduler:
                         again = progress = True
                 # dispatcher: push in program order while the target queue has room
                 while not prog.done:
-                    if prog.next is None:
-                        prog.next = next(prog.instrs, None)
-                        if prog.next is None:
+                    instr = prog.next
+                    if instr is None:
+                        instr = prog.next = next(prog.instrs, None)
+                        if instr is None:
                             prog.done = True
                             break
-                    instr = prog.next
                     pipe = pipes.get(instr.pipe)  # type: ignore[assignment]
                     if pipe is None:
                         raise UnsupportedInstruction(
                             f"{instr.name} needs pipe {instr.pipe}, which {prog.core.name} does not have "
                             f"(pipes: {', '.join(pipes)})", core=prog.core.name, instruction=instr.describe())
-                    if len(pipe.queue) >= self.depth:
+                    if len(pipe.queue) >= depth:
                         break
                     instr.tile = prog.core.tile
                     pipe.queue.append(instr)
