@@ -470,9 +470,16 @@ class _Scheduler:
     def run(self) -> int:
         """Replay to the end; the cycles from the block's start to its last instruction's end."""
         end = 0
+        # With one program, a step that made progress ended with a round that made none (and
+        # the kernel code it ran in that round sets no flag): a second step would find nothing
+        # to do. Only the programs of a mixed group can unblock each other across a step.
+        single = len(self.programs) == 1
         while True:
-            while self._step():
-                pass
+            if single:
+                self._step()
+            else:
+                while self._step():
+                    pass
             # retire everything that ends at the next event time
             if self.events:
                 t = self.events[0][0]
