@@ -249,11 +249,21 @@ class BlockReplay:
     skipped_tiles: int = 0      # tiles the steady state counted instead of scheduling
 
 
+_SIGNATURE_FIELDS = ("count", "_nbytes", "event_id", "m", "n", "k", "repeat")
+# instruction class -> the signature fields its instances can have: every one for a class whose
+# instances carry a __dict__, else those the class (its slots) defines -- the others are absent
+# (None) in every instance, so leaving them out compares the same
+_SIGNATURE_PLANS: dict[type, tuple[str, ...]] = {}
+
+
 def _signature(instr: Instruction) -> tuple:
     """What the cost of an instruction depends on besides addresses (for the steady state)."""
-    return (type(instr), instr.pipe, getattr(instr, "count", None), getattr(instr, "_nbytes", None),
-            getattr(instr, "event_id", None), getattr(instr, "m", None), getattr(instr, "n", None),
-            getattr(instr, "k", None), getattr(instr, "repeat", None))
+    cls = type(instr)
+    names = _SIGNATURE_PLANS.get(cls)
+    if names is None:
+        names = _SIGNATURE_PLANS[cls] = _SIGNATURE_FIELDS if cls.__dictoffset__ else tuple(
+            f for f in _SIGNATURE_FIELDS if hasattr(cls, f))
+    return (cls, instr.pipe, *[getattr(instr, f, None) for f in names])
 
 
 class _Steady:
@@ -312,15 +322,6 @@ class _Scheduler:
         self.programs: list[_Program] = []
         self.events: list[tuple[int, int, _RPipe]] = []
         self._seq = 0
-        # id(instruction) -> (instruction, _signature): an instruction sits in the snapshots of
-        # several tiles (queued, then in progress); the entry holds it, so its id is not reused
-        self._sigs: dict[int, tuple[Instruction, tuple]] = {}
-
-    def _sig(self, instr: Instruction) -> tuple:
-        held = self._sigs.get(id(instr))
-        if held is None:
-            held = self._sigs[id(instr)] = (instr, _signature(instr))
-        return held[1]
 
     def add(self, core: Any, program: Iterator[Any], pending: list) -> _Program:
         pipes = {name: _RPipe(core, name) for name in core.pipes}
@@ -332,7 +333,7 @@ class _Scheduler:
     def snapshot(self, prog: _Program) -> tuple:
         """The state of ``prog``'s core relative to now (see :class:`_Steady`)."""
         now = self.now
-        sig = self._sig
+        sig = _signature
         pipes = tuple((p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
                        tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list)
         core = prog.core
@@ -359,18 +360,26 @@ class _Scheduler:
         """Cycles of a DMA's transfers started now: each at its own rate (base + pool share),
         capped by its fair share of every link it crosses; the DMA ends with its last part."""
         now = self.now
+        share = self.share
         longest = 0
         for p in parts:
             rate = p.base
             if p.pool is not None:
-                rate += p.pool.capacity / (self.share * self._count(p.pool, now))
+                rate += p.pool.capacity / (share * self._count(p.pool, now))
             for link in p.links:
-                rate = min(rate, link.capacity / (self.share * self._count(link, now)))
+                fair = link.capacity / (share * self._count(link, now))
+                if fair < rate:
+                    rate = fair
             d = p.startup + (math.ceil(p.nbytes / rate) if p.nbytes else 0)
-            longest = max(longest, d)
+            if d > longest:
+                longest = d
+        end = now + longest
+        inflight = self.inflight
         for p in parts:
-            for r in (*p.links, *((p.pool,) if p.pool is not None else ())):
-                self.inflight.setdefault(id(r), []).append(now + longest)
+            for r in p.links:
+                inflight.setdefault(id(r), []).append(end)
+            if p.pool is not None:
+                inflight.setdefault(id(p.pool), []).append(end)
         return longest
 
     def _count(self, resource: Any, now: int) -> int:
@@ -442,7 +451,7 @@ class _Scheduler:
                         pipe.blocked = None
                         self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
                         again = progress = True
-                    if pipe.current is None and pipe.queue and pipe.free_at <= self.now:
+                    if pipe.queue and pipe.current is None and pipe.free_at <= self.now:
                         self._start(pipe, pipe.queue.popleft())
                         again = progress = True
                 # dispatcher: push in program order while the target queue has room
