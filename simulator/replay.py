@@ -597,15 +597,18 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
     samples = sample_blocks(bd)
     reps = {b: replay_block(dev, launch, b, share) for b in samples}
 
-    def rep(b: int) -> BlockReplay:
-        return reps[max(s for s in samples if s <= b)]
     free = [0] * ncores
     per_core: list[dict[str, int]] = [{} for _ in range(ncores)]
     end = 0
+    # the core that frees first takes the next block, the lowest index among equals (a heap of
+    # (free, index) picks the same core as a scan of every core for every block)
+    ready = [(0, i) for i in range(ncores)]
+    r = reps[samples[0]]
     for b in range(bd):
-        r = rep(b)
-        i = min(range(ncores), key=free.__getitem__)
-        free[i] += r.cycles
+        r = reps.get(b, r)          # a sample, else the nearest sample below it (the last one met)
+        t, i = heapq.heappop(ready)
+        free[i] = t + r.cycles
+        heapq.heappush(ready, (free[i], i))
         end = max(end, free[i])
         core_busy = per_core[i]
         for p, v in r.pipe_busy.items():
