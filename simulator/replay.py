@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -250,20 +251,37 @@ class BlockReplay:
 
 
 _SIGNATURE_FIELDS = ("count", "_nbytes", "event_id", "m", "n", "k", "repeat")
-# instruction class -> the signature fields its instances can have: every one for a class whose
-# instances carry a __dict__, else those the class (its slots) defines -- the others are absent
-# (None) in every instance, so leaving them out compares the same
-_SIGNATURE_PLANS: dict[type, tuple[str, ...]] = {}
+# instruction class -> (the signature fields its instances can have, a getter of them or None):
+# every field for a class whose instances carry a __dict__ (no getter: each is read with a
+# default), else those the class (its slots) defines -- the others are absent in every instance,
+# so leaving them out compares the same
+_SIGNATURE_PLANS: dict[type, tuple[tuple[str, ...], Any]] = {}
+
+
+def _signature_plan(cls: type) -> tuple[tuple[str, ...], Any]:
+    if cls.__dictoffset__:
+        return _SIGNATURE_FIELDS, None
+    names = tuple(f for f in _SIGNATURE_FIELDS if hasattr(cls, f))
+    return names, operator.attrgetter(*names) if names else None
 
 
 def _signature(instr: Instruction) -> tuple:
     """What the cost of an instruction depends on besides addresses (for the steady state)."""
     cls = type(instr)
-    names = _SIGNATURE_PLANS.get(cls)
-    if names is None:
-        names = _SIGNATURE_PLANS[cls] = _SIGNATURE_FIELDS if cls.__dictoffset__ else tuple(
-            f for f in _SIGNATURE_FIELDS if hasattr(cls, f))
-    return (cls, instr.pipe, *[getattr(instr, f, None) for f in names])
+    plan = _SIGNATURE_PLANS.get(cls)
+    if plan is None:
+        plan = _SIGNATURE_PLANS[cls] = _signature_plan(cls)
+    names, get = plan
+    if get is not None:
+        try:
+            return (cls, instr.pipe, get(instr))
+        except AttributeError:      # a slot left unset: absent, as below
+            pass
+    if not names:
+        return (cls, instr.pipe)
+    if len(names) == 1:             # the getter's shape: one value, else a tuple of them
+        return (cls, instr.pipe, getattr(instr, names[0], None))
+    return (cls, instr.pipe, tuple([getattr(instr, f, None) for f in names]))
 
 
 class _Steady:
@@ -334,8 +352,8 @@ class _Scheduler:
         """The state of ``prog``'s core relative to now (see :class:`_Steady`)."""
         now = self.now
         sig = _signature
-        pipes = tuple((p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
-                       tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list)
+        pipes = tuple([(p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
+                        tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list])
         core = prog.core
         flights = tuple(sorted((k, tuple(sorted(e - now for e in ends if e > now)))
                                for k, ends in self.inflight.items()))
