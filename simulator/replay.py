@@ -508,13 +508,14 @@ class _Scheduler:
                 while self._step():
                     pass
             # retire everything that ends at the next event time
-            if self.events:
-                t = self.events[0][0]
+            events = self.events       # (a step may replace the list: shift)
+            if events:
+                t = events[0][0]
                 self.now = t
-                while self.events and self.events[0][0] == t:
-                    _, _, pipe = heapq.heappop(self.events)
-                    self._finish(pipe)
-                end = max(end, t)
+                while events and events[0][0] == t:
+                    self._finish(heapq.heappop(events)[2])
+                if t > end:
+                    end = t
                 continue
             if all(p.done for p in self.programs) and not any(
                     pp.queue or pp.current is not None for p in self.programs for pp in p.pipes.values()):
