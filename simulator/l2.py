@@ -167,6 +167,35 @@ class L2Cache:
                         dirty.discard(ch)
                         self.pending_writeback += w * c
                 continue
+            if used + (last - first + 1) <= cap:
+                # Room for every line of the run: a touch adds at most one line of capacity, so
+                # nothing is evicted while the run is walked and no eviction test is needed per
+                # line (the usual case for a streaming tile until the cache fills). Capacity
+                # totals are whole numbers of lines, so adding them up after the walk is exact.
+                first_missed = first not in lru
+                last_missed = last not in lru
+                nmiss = 0
+                for line in range(first, last + 1):
+                    old = get(line)
+                    if old is None:
+                        lru[line] = 1.0
+                        nmiss += 1
+                    else:
+                        to_end(line)
+                        if old != 1.0:
+                            lru[line] = 1.0
+                            used += 1.0 - old
+                used += nmiss
+                if mark:
+                    dirty.update(range(first, last + 1))    # all resident: none was evicted
+                missed = nmiss * c
+                if nmiss:
+                    if first_missed:
+                        missed -= a - first * c
+                    if last_missed:
+                        missed -= (last + 1) * c - end
+                hit += n - missed
+                continue
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
             nmiss = 0

@@ -297,7 +297,7 @@ class _Transfer:
     """Mutable state of one transfer inside the network (not part of the API)."""
 
     __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "event", "tol",
-                 "threshold", "rank", "done", "cls", "parent")
+                 "threshold", "rank", "done", "cls")
 
     def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
                  links: tuple[Link, ...], event: simpy.Event) -> None:
@@ -314,18 +314,19 @@ class _Transfer:
         self.rank = 0  # activation order
         self.done = False
         self.cls: _Class | None = None
-        self.parent: _Join | None = None  # the joined completion it is part of (all_of)
 
 
 class _Completion(simpy.Event):
-    """The event of a transfer or of a joined completion; ``node`` is what it completes."""
+    """The event of a transfer or of a joined completion (:class:`_Join`).  ``parent`` is the
+    join it is part of, if any (the link to the join is on the event, not on the transfer, so no
+    reference cycle is made: the garbage collector would have to find each one)."""
 
-    def __init__(self, env: simpy.Environment, node: "_Transfer | _Join | None" = None) -> None:
+    def __init__(self, env: simpy.Environment) -> None:
         super().__init__(env)
-        self.node = node
+        self.parent: _Join | None = None
 
 
-class _Join:
+class _Join(_Completion):
     """A completion of several transfers or joins (:meth:`LinkNetwork.all_of`), not part of the API.
 
     It reproduces where ``simpy.AllOf`` puts its event in SimPy's order, with fewer events.
@@ -337,28 +338,25 @@ class _Join:
     would have been scheduled, and triggers nothing.
     """
 
-    __slots__ = ("remaining", "parent", "event")
-
-    def __init__(self, remaining: int, event: _Completion) -> None:
+    def __init__(self, env: simpy.Environment, remaining: int) -> None:
+        super().__init__(env)
         self.remaining = remaining
-        self.parent: _Join | None = None
-        self.event = event
 
     def fire(self, _event: simpy.Event) -> None:
         """The last child was processed: this join is scheduled now."""
         _scheduled(self, None)
 
 
-def _scheduled(node: "_Transfer | _Join", value: object) -> None:
-    """``node``'s completion would be scheduled now: schedule its event if it is not part of a
-    join, or if it is the last child of its join (whose ``fire`` is then its callback)."""
-    parent = node.parent
+def _scheduled(event: _Completion, value: object) -> None:
+    """``event`` would be scheduled now: schedule it if it is not part of a join, or if it is
+    the last child of its join (whose ``fire`` is then its callback)."""
+    parent = event.parent
     if parent is None:
-        node.event.succeed(value)
+        event.succeed(value)
         return
     parent.remaining -= 1
     if not parent.remaining:
-        node.event.succeed(value)
+        event.succeed(value)
 
 
 class _Class:
@@ -509,7 +507,6 @@ class LinkNetwork:
         seq = self._seq
         self._seq += 1
         t = _Transfer(seq, tag, nb, now, now + st, (base, pool, path), path, event)
-        event.node = t
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heapq.heappush(self._pending, (t.start, seq, t))
@@ -530,22 +527,19 @@ class LinkNetwork:
         pending and have no callbacks yet; once joined they never succeed themselves.  For any
         other event the result is a plain ``simpy.AllOf``.
         """
-        nodes = []
+        env = self.env
         for ev in events:
-            node = ev.node if type(ev) is _Completion and ev.env is self.env else None
-            if node is None or node.parent is not None or ev.callbacks or ev.triggered:
-                return simpy.AllOf(self.env, events)
-            nodes.append(node)
-        if not nodes or len(set(map(id, nodes))) != len(nodes):
-            return simpy.AllOf(self.env, events)      # nothing to wait for, or an event twice
-        event = _Completion(self.env)
-        join = _Join(len(nodes), event)
-        event.node = join
+            if not isinstance(ev, _Completion) or ev.env is not env or ev.parent is not None \
+                    or ev.callbacks or ev.triggered:
+                return simpy.AllOf(env, events)
+        if not events or len(set(map(id, events))) != len(events):
+            return simpy.AllOf(env, events)      # nothing to wait for, or an event twice
+        join = _Join(env, len(events))
         fire = join.fire
-        for node in nodes:
-            node.parent = join
-            node.event.callbacks.append(fire)
-        return event
+        for ev in events:
+            ev.parent = join
+            ev.callbacks.append(fire)
+        return join
 
     def active_count(self) -> int:
         """Transfers currently moving bytes (startup paid, not yet completed)."""
@@ -748,10 +742,7 @@ class LinkNetwork:
         for t in finished:
             self.completed += 1
             t.cls = None
-            if t.parent is None:
-                t.event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
-            else:
-                _scheduled(t, TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+            _scheduled(t.event, TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
         if changed and self.on_change is not None:
             self.on_change(now, changed)
 
