@@ -250,6 +250,7 @@ class Device:
                 self.pools[name] = self.net.add_pool(name, model.shared)
         if trace is not None and trace.records("tile"):
             self.net.on_change = self._record_bandwidth
+            self.net.on_change_passive = True     # it only records trace counters
         self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
         self.bytes_read = 0
         self.bytes_written = 0

@@ -419,6 +419,9 @@ class LinkNetwork:
         #: called when no link rate changed.  Allocated rates can differ from the carried rates of
         #: ``Link.bandwidth_series`` in a completion cycle (see the module docstring).
         self.on_change: OnChange | None = None
+        #: Set when ``on_change`` never triggers a SimPy event (a recorder): a recompute may
+        #: then schedule a join's event without the relay event of its last leg (see _Join).
+        self.on_change_passive: bool = False
         #: Number of transfers completed so far, and number of rate recomputes (a cheap probe
         #: to check that recomputes happen only at starts and completions).
         self.completed: int = 0
@@ -739,6 +742,20 @@ class LinkNetwork:
         #    consistent if they issue new transfers.
         if len(finished) > 1:
             finished.sort(key=lambda tr: tr.seq)
+        elif finished and finished[0].event.parent is not None:
+            # The last leg of a join would be the only event due now: nothing can run between
+            # its relay event and the join's, so the join is scheduled at once (see _Join).
+            queue = self.env._queue
+            if not (queue and queue[0][0] <= now) and (
+                    not changed or self.on_change is None or self.on_change_passive):
+                t = finished[0]
+                self.completed += 1
+                t.cls = None
+                parent = t.event.parent
+                parent.remaining -= 1
+                if not parent.remaining:
+                    _scheduled(parent, None)
+                finished = []
         for t in finished:
             self.completed += 1
             t.cls = None
