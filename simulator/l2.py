@@ -82,6 +82,9 @@ class L2Cache:
         self.miss_bytes = 0
         self.write_back = bool(write_back)
         self._dirty: set[int] = set()          # resident lines written since they were filled
+        # every resident line occupies exactly one line of capacity (no sample has left a
+        # heavier one): then _used == len(_lru) and a new line evicts exactly one line
+        self._uniform = True
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
 
@@ -196,6 +199,40 @@ class L2Cache:
                         missed -= (last + 1) * c - end
                 hit += n - missed
                 continue
+            run_a, run_first = a, first     # the walk below may start further in (see below)
+            if self._uniform and last - first < cap:
+                # A full cache (every line weighing one): the resident lines the run starts with
+                # are touched before anything is evicted; if the rest of the run is not resident,
+                # each of its lines is a miss that evicts the least-recently-used line, which is
+                # never a line of this run (the run is shorter than the cache). So the lines are
+                # inserted, then as many old lines evicted, in the order the walk below would.
+                x = first
+                while x <= last and x in lru:
+                    to_end(x)
+                    x += 1
+                if x > last or lru.keys().isdisjoint(range(x, last + 1)):
+                    for line in range(x, last + 1):
+                        lru[line] = 1.0
+                    used += last + 1 - x
+                    while used > cap:
+                        ch, w = popfront(False)
+                        used -= w
+                        if ch in dirty:
+                            dirty.discard(ch)
+                            self.pending_writeback += w * c
+                    if mark:
+                        dirty.update(range(first, last + 1))
+                    if x > last:
+                        hit += n
+                    else:
+                        missed = (last + 1 - x) * c - ((last + 1) * c - end)
+                        if x == first:
+                            missed -= a - first * c
+                        hit += n - missed
+                    continue
+                if x > first:   # the resident lines before x are touched (hits): walk the rest
+                    hit += x * c - a
+                    a, n, first = x * c, end - x * c, x
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
             nmiss = 0
@@ -223,11 +260,11 @@ class L2Cache:
             if mark:
                 # resident lines of the store turn dirty; a line this very run pushed out again
                 # is owed to HBM at once
-                for line in range(first, last + 1):
+                for line in range(run_first, last + 1):
                     if line in lru:
                         dirty.add(line)
                     else:
-                        self.pending_writeback += min(end, (line + 1) * c) - max(a, line * c)
+                        self.pending_writeback += min(end, (line + 1) * c) - max(run_a, line * c)
             if nmiss:
                 missed = nmiss * c
                 if lo == first:
@@ -304,6 +341,8 @@ class L2Cache:
         lru = self._lru
         cap = self.capacity_chunks
         w = float(weight)
+        if w != 1.0:
+            self._uniform = False
         hit = 0
         mark = write and self.write_back
         for ch in lines:
@@ -347,12 +386,12 @@ class L2Cache:
     def save_state(self) -> tuple:
         """A copy of the cache's state (lines in LRU order, dirty lines, counters), for
         :meth:`restore_state` (the fast-forward tries accesses ahead and may take them back)."""
-        return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback,
+        return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback, self._uniform,
                 self.hit_bytes, self.miss_bytes, self.writeback_bytes)
 
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
-        lru, used, dirty, pending, hit, miss, wb = state
+        lru, used, dirty, pending, self._uniform, hit, miss, wb = state
         self._lru = OrderedDict(lru)
         self._used = used
         self._dirty = set(dirty)

@@ -396,6 +396,11 @@ class _Class:
         self.heap = heap
 
 
+def _first_rank(c: _Class) -> int:
+    """Sort key of a rate class: the activation rank of its earliest active member."""
+    return c.order[0].rank
+
+
 class LinkNetwork:
     """The set of links and pools of one simulated device, plus the transfers in flight.
 
@@ -428,7 +433,7 @@ class LinkNetwork:
         self.recompute_count: int = 0
 
         self._active: dict[int, _Transfer] = {}  # by seq, in activation order
-        self._classes: dict[tuple, _Class] = {}  # rate classes with active members
+        self._classes: dict[int, _Class] = {}  # rate classes with active members, by id of their key
         self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
         self._seq = 0
         self._rank = 0
@@ -438,7 +443,10 @@ class LinkNetwork:
         # Links and pools with active transfers, as returned by _allocate.
         self._busy: dict[Link, list] = {}
         self._busy_pools: dict[Pool, list] = {}
-        self._routes: set[tuple] = set()  # (links, pool) pairs already validated
+        # (base rate, pool, links) keys already validated, each to itself: a transfer carries
+        # the stored tuple, so that its rate class is found by the tuple's id (hashing a nested
+        # tuple at every admission cost more than the lookup)
+        self._keys: dict[tuple, tuple] = {}
 
     # -- construction -------------------------------------------------------------------------
 
@@ -488,12 +496,14 @@ class LinkNetwork:
         if st < 0:
             raise ValueError(f"startup must be >= 0, got {startup!r}")
         path = tuple(links)
-        route = (path, pool)
+        key = (base, pool, path)
         try:
-            known = route in self._routes
+            known = self._keys.get(key)
         except TypeError:  # an unhashable stand-in for a link: refused below, with its name
-            known = False
-        if not known:
+            known = None
+        if known is not None:
+            key = known
+        else:
             for link in path:
                 if not isinstance(link, Link) or self.links.get(link.name) is not link:
                     raise ValueError(f"{link!r} is not a link of this network")
@@ -503,13 +513,13 @@ class LinkNetwork:
                 raise ValueError(f"{pool!r} is not a pool of this network")
             # links and pools are never removed, so a route checked once stays valid (a device
             # uses a handful of routes for thousands of transfers)
-            self._routes.add(route)
+            self._keys[key] = key
 
         now = self._now()
         event = _Completion(self.env)
         seq = self._seq
         self._seq += 1
-        t = _Transfer(seq, tag, nb, now, now + st, (base, pool, path), path, event)
+        t = _Transfer(seq, tag, nb, now, now + st, key, path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heapq.heappush(self._pending, (t.start, seq, t))
@@ -665,9 +675,9 @@ class LinkNetwork:
             if t.nbytes == 0:
                 finished.append(t)
                 continue
-            c = classes.get(t.key)
+            c = classes.get(id(t.key))
             if c is None:
-                c = classes[t.key] = _Class(*t.key)
+                c = classes[id(t.key)] = _Class(*t.key)
             t.cls = c
             t.rank = self._rank
             self._rank += 1
@@ -690,7 +700,7 @@ class LinkNetwork:
                 c.order = order = deque([t for t in order if not t.done])
             ordered.append(c)
         if len(ordered) > 1:
-            ordered.sort(key=lambda c: c.order[0].rank)
+            ordered.sort(key=_first_rank)
         alloc, pool_alloc = self._allocate(ordered)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
@@ -759,7 +769,14 @@ class LinkNetwork:
         for t in finished:
             self.completed += 1
             t.cls = None
-            _scheduled(t.event, TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+            event = t.event
+            parent = event.parent
+            if parent is None:
+                event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+            else:                       # a leg of a join: only the last one relays (_scheduled)
+                parent.remaining -= 1
+                if not parent.remaining:
+                    event.succeed(None)
         if changed and self.on_change is not None:
             self.on_change(now, changed)
 

@@ -181,9 +181,10 @@ def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
 
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("lines", [40, 4096])
-def test_runs_with_room_in_the_cache_touch_lines_as_a_line_by_line_lru(lines, write_back):
-    # a cache that is not full walks a run without eviction tests (L2Cache.access_runs): the
-    # same order, hits, dirty lines and write-backs as the reference, before and after it fills
+def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills(lines, write_back):
+    # a cache with room walks a run without eviction tests, a full one inserts a run's new lines
+    # and then evicts (L2Cache.access_runs): the same order, hits, dirty lines and write-backs
+    # as the reference, with resident lines at the start of, inside and after a run
     rng = np.random.default_rng(11)
     l2, ref = L2Cache(lines * LINE, LINE, write_back=write_back), _ReferenceLRU(lines, write_back)
     for _ in range(300):
