@@ -170,42 +170,15 @@ class L2Cache:
                         dirty.discard(ch)
                         self.pending_writeback += w * c
                 continue
-            if used + (last - first + 1) <= cap:
-                # Room for every line of the run: a touch adds at most one line of capacity, so
-                # nothing is evicted while the run is walked and no eviction test is needed per
-                # line (the usual case for a streaming tile until the cache fills). Capacity
-                # totals are whole numbers of lines, so adding them up after the walk is exact.
-                first_missed = first not in lru
-                last_missed = last not in lru
-                nmiss = 0
-                for line in range(first, last + 1):
-                    old = get(line)
-                    if old is None:
-                        lru[line] = 1.0
-                        nmiss += 1
-                    else:
-                        to_end(line)
-                        if old != 1.0:
-                            lru[line] = 1.0
-                            used += 1.0 - old
-                used += nmiss
-                if mark:
-                    dirty.update(range(first, last + 1))    # all resident: none was evicted
-                missed = nmiss * c
-                if nmiss:
-                    if first_missed:
-                        missed -= a - first * c
-                    if last_missed:
-                        missed -= (last + 1) * c - end
-                hit += n - missed
-                continue
-            run_a, run_first = a, first     # the walk below may start further in (see below)
+            run_a, run_first = a, first     # the walk below may start further in (below)
             if self._uniform and last - first < cap:
-                # A full cache (every line weighing one): the resident lines the run starts with
-                # are touched before anything is evicted; if the rest of the run is not resident,
-                # each of its lines is a miss that evicts the least-recently-used line, which is
-                # never a line of this run (the run is shorter than the cache). So the lines are
-                # inserted, then as many old lines evicted, in the order the walk below would.
+                # Every resident line weighs one (no sample): the resident lines the run starts
+                # with are touched before anything is evicted; if the rest of the run is not
+                # resident, each of its lines is a miss that, in a full cache, evicts the
+                # least-recently-used line, which is never a line of this run (the run is shorter
+                # than the cache). So the new lines are inserted, then as many old lines evicted
+                # as the walk below would, in the same order (a streaming tile: one line shared
+                # with the previous tile, the rest new).
                 x = first
                 while x <= last and x in lru:
                     to_end(x)
@@ -233,6 +206,35 @@ class L2Cache:
                 if x > first:   # the resident lines before x are touched (hits): walk the rest
                     hit += x * c - a
                     a, n, first = x * c, end - x * c, x
+            if used + (last - first + 1) <= cap:
+                # Room for every line of the run: a touch adds at most one line of capacity, so
+                # nothing is evicted while the run is walked and no eviction test is needed per
+                # line (the usual case for a streaming tile until the cache fills). Capacity
+                # totals are whole numbers of lines, so adding them up after the walk is exact.
+                first_missed = first not in lru
+                last_missed = last not in lru
+                nmiss = 0
+                for line in range(first, last + 1):
+                    old = get(line)
+                    if old is None:
+                        lru[line] = 1.0
+                        nmiss += 1
+                    else:
+                        to_end(line)
+                        if old != 1.0:
+                            lru[line] = 1.0
+                            used += 1.0 - old
+                used += nmiss
+                if mark:
+                    dirty.update(range(run_first, last + 1))    # all resident: none was evicted
+                missed = nmiss * c
+                if nmiss:
+                    if first_missed:
+                        missed -= a - first * c
+                    if last_missed:
+                        missed -= (last + 1) * c - end
+                hit += n - missed
+                continue
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
             nmiss = 0
