@@ -300,7 +300,7 @@ class _Transfer:
                  "threshold", "rank", "done", "cls")
 
     def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
-                 links: tuple[Link, ...], event: simpy.Event) -> None:
+                 links: tuple[Link, ...], event: _Completion) -> None:
         self.seq = seq
         self.tag = tag
         self.nbytes = nbytes
@@ -322,7 +322,9 @@ class _Completion(simpy.Event):
     reference cycle is made: the garbage collector would have to find each one)."""
 
     def __init__(self, env: simpy.Environment) -> None:
-        super().__init__(env)
+        # simpy.Event.__init__ sets these two, inline: one is made per transfer
+        self.env = env
+        self.callbacks = []
         self.parent: _Join | None = None
 
 
@@ -541,15 +543,17 @@ class LinkNetwork:
         other event the result is a plain ``simpy.AllOf``.
         """
         env = self.env
+        legs: list[_Completion] = []
         for ev in events:
             if not isinstance(ev, _Completion) or ev.env is not env or ev.parent is not None \
                     or ev.callbacks or ev.triggered:
                 return simpy.AllOf(env, events)
-        if not events or len(set(map(id, events))) != len(events):
+            legs.append(ev)
+        if not legs or len(set(map(id, legs))) != len(legs):
             return simpy.AllOf(env, events)      # nothing to wait for, or an event twice
-        join = _Join(env, len(events))
+        join = _Join(env, len(legs))
         fire = join.fire
-        for ev in events:
+        for ev in legs:
             ev.parent = join
             ev.callbacks.append(fire)
         return join
@@ -752,7 +756,7 @@ class LinkNetwork:
         #    consistent if they issue new transfers.
         if len(finished) > 1:
             finished.sort(key=lambda tr: tr.seq)
-        elif finished and finished[0].event.parent is not None:
+        elif finished and (parent := finished[0].event.parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
@@ -761,7 +765,6 @@ class LinkNetwork:
                 t = finished[0]
                 self.completed += 1
                 t.cls = None
-                parent = t.event.parent
                 parent.remaining -= 1
                 if not parent.remaining:
                     _scheduled(parent, None)
