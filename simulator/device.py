@@ -277,6 +277,7 @@ class Device:
                 store.items.extend(cores)
             self._free[unit] = store
         self.streams: list[Stream] = []
+        self._streams_made = 0
         self.launches: list[Launch] = []
         self.cross_flags = CrossCoreFlags(self.env)
         self.faulted: SimulatorError | None = None
@@ -567,9 +568,22 @@ class Device:
 
     # -- streams and launches ------------------------------------------------------------------
     def create_stream(self) -> Stream:
-        s = Stream(self, len(self.streams))
+        # numbered by a counter, not by len(self.streams): released streams leave the list
+        s = Stream(self, self._streams_made)
+        self._streams_made += 1
         self.streams.append(s)
         return s
+
+    def release_stream(self, stream: Stream) -> None:
+        """Forget a synchronized stream and its finished launches, so a long-lived runtime that
+        makes a stream per call keeps constant memory (call it after ``synchronize(stream)``).
+        Its launches stay readable through the handles that hold them; a stream with work
+        still queued or a launch still running is kept."""
+        if stream.tasks or any(ln.end < 0 for ln in stream.launches):
+            return
+        if stream in self.streams:
+            self.streams.remove(stream)
+        self.launches[:] = [ln for ln in self.launches if ln.stream is not stream or ln.end < 0]
 
     def launch(self, stream: Stream, kernel: Kernel | MixKernel, block_dim: int, *args: Any, unit: str = "vector",
                core_mask: int | None = None, name: str | None = None, l2_sample: int | None = None) -> Launch:
