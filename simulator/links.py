@@ -411,6 +411,10 @@ class LinkNetwork:
     latency.  A generation counter makes superseded timeouts no-ops.  So the event count is
     O(transfers), independent of sizes and durations.
 
+    A DMA made of several transfers (an L2-hit part on the L2 link and an HBM-miss part, plus
+    the HBM write of the dirty lines it evicts) waits on :meth:`all_of`, which completes where
+    ``simpy.AllOf`` would with one or two SimPy events fewer (see :class:`_Join`).
+
     Active transfers with the same (base rate, pool, links) form a rate class (see
     :class:`_Class`).  Allocation works on classes, and a recompute costs
     O(classes x path length + finishing and starting transfers x log(active)), not
