@@ -250,6 +250,7 @@ class Device:
                 self.pools[name] = self.net.add_pool(name, model.shared)
         if trace is not None and trace.records("tile"):
             self.net.on_change = self._record_bandwidth
+            self.net.on_change_passive = True     # it only records trace counters
         self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
         self.bytes_read = 0
         self.bytes_written = 0
@@ -505,7 +506,7 @@ class Device:
         if miss:
             events.append(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
                                        pool=pool, startup=startup, tag=tag))
-        event = events[0] if len(events) == 1 else simpy.AllOf(self.env, events)
+        event = events[0] if len(events) == 1 else self._all_of(events)
         return self._with_writeback(event, tag, launch)
 
     def _with_writeback(self, event: simpy.Event, tag: str, launch: Launch | None) -> simpy.Event:
@@ -517,7 +518,13 @@ class Device:
         self._count_bytes(launch, f"{self.gm_link.name} write", wb)
         hbm = self.net.transfer(wb, base_rate=self.spec.bytes_per_cycle(self.spec.gm.bandwidth),
                                 links=(self.gm_link,), startup=0, tag=tag)
-        return simpy.AllOf(self.env, [event, hbm])
+        return self._all_of([event, hbm])
+
+    def _all_of(self, events: list[simpy.Event]) -> simpy.Event:
+        """``simpy.AllOf`` of a DMA's transfers, joined in the link network where it can (fewer
+        SimPy events, the same order: LinkNetwork.all_of); a stand-in network gets the AllOf."""
+        net = self.net
+        return net.all_of(events) if type(net) is LinkNetwork else simpy.AllOf(self.env, events)
 
     def _count_bytes(self, launch: Launch | None, key: str, nbytes: int) -> None:
         if nbytes:

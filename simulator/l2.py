@@ -82,6 +82,9 @@ class L2Cache:
         self.miss_bytes = 0
         self.write_back = bool(write_back)
         self._dirty: set[int] = set()          # resident lines written since they were filled
+        # every resident line occupies exactly one line of capacity (no sample has left a
+        # heavier one): then _used == len(_lru) and a new line evicts exactly one line
+        self._uniform = True
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
 
@@ -167,16 +170,70 @@ class L2Cache:
                         dirty.discard(ch)
                         self.pending_writeback += w * c
                 continue
-            lines = range(first, last + 1)
-            if used + len(lines) <= cap and lru.keys().isdisjoint(lines):
-                # none of the lines is resident and all fit (a streaming tile's fresh lines):
-                # the loop below would insert each, evict none, hit none and, for a store to a
-                # write-back L2, mark each dirty -- the same, in bulk
-                for line in lines:
-                    lru[line] = 1.0
-                used += len(lines)
+            run_a, run_first = a, first     # the walk below may start further in (below)
+            if self._uniform and last - first < cap:
+                # Every resident line weighs one (no sample): the resident lines the run starts
+                # with are touched before anything is evicted; if the rest of the run is not
+                # resident, each of its lines is a miss that, in a full cache, evicts the
+                # least-recently-used line, which is never a line of this run (the run is shorter
+                # than the cache). So the new lines are inserted, then as many old lines evicted
+                # as the walk below would, in the same order (a streaming tile: one line shared
+                # with the previous tile, the rest new).
+                x = first
+                while x <= last and x in lru:
+                    to_end(x)
+                    x += 1
+                if x > last or lru.keys().isdisjoint(range(x, last + 1)):
+                    for line in range(x, last + 1):
+                        lru[line] = 1.0
+                    used += last + 1 - x
+                    while used > cap:
+                        ch, w = popfront(False)
+                        used -= w
+                        if ch in dirty:
+                            dirty.discard(ch)
+                            self.pending_writeback += w * c
+                    if mark:
+                        dirty.update(range(first, last + 1))
+                    if x > last:
+                        hit += n
+                    else:
+                        missed = (last + 1 - x) * c - ((last + 1) * c - end)
+                        if x == first:
+                            missed -= a - first * c
+                        hit += n - missed
+                    continue
+                if x > first:   # the resident lines before x are touched (hits): walk the rest
+                    hit += x * c - a
+                    a, n, first = x * c, end - x * c, x
+            if used + (last - first + 1) <= cap:
+                # Room for every line of the run: a touch adds at most one line of capacity, so
+                # nothing is evicted while the run is walked and no eviction test is needed per
+                # line (the usual case for a streaming tile until the cache fills). Capacity
+                # totals are whole numbers of lines, so adding them up after the walk is exact.
+                first_missed = first not in lru
+                last_missed = last not in lru
+                nmiss = 0
+                for line in range(first, last + 1):
+                    old = get(line)
+                    if old is None:
+                        lru[line] = 1.0
+                        nmiss += 1
+                    else:
+                        to_end(line)
+                        if old != 1.0:
+                            lru[line] = 1.0
+                            used += 1.0 - old
+                used += nmiss
                 if mark:
-                    dirty.update(lines)
+                    dirty.update(range(run_first, last + 1))    # all resident: none was evicted
+                missed = nmiss * c
+                if nmiss:
+                    if first_missed:
+                        missed -= a - first * c
+                    if last_missed:
+                        missed -= (last + 1) * c - end
+                hit += n - missed
                 continue
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
@@ -205,11 +262,11 @@ class L2Cache:
             if mark:
                 # resident lines of the store turn dirty; a line this very run pushed out again
                 # is owed to HBM at once
-                for line in range(first, last + 1):
+                for line in range(run_first, last + 1):
                     if line in lru:
                         dirty.add(line)
                     else:
-                        self.pending_writeback += min(end, (line + 1) * c) - max(a, line * c)
+                        self.pending_writeback += min(end, (line + 1) * c) - max(run_a, line * c)
             if nmiss:
                 missed = nmiss * c
                 if lo == first:
@@ -286,6 +343,8 @@ class L2Cache:
         lru = self._lru
         cap = self.capacity_chunks
         w = float(weight)
+        if w != 1.0:
+            self._uniform = False
         hit = 0
         mark = write and self.write_back
         for ch in lines:
@@ -329,12 +388,12 @@ class L2Cache:
     def save_state(self) -> tuple:
         """A copy of the cache's state (lines in LRU order, dirty lines, counters), for
         :meth:`restore_state` (the fast-forward tries accesses ahead and may take them back)."""
-        return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback,
+        return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback, self._uniform,
                 self.hit_bytes, self.miss_bytes, self.writeback_bytes)
 
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
-        lru, used, dirty, pending, hit, miss, wb = state
+        lru, used, dirty, pending, self._uniform, hit, miss, wb = state
         self._lru = OrderedDict(lru)
         self._used = used
         self._dirty = set(dirty)

@@ -300,7 +300,7 @@ class _Transfer:
                  "threshold", "rank", "done", "cls")
 
     def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
-                 links: tuple[Link, ...], event: simpy.Event) -> None:
+                 links: tuple[Link, ...], event: _Completion) -> None:
         self.seq = seq
         self.tag = tag
         self.nbytes = nbytes
@@ -314,6 +314,51 @@ class _Transfer:
         self.rank = 0  # activation order
         self.done = False
         self.cls: _Class | None = None
+
+
+class _Completion(simpy.Event):
+    """The event of a transfer or of a joined completion (:class:`_Join`).  ``parent`` is the
+    join it is part of, if any (the link to the join is on the event, not on the transfer, so no
+    reference cycle is made: the garbage collector would have to find each one)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        # simpy.Event.__init__ sets these two, inline: one is made per transfer
+        self.env = env
+        self.callbacks = []
+        self.parent: _Join | None = None
+
+
+class _Join(_Completion):
+    """A completion of several transfers or joins (:meth:`LinkNetwork.all_of`), not part of the API.
+
+    It reproduces where ``simpy.AllOf`` puts its event in SimPy's order, with fewer events.
+    Events due now are processed in the order they are scheduled, so the child scheduled last
+    is the one an ``AllOf`` would see last.  The ``AllOf`` is scheduled when that child is
+    processed, and is processed itself after what was already queued.  So only the last child
+    needs an event (its processing schedules this join's event, at the very place the
+    ``AllOf`` was scheduled); a child that is not last only counts down ``remaining`` when it
+    would have been scheduled, and triggers nothing.
+    """
+
+    def __init__(self, env: simpy.Environment, remaining: int) -> None:
+        super().__init__(env)
+        self.remaining = remaining
+
+    def fire(self, _event: simpy.Event) -> None:
+        """The last child was processed: this join is scheduled now."""
+        _scheduled(self, None)
+
+
+def _scheduled(event: _Completion, value: object) -> None:
+    """``event`` would be scheduled now: schedule it if it is not part of a join, or if it is
+    the last child of its join (whose ``fire`` is then its callback)."""
+    parent = event.parent
+    if parent is None:
+        event.succeed(value)
+        return
+    parent.remaining -= 1
+    if not parent.remaining:
+        event.succeed(value)
 
 
 class _Class:
@@ -353,6 +398,11 @@ class _Class:
         self.heap = heap
 
 
+def _first_rank(c: _Class) -> int:
+    """Sort key of a rate class: the activation rank of its earliest active member."""
+    return c.order[0].rank
+
+
 class LinkNetwork:
     """The set of links and pools of one simulated device, plus the transfers in flight.
 
@@ -360,6 +410,10 @@ class LinkNetwork:
     interesting cycle: the earliest predicted completion, or the earliest end of a startup
     latency.  A generation counter makes superseded timeouts no-ops.  So the event count is
     O(transfers), independent of sizes and durations.
+
+    A DMA made of several transfers (an L2-hit part on the L2 link and an HBM-miss part, plus
+    the HBM write of the dirty lines it evicts) waits on :meth:`all_of`, which completes where
+    ``simpy.AllOf`` would with one or two SimPy events fewer (see :class:`_Join`).
 
     Active transfers with the same (base rate, pool, links) form a rate class (see
     :class:`_Class`).  Allocation works on classes, and a recompute costs
@@ -376,13 +430,16 @@ class LinkNetwork:
         #: called when no link rate changed.  Allocated rates can differ from the carried rates of
         #: ``Link.bandwidth_series`` in a completion cycle (see the module docstring).
         self.on_change: OnChange | None = None
+        #: Set when ``on_change`` never triggers a SimPy event (a recorder): a recompute may
+        #: then schedule a join's event without the relay event of its last leg (see _Join).
+        self.on_change_passive: bool = False
         #: Number of transfers completed so far, and number of rate recomputes (a cheap probe
         #: to check that recomputes happen only at starts and completions).
         self.completed: int = 0
         self.recompute_count: int = 0
 
         self._active: dict[int, _Transfer] = {}  # by seq, in activation order
-        self._classes: dict[tuple, _Class] = {}  # rate classes with active members
+        self._classes: dict[int, _Class] = {}  # rate classes with active members, by id of their key
         self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
         self._seq = 0
         self._rank = 0
@@ -392,7 +449,10 @@ class LinkNetwork:
         # Links and pools with active transfers, as returned by _allocate.
         self._busy: dict[Link, list] = {}
         self._busy_pools: dict[Pool, list] = {}
-        self._routes: set[tuple] = set()  # (links, pool) pairs already validated
+        # (base rate, pool, links) keys already validated, each to itself: a transfer carries
+        # the stored tuple, so that its rate class is found by the tuple's id (hashing a nested
+        # tuple at every admission cost more than the lookup)
+        self._keys: dict[tuple, tuple] = {}
 
     # -- construction -------------------------------------------------------------------------
 
@@ -442,12 +502,14 @@ class LinkNetwork:
         if st < 0:
             raise ValueError(f"startup must be >= 0, got {startup!r}")
         path = tuple(links)
-        route = (path, pool)
+        key = (base, pool, path)
         try:
-            known = route in self._routes
+            known = self._keys.get(key)
         except TypeError:  # an unhashable stand-in for a link: refused below, with its name
-            known = False
-        if not known:
+            known = None
+        if known is not None:
+            key = known
+        else:
             for link in path:
                 if not isinstance(link, Link) or self.links.get(link.name) is not link:
                     raise ValueError(f"{link!r} is not a link of this network")
@@ -457,18 +519,48 @@ class LinkNetwork:
                 raise ValueError(f"{pool!r} is not a pool of this network")
             # links and pools are never removed, so a route checked once stays valid (a device
             # uses a handful of routes for thousands of transfers)
-            self._routes.add(route)
+            self._keys[key] = key
 
         now = self._now()
-        event = self.env.event()
+        event = _Completion(self.env)
         seq = self._seq
         self._seq += 1
-        t = _Transfer(seq, tag, nb, now, now + st, (base, pool, path), path, event)
+        t = _Transfer(seq, tag, nb, now, now + st, key, path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heapq.heappush(self._pending, (t.start, seq, t))
         self._schedule(t.start)
         return event
+
+    def all_of(self, events: Sequence[simpy.Event]) -> simpy.Event:
+        """One event that succeeds once every one of ``events`` has: ``simpy.AllOf(env, events)``
+        with fewer SimPy events.
+
+        The returned event is processed at exactly the place in SimPy's order where the
+        ``AllOf`` would be, so a process waiting on it resumes at the same moment, in the same
+        order with other processes, as it would with the ``AllOf``.  Only the child completed
+        last gets an event of its own (see :class:`_Join`): a DMA split into an L2-hit and an
+        HBM-miss transfer costs two events instead of three.  Its value is ``None``.
+
+        ``events`` are events of :meth:`transfer` or of :meth:`all_of` of this network that are
+        pending and have no callbacks yet; once joined they never succeed themselves.  For any
+        other event the result is a plain ``simpy.AllOf``.
+        """
+        env = self.env
+        legs: list[_Completion] = []
+        for ev in events:
+            if not isinstance(ev, _Completion) or ev.env is not env or ev.parent is not None \
+                    or ev.callbacks or ev.triggered:
+                return simpy.AllOf(env, events)
+            legs.append(ev)
+        if not legs or len(set(map(id, legs))) != len(legs):
+            return simpy.AllOf(env, events)      # nothing to wait for, or an event twice
+        join = _Join(env, len(legs))
+        fire = join.fire
+        for ev in legs:
+            ev.parent = join
+            ev.callbacks.append(fire)
+        return join
 
     def active_count(self) -> int:
         """Transfers currently moving bytes (startup paid, not yet completed)."""
@@ -591,9 +683,9 @@ class LinkNetwork:
             if t.nbytes == 0:
                 finished.append(t)
                 continue
-            c = classes.get(t.key)
+            c = classes.get(id(t.key))
             if c is None:
-                c = classes[t.key] = _Class(*t.key)
+                c = classes[id(t.key)] = _Class(*t.key)
             t.cls = c
             t.rank = self._rank
             self._rank += 1
@@ -616,7 +708,7 @@ class LinkNetwork:
                 c.order = order = deque([t for t in order if not t.done])
             ordered.append(c)
         if len(ordered) > 1:
-            ordered.sort(key=lambda c: c.order[0].rank)
+            ordered.sort(key=_first_rank)
         alloc, pool_alloc = self._allocate(ordered)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
@@ -668,10 +760,30 @@ class LinkNetwork:
         #    consistent if they issue new transfers.
         if len(finished) > 1:
             finished.sort(key=lambda tr: tr.seq)
+        elif finished and (parent := finished[0].event.parent) is not None:
+            # The last leg of a join would be the only event due now: nothing can run between
+            # its relay event and the join's, so the join is scheduled at once (see _Join).
+            queue = self.env._queue
+            if not (queue and queue[0][0] <= now) and (
+                    not changed or self.on_change is None or self.on_change_passive):
+                t = finished[0]
+                self.completed += 1
+                t.cls = None
+                parent.remaining -= 1
+                if not parent.remaining:
+                    _scheduled(parent, None)
+                finished = []
         for t in finished:
             self.completed += 1
             t.cls = None
-            t.event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+            event = t.event
+            parent = event.parent
+            if parent is None:
+                event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
+            else:                       # a leg of a join: only the last one relays (_scheduled)
+                parent.remaining -= 1
+                if not parent.remaining:
+                    event.succeed(None)
         if changed and self.on_change is not None:
             self.on_change(now, changed)
 

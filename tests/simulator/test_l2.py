@@ -177,3 +177,22 @@ def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
         assert list(l2._lru) == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+@pytest.mark.parametrize("lines", [40, 4096])
+def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills(lines, write_back):
+    # a cache with room walks a run without eviction tests, a full one inserts a run's new lines
+    # and then evicts (L2Cache.access_runs): the same order, hits, dirty lines and write-backs
+    # as the reference, with resident lines at the start of, inside and after a run
+    rng = np.random.default_rng(11)
+    l2, ref = L2Cache(lines * LINE, LINE, write_back=write_back), _ReferenceLRU(lines, write_back)
+    for _ in range(300):
+        runs = [(int(rng.integers(0, 96 * LINE)), int(rng.integers(0, 12 * LINE))) for _ in range(2)]
+        write = bool(rng.random() < 0.3)
+        assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
+        assert list(l2._lru) == ref.order
+        assert l2._used == len(ref.order)
+        assert l2._dirty == ref.dirty
+        assert l2.take_writeback() == ref.owed
+        ref.owed = 0
