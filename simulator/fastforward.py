@@ -54,12 +54,14 @@ says why: a trace is recorded (every slice is kept), an observer is not ``fast_f
 (scalar programs, atomics, cube, sort, cross-core flags...), a strided or sampled GM transfer,
 a kernel program that reads device data while it runs (embedding indices), or simply a machine
 whose state never repeats: many cores whose rounds drift against each other through the shared
-links and L2. The default 48-core plans of large element-wise calls do this whenever the
-element count is not a multiple of 48 x 8: the slices then start at different offsets within
-the L2's 512 B lines, each core's round takes a persistently different number of cycles
-(MSE fp32 at 2^27: about 7,281, 7,230 and 7,179 cycles for the three offset classes of
-2^27/48, with a few cycles of spread inside each), so their relative phases slide by up to
-about 100 cycles a round and the joint state did not repeat at any lag within 450 rounds.
+links and L2. The default 48-core plans of large element-wise calls do this unless each slice
+starts on an L2 line (512 B; for fp32 MSE, elements a multiple of 48 x 128): a tile's first,
+partial line was loaded by the previous tile, so it hits in the L2 (a faster path than HBM),
+and how many bytes hit depends on the slice's offset within the line. Each core's round
+then takes a persistently different number of cycles (MSE fp32 at 2^26/2^27: about 7,281 at
+offset 0, 7,230 at 340 B, 7,179 at 168 B, with a few cycles between nearby offsets), their
+relative phases slide by up to about 100 cycles a round, and the joint state did not repeat
+at any lag within 450 rounds (instrumented 2^27 run).
 """
 from __future__ import annotations
 
@@ -286,7 +288,10 @@ class FastForward:
         self.skips = 0               # jumps made
         self.periods: set[int] = set()   # the periods (in reference tiles) of the jumps made
         self.reason = ""             # why it did not skip (the last reason seen)
-        self._log: list[tuple] = []  # (kind, ...) since the oldest snapshot
+        self._log: list[tuple] = []  # (kind, ...) since the oldest full snapshot
+        # the log is kept only while a full snapshot (cores included) is held: a proof starts
+        # from one, and a machine that never repeats takes none (nothing to record then)
+        self._recording = False
         self._snaps: dict[int, tuple] = {}
         self._launch: Any = None
         self._cores: list["Core"] = []
@@ -310,12 +315,17 @@ class FastForward:
         if stream is not None:
             idx = stream.index.pop(id(instr), -1)
             stream.sigs.pop(id(instr), None)
-        if self._snaps:
-            self._log.append(("c", pipe, idx, start, end, instr))
+            if not self._recording:
+                # a proof looks back only from a full snapshot on, which holds live instructions
+                stream.by_index.pop(idx, None)
+        if self._recording:
+            # no reference to the instruction: the log spans rounds, and keeping every completed
+            # instruction alive made the collector's passes longer
+            self._log.append(("c", pipe, idx, start, end))
 
     def on_gm(self, pipe: "Pipe", addr: int, nbytes: int, write: bool, plain: bool,
               hit: int, wb: int) -> None:
-        if self._snaps:
+        if self._recording:
             instr = pipe.current
             stream = pipe.core.stream
             idx = stream.index.get(id(instr), -1) if stream is not None else -1
@@ -358,6 +368,7 @@ class FastForward:
 
     def _reset(self) -> None:
         self._snaps.clear()
+        self._recording = False
         self._log.clear()
         self._ref_tile = None
 
@@ -377,6 +388,7 @@ class FastForward:
         if glob is None:
             self._snaps.clear()      # a gap: the next proof starts from the next snapshots
             self._log.clear()
+            self._recording = False
             return
         now = self.device.env.now
         # the cores' part (the costly one) only when the global part repeats one of the last
@@ -386,9 +398,12 @@ class FastForward:
         if cands and cores_part is None:
             self._snaps.clear()
             self._log.clear()
+            self._recording = False
             return
         snap = (glob, cores_part)
         self._snaps[tile] = (now, snap, len(self._log), self._counters())
+        if cores_part is not None:
+            self._recording = True
         if tile < self._quiet_until:
             self._trim(tile)
             return
@@ -421,10 +436,15 @@ class FastForward:
         keep = tile - max(PERIODS)
         for t in [t for t in self._snaps if t < keep]:
             del self._snaps[t]
+        self._recording = any(s[1][1] is not None for s in self._snaps.values())
+        if not self._recording:
+            self._log.clear()
         if self._snaps:
             full = [s[1][1] for _, s in sorted(self._snaps.items()) if s[1][1] is not None]
             for i, c in enumerate(self._cores):
-                keep = full[0][i][1] if full else c.stream.count - 1024
+                # a proof looks back no further than the oldest full snapshot's held instructions;
+                # without one, than the oldest instruction the machine still holds
+                keep = full[0][i][1] if full else min(c.stream.index.values(), default=c.stream.count)
                 by = c.stream.by_index
                 if len(by) > 2 * (c.stream.count - keep) + 64:
                     for m in [m for m in by if m < keep]:
@@ -735,7 +755,7 @@ class FastForward:
         for j in range(k):
             dt = (j + 1) * period
             for e in completions:
-                _, pipe, idx, start, end, _ = e
+                _, pipe, idx, start, end = e
                 c = pipe.core
                 instr = c.stream.by_index[idx + (j + 1) * L[cidx[id(c)]]]
                 if isinstance(instr, isa.DataCopy):
