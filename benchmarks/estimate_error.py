@@ -250,7 +250,10 @@ Only where measurably better than the replay (the table below has both, `used` m
   mixed launch's phases, each the slowest core's replay of its program with the simulator's costs,
   and an LRU over matmul panels wave by wave (a panel not resident is missed by the first core of
   the wave that loads it; sharing breaks when a chunk's miss-minus-hit time times the cores' load
-  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator). The generic
+  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator); the
+  vector stage's S stores are taken by the write-back L2, HBM carrying the row loads' misses and
+  the dirty lines evicted (a batch's S enters the L2 with its last row, as the kernel shows it to
+  the L2 model). The generic
   replay samples three blocks in sequence, so the L2 sees the panels in another order than the
   simulator's 24 concurrent cores and misses far more (+20 % on average on this study).
 

@@ -225,7 +225,10 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         addr, memory_of[name] = placed[name] if name in placed else (dev.malloc(d.nbytes, name=name), dev)
         tensors[name] = GlobalTensor.contiguous(dev, addr, d.dtype, d.shape)
         if mode == "full" and name not in opdef.outputs:
-            memory_of[name].write(addr, np.ascontiguousarray(operands[name]))
+            # the device keeps the caller's array as the operand's bytes (copied only if a
+            # kernel writes into it): a 2^24 fp32 copy-in into fresh host pages costs more
+            # than the whole operator in numpy
+            memory_of[name].write(addr, np.ascontiguousarray(operands[name]), share=True)
     if ws:
         tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
     launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
@@ -240,8 +243,14 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     if mode == "full":
         for n, d in out_descs.items():
             t = tensors[n]
-            # read() returns a fresh copy already: view and reshape it, no second copy
-            outs[n] = memory_of[n].read(t.addr, d.nbytes).view(d.dtype.np_dtype).reshape(d.shape)
+            # the device is dropped after this call: hand over its output bytes without a copy;
+            # copied only when they are read-only (never written) or share a host array with
+            # other device memory that the result would keep alive (a DSP region's segment)
+            raw = memory_of[n].read(t.addr, d.nbytes, copy=False)
+            owner = raw.base if raw.base is not None else raw
+            if not raw.flags.writeable or owner.nbytes > raw.nbytes:
+                raw = raw.copy()
+            outs[n] = raw.view(d.dtype.np_dtype).reshape(d.shape)
     stats = collect_stats(dev, launches, tiling_obj, ws)
     records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
     if tr is not None:

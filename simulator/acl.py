@@ -341,6 +341,10 @@ class AclRuntime:
         if (why := self.stream_problem(stream)) is not None:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtDestroyStream: {why}")
         stream.destroyed = True
+        # the device forgets the stream once its work is done (here, or after a later synchronize)
+        stream.stream.destroyed = True
+        if self.device is not None:
+            self.device.release_stream(stream.stream)
         return ACL_SUCCESS
 
     @_boundary()
@@ -354,6 +358,19 @@ class AclRuntime:
             self.device.synchronize(stream.stream)
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeStream: {exc}")
+        self._forget_finished()
+        return ACL_SUCCESS
+
+    @_boundary()
+    def aclrtSynchronizeDevice(self) -> int:
+        """Run until every stream of the device, destroyed ones included, has finished its work."""
+        if (ret := self._need_device("aclrtSynchronizeDevice")) != ACL_SUCCESS:
+            return ret
+        assert self.device is not None  # _need_device checked it
+        try:
+            self.device.synchronize()
+        except SimulatorError as exc:
+            return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtSynchronizeDevice: {exc}")
         self._forget_finished()
         return ACL_SUCCESS
 
@@ -376,6 +393,8 @@ class AclRuntime:
         dev.launches[:] = [ln for ln in dev.launches if ln.end < 0]
         for s in dev.streams:
             s.launches[:] = [ln for ln in s.launches if ln.end < 0]
+        for s in [s for s in dev.streams if s.destroyed]:
+            dev.release_stream(s)
         # the runtime reports no link bandwidth series (opsim.run does, on a device of its own):
         # fold the closed link history into totals and peaks rather than keep every rate step
         for link in dev.net.links.values():
@@ -462,7 +481,7 @@ class AclRuntime:
                 dev.write(int(dst), data[:count])
             elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
                 assert out is not None      # a host destination: checked above
-                out[:count] = dev.read(int(src), count)
+                out[:count] = dev.read(int(src), count, copy=False)   # one copy, into the host's array
             elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
                 dev.check_global(int(dst), count, write=True)
                 dev.write(int(dst), dev.read(int(src), count))

@@ -315,9 +315,18 @@ class Core:
         from opsim.simulator.isa import BlockEnd  # local: isa imports core types
         from opsim.simulator.fastforward import ProgramStream
         stream = self.stream = ProgramStream(self, program, pending)
+        pipes = self.pipes
         try:
             for instr in stream:
-                if not self._push_ready((instr,)):
+                # _push_ready of one instruction, inline (this loop runs for every instruction
+                # and flag); a full queue or an unknown pipe goes to _push_all
+                pipe = pipes.get(instr.pipe)
+                if pipe is not None and len(pipe.queue) < pipe.depth:
+                    if pipe.idle_mark is not None:
+                        pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                        pipe.idle_mark = None
+                    pipe.push(instr)
+                else:
                     yield from self._push_all((instr,))
                 stream.held = None
         except SimulatorError as exc:

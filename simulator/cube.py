@@ -312,6 +312,32 @@ def cube_load_model(spec: Any) -> DmaModel:
                     head_per_block=m.head_per_block)
 
 
+# Costs that depend only on the device spec and an instruction's shape, computed once per
+# (spec, shape): every L1 chunk of a tiled matmul issues the same handful of shapes, and
+# recomputing them was a visible share of the cube instructions' issue cost. The spec is kept
+# in the value so that its id is not reused while the entry lives.
+_SPEC_MEMO: dict[int, tuple[Any, dict]] = {}
+
+
+def _spec_memo(spec: Any) -> dict:
+    """The per-spec memo of shape-derived costs (``cube_load_model``, Mmad cycles, MTE1 rates)."""
+    entry = _SPEC_MEMO.get(id(spec))
+    if entry is None or entry[0] is not spec:
+        if len(_SPEC_MEMO) > 64:
+            _SPEC_MEMO.clear()
+        entry = _SPEC_MEMO[id(spec)] = (spec, {})
+    return entry[1]
+
+
+def _cube_load_model_of(spec: Any) -> DmaModel:
+    """:func:`cube_load_model`, made once per spec (a frozen value)."""
+    memo = _spec_memo(spec)
+    model = memo.get("load")
+    if model is None:
+        model = memo["load"] = cube_load_model(spec)
+    return model
+
+
 class CubeInstruction(Instruction):
     """Base of the cube instructions: a ``repeat`` count (coarse timing-only instructions)."""
 
@@ -369,7 +395,7 @@ class CopyGmToL1(CubeInstruction):
         device = pipe.core.device
         lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
         device.check_global(lo, hi - lo, write=False)
-        model = cube_load_model(device.spec)
+        model = _cube_load_model_of(device.spec)
         geo = _l2_geometry(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
                                   startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
@@ -391,8 +417,17 @@ class CopyGmToL1(CubeInstruction):
         return f"DataCopy(GM->L1 {kind}, {self.nr} x {self.nc} {self.src.dtype}, repeat {self.repeat})"
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        detail = f"GM->L1 {'ND2NZ' if self.src.layout == 'ND' else 'NZ'} {self.nr}x{self.nc} {self.src.dtype}"
-        return self.nr * self.nc, self._nbytes, self.src.span(self.r0, 1, self.c0, self.nc)[0], detail
+        # the profiler asks every copy for its bytes: the detail text is made once per shape
+        src = self.src
+        key = (src.layout, self.nr, self.nc, src.dtype.name)
+        detail = _COPY_DETAIL.get(key)
+        if detail is None:
+            detail = _COPY_DETAIL[key] = (f"GM->L1 {'ND2NZ' if src.layout == 'ND' else 'NZ'} "
+                                          f"{self.nr}x{self.nc} {src.dtype}")
+        return self.nr * self.nc, self._nbytes, src.span(self.r0, 1, self.c0, self.nc)[0], detail
+
+
+_COPY_DETAIL: dict[tuple[str, int, int, str], str] = {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,8 +454,8 @@ class LoadData(CubeInstruction):
         self.src_rows, self.src_cols = int(src_rows), int(src_cols)
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
         self.transpose = bool(transpose)
-        rows, cols = self.tile_shape()
-        self._bytes = nz_bytes(rows, cols, src.dtype.itemsize)
+        # nz_bytes of tile_shape(), inline (one LoadData per base-K slice of every L1 chunk)
+        self._bytes = -(-self.nr // FRACTAL) * FRACTAL * (-(-self.nc // FRACTAL) * FRACTAL) * src.dtype.itemsize
 
     def tile_shape(self) -> tuple[int, int]:
         return (self.nc, self.nr) if self.transpose else (self.nr, self.nc)
@@ -432,6 +467,51 @@ class LoadData(CubeInstruction):
         return rows, ceil_div(cols, self.repeat)
 
     def issue(self, pipe: "Pipe") -> int:
+        """The checks and cost of :meth:`_issue_checked`, with the shape-derived numbers taken
+        from a per-spec memo; any check that would fail goes the long way, which raises the
+        same error in the same order."""
+        if self.repeat > 1:
+            _timing_only(pipe, self)
+        dst, src = self.dst, self.src
+        dreg, item = dst.region, src.dtype.itemsize
+        dname = dreg.name
+        spec = pipe.core.device.spec
+        memo = _spec_memo(spec)
+        key = ("LoadData", dname, self.transpose, self.nr, self.nc, self.repeat, self.src_rows, self.src_cols,
+               item, self._bytes)
+        plan = memo.get(key)
+        if plan is None:
+            plan = memo[key] = self._plan(spec, dname, item)
+        if (plan[2] < 0 or src.region.name != "L1" or dst.dtype.itemsize != item
+                or plan[0] > dreg.size or plan[0] > dst.count * item):
+            return self._issue_checked(pipe)
+        need, have, cost = plan
+        dst.check(need // item, write=True)
+        if self.repeat == 1:
+            if (self.r0 < 0 or self.c0 < 0 or self.r0 + self.nr > self.src_rows
+                    or self.c0 + self.nc > self.src_cols or have > src.region.size or have > src.count * item):
+                return self._issue_checked(pipe)
+            src.check(have // item, write=False)
+        return cost + pipe.head_cycles()
+
+    def _plan(self, spec: Any, dname: str, item: int) -> tuple[int, int, int]:
+        """(bytes of one repeat's tile, bytes of the L1 block, cycles without the head) of this
+        shape on ``spec``; cycles -1 where :meth:`_issue_checked` raises (no rate, not a L0
+        destination)."""
+        rows, cols = self.tile_shape()
+        pr, pc = (ceil_div(rows, self.repeat), cols) if dname == "L0B" else (rows, ceil_div(cols, self.repeat))
+        need = nz_bytes(pr, pc, item)
+        have = nz_bytes(self.src_rows, self.src_cols, item)
+        if dname not in ("L0A", "L0B"):
+            return need, have, -1
+        rate = (spec.rates.l1_to_l0a if dname == "L0A" else spec.rates.l1_to_l0b) or (
+            spec.mte1.base if spec.mte1 is not None else 0.0)
+        if rate <= 0:
+            return need, have, -1
+        startup = spec.mte1.startup if spec.mte1 is not None else 0
+        return need, have, math.ceil(self._bytes / rate) + self.repeat * startup
+
+    def _issue_checked(self, pipe: "Pipe") -> int:
         _timing_only(pipe, self)
         dst, src = self.dst, self.src
         _need_region(src, ("L1",), "LoadData source")
@@ -491,8 +571,15 @@ class LoadData(CubeInstruction):
 
     def trace_args(self) -> tuple[int, int, int, str]:
         rows, cols = self.tile_shape()
-        return rows * cols, self._bytes, self.dst.addr, f"L1->{self.dst.region.name} {rows}x{cols}" + (
-            " T" if self.transpose else "")
+        # the profiler asks every LoadData for its bytes: the detail text is made once per shape
+        key = (self.dst.region.name, rows, cols, self.transpose)
+        detail = _LOAD_DETAIL.get(key)
+        if detail is None:
+            detail = _LOAD_DETAIL[key] = f"L1->{key[0]} {rows}x{cols}" + (" T" if self.transpose else "")
+        return rows * cols, self._bytes, self.dst.addr, detail
+
+
+_LOAD_DETAIL: dict[tuple[str, int, int, bool], str] = {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +618,46 @@ class Mmad(CubeInstruction):
         return math.ceil(fractals * cube.m * cube.k * cube.n / macs)
 
     def issue(self, pipe: "Pipe") -> int:
+        """The checks and cost of :meth:`_issue_checked`, with the shape-derived numbers taken
+        from a per-spec memo; any check that would fail goes the long way, which raises the
+        same error in the same order."""
+        if self.repeat > 1:
+            _timing_only(pipe, self)
+        a, b, c = self.a, self.b, self.c
+        adt = a.dtype
+        spec = pipe.core.device.spec
+        memo = _spec_memo(spec)
+        key = ("Mmad", self.m, self.k, self.n, self.repeat, adt.name)
+        plan = memo.get(key)
+        if plan is None:
+            plan = memo[key] = self._plan(spec)
+        a_bytes, b_bytes, c_bytes, cycles = plan
+        item = adt.itemsize
+        if (cycles < 0 or a.region.name != "L0A" or b.region.name != "L0B" or c.region.name != "L0C"
+                or (b.dtype is not adt and b.dtype != adt) or (c.dtype is not nx.FP32 and c.dtype != nx.FP32)
+                or a_bytes > a.region.size or a_bytes > a.count * item
+                or b_bytes > b.region.size or b_bytes > b.count * b.dtype.itemsize
+                or c_bytes > c.region.size or c_bytes > c.count * 4):
+            return self._issue_checked(pipe)
+        a.check(a_bytes // item, write=False)
+        b.check(b_bytes // item, write=False)
+        c.check(c_bytes // 4, write=True)
+        return cycles
+
+    def _plan(self, spec: Any) -> tuple[int, int, int, int]:
+        """(L0A, L0B, L0C bytes, cycles) of this shape on ``spec``; cycles -1 where
+        :meth:`_issue_checked` raises (a bad shape, no cube, a dtype it does not take)."""
+        if min(self.m, self.k, self.n) <= 0:
+            return 0, 0, 0, -1
+        kr = ceil_div(self.k, self.repeat)
+        item = self.a.dtype.itemsize
+        try:
+            cycles = self.cycles(spec)
+        except SimulatorError:
+            cycles = -1
+        return nz_bytes(self.m, kr, item), nz_bytes(kr, self.n, item), nz_bytes(self.m, self.n, 4), cycles
+
+    def _issue_checked(self, pipe: "Pipe") -> int:
         _timing_only(pipe, self)
         a, b, c = self.a, self.b, self.c
         _need_region(a, ("L0A",), "Mmad left matrix")

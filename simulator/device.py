@@ -276,6 +276,7 @@ class Device:
                 store.items.extend(cores)
             self._free[unit] = store
         self.streams: list[Stream] = []
+        self._streams_made = 0
         self.launches: list[Launch] = []
         self.cross_flags = CrossCoreFlags(self.env)
         self.faulted: SimulatorError | None = None
@@ -349,26 +350,35 @@ class Device:
         if self.l2 is not None and alloc is not None:
             self.l2.invalidate(alloc.addr, alloc.nbytes)
 
-    def write(self, addr: int, data: Any) -> None:
-        """Host → device copy (not timed; host copies are outside the operator's time)."""
+    def write(self, addr: int, data: Any, *, share: bool = False) -> None:
+        """Host → device copy (not timed; host copies are outside the operator's time).
+        ``share=True``: keep ``data`` itself when it fills a whole fresh allocation (copied on
+        the device's first write into it; Region.write)."""
         buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        self.space.write(addr, buf)
+        self.space.write(addr, buf, share=share)
         if self.l2 is not None:
             self.l2.invalidate(addr, buf.size)
 
-    def read(self, addr: int, nbytes: int) -> np.ndarray:
-        return self.space.read(addr, nbytes)
+    def read(self, addr: int, nbytes: int, *, copy: bool = True) -> np.ndarray:
+        """Device → host copy; ``copy=False`` may return a (possibly read-only) view of the
+        device memory itself, for a host that is done with the device (Region.read)."""
+        return self.space.read(addr, nbytes, copy=copy)
 
     def check_global(self, addr: int, nbytes: int, *, write: bool) -> None:
         self.space.check(addr, nbytes, write=write)
 
-    def global_view(self, addr: int, nbytes: int, *, write: bool = False) -> np.ndarray:
+    def global_view(self, addr: int, nbytes: int, *, write: bool = False,
+                    np_dtype: np.dtype | None = None) -> np.ndarray:
+        """A view of device memory (Region.view); typed as ``np_dtype`` when given, in one call
+        (Region.typed_view: the DMA numerics take one per instruction)."""
         if self.drawing is not None:
             # a kernel program reads device data while it runs: its instructions may depend on
             # it, so the fast-forward never reads that program ahead
             self.drawing.reads_data = True
             if self.ff is not None:
                 self.ff.reason = f"{self.drawing.core.name}'s program reads device data while it runs (data-dependent)"
+        if np_dtype is not None:
+            return self.space.region_of(addr, nbytes).typed_view(addr, nbytes, np_dtype, write=write)
         return self.space.view(addr, nbytes, write=write)
 
     # -- DMA timing ----------------------------------------------------------------------------
@@ -560,9 +570,22 @@ class Device:
 
     # -- streams and launches ------------------------------------------------------------------
     def create_stream(self) -> Stream:
-        s = Stream(self, len(self.streams))
+        # numbered by a counter, not by len(self.streams): released streams leave the list
+        s = Stream(self, self._streams_made)
+        self._streams_made += 1
         self.streams.append(s)
         return s
+
+    def release_stream(self, stream: Stream) -> None:
+        """Forget a synchronized stream and its finished launches, so a long-lived runtime that
+        makes a stream per call keeps constant memory (call it after ``synchronize(stream)``).
+        Its launches stay readable through the handles that hold them; a stream with work
+        still queued or a launch still running is kept."""
+        if stream.tasks or any(ln.end < 0 for ln in stream.launches):
+            return
+        if stream in self.streams:
+            self.streams.remove(stream)
+        self.launches[:] = [ln for ln in self.launches if ln.stream is not stream or ln.end < 0]
 
     def launch(self, stream: Stream, kernel: Kernel | MixKernel, block_dim: int, *args: Any, unit: str = "vector",
                core_mask: int | None = None, name: str | None = None, l2_sample: int | None = None) -> Launch:

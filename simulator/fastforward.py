@@ -150,8 +150,9 @@ class ProgramStream:
         """Run the program to its next instruction; False once it has ended (pending flushed)."""
         if self.done:
             return False
-        from opsim.simulator.core import source_line
-        from opsim.simulator.isa import Instruction
+        if _ISA is None:
+            _load_isa()
+        Instruction = _ISA.Instruction   # a module global, not an import per call (~2 us each)
         core = self.core
         pending = self.pending
         device = core.device
@@ -183,7 +184,7 @@ class ProgramStream:
             new.append(item)
         if new:
             tile = core.tile
-            origin = source_line(self.program) if core.device.source_lines else None
+            origin = _source_line(self.program) if core.device.source_lines else None
             for instr in new:
                 instr.tile = tile
                 if origin is not None and getattr(instr, "origin", None) is None:
@@ -230,12 +231,23 @@ def _local(t: Any) -> tuple:
 _ISA: Any = None
 
 
+def _source_line(program: Any) -> str | None:
+    """simulator.core.source_line (imported here only when the device records source lines)."""
+    from opsim.simulator.core import source_line
+    return source_line(program)
+
+
+def _load_isa() -> None:
+    """Set ``_ISA`` to simulator.isa (imported on first use: isa imports core, which imports us)."""
+    global _ISA
+    from opsim.simulator import isa as _isa_module
+    _ISA = _isa_module
+
+
 def _signature(instr: Any) -> tuple[tuple, tuple] | None:
     """(static part, GM starts) of an instruction the fast-forward knows; None otherwise."""
-    global _ISA
     if _ISA is None:
-        from opsim.simulator import isa as _isa_module    # isa imports core, which imports us
-        _ISA = _isa_module
+        _load_isa()
     isa = _ISA
     cls = type(instr)
     if cls in (isa.SetFlag, isa.QueueFreeFlag, isa.WaitFlag):

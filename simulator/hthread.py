@@ -471,6 +471,13 @@ class HThread:
             g.state = "failed"
             return self.fail(HT_ERROR_KERNEL_FAULT, f"hthread_group_wait: group {gid} ({g.name}): {exc}")
         g.state = "done"
+        # a long-lived runtime keeps constant memory: the group keeps its launch (cycles), the
+        # device forgets the stream and folds the closed link history into totals and peaks
+        # (the trace, when one is kept, grows by design)
+        assert g.stream is not None      # set by hthread_group_exec, which made it "running"
+        self.device.release_stream(g.stream)
+        for link in self.device.net.links.values():
+            link.forget_history(int(self.device.env.now))
         return HT_SUCCESS
 
     @_boundary()

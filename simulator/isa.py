@@ -44,6 +44,9 @@ class Instruction:
 
     def __init__(self) -> None:
         self.tile = -1
+        # set, not left unset: getattr(instr, "origin", None) on an empty slot raises and
+        # catches an AttributeError, and the profiler asks it of every busy instruction
+        self.origin: str | None = None
 
     def issue(self, pipe: "Pipe") -> int | simpy.Event | None:
         return 0
@@ -418,17 +421,22 @@ class VectorOp(Instruction):
             return
         n = self.count
         dt = self.dst.dtype
-        args: list[np.ndarray | np.float32] = [nx.to_f32(s.array(n)) for s in self.srcs]
-        if isinstance(self.scalar, LocalTensor):
-            args.append(np.float32(nx.to_f32(self.scalar.array(1))[0]))
-        elif self.scalar is not None:
+        fp32 = dt is nx.FP32 or dt == nx.FP32
+        # fp32 operands need no widening: the views themselves go into the one ufunc call
+        args: list[np.ndarray | np.float32] = ([s.array(n) for s in self.srcs] if fp32 else
+                                               [nx.to_f32(s.array(n)) for s in self.srcs])
+        scalar = self.scalar
+        if isinstance(scalar, LocalTensor):
+            args.append(np.float32(nx.to_f32(scalar.array(1))[0]))
+        elif scalar is not None:
             # Ascend C scalar operands have the tensor's type: round the constant to it first.
-            args.append(np.float32(nx.const(self.scalar, dt)))
+            args.append(_scalar_f32(scalar, dt))
         out = self.dst.array(n)
-        if dt is nx.FP32 or dt == nx.FP32:
+        if fp32:
             type(self).fn(*args, out=out)
         else:
-            out[...] = nx.round_to(type(self).fn(*args).astype(np.float32, copy=False), dt)
+            # the one rounding to the destination dtype (round_to), converted straight into it
+            nx.cast_into(out, type(self).fn(*args).astype(np.float32, copy=False), dt, "rint")
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         n = self.count
@@ -443,6 +451,25 @@ class VectorOp(Instruction):
 
     def trace_args(self) -> tuple[int, int, int, str]:
         return self.count, 0, self.dst.addr, str(self.dst.dtype)
+
+
+# (float value, dtype name) -> the scalar operand as the vector unit sees it, widened to fp32:
+# a kernel passes the same few constants to thousands of instructions, and nx.const costs more
+# than a tile's arithmetic. Equal keys have equal bits except for the zeros (-0.0 == 0.0), which
+# are not cached; cleared when full, so NaN keys (never equal) cannot grow it.
+_SCALARS: dict[tuple[float, str], np.float32] = {}
+
+
+def _scalar_f32(value: float, dt: nx.DType) -> np.float32:
+    if type(value) is not float or value == 0.0:     # ints, numpy scalars, 0-d arrays, signed zeros
+        return np.float32(nx.const(value, dt))
+    key = (value, dt.name)
+    hit = _SCALARS.get(key)
+    if hit is None:
+        if len(_SCALARS) >= 1024:
+            _SCALARS.clear()
+        hit = _SCALARS[key] = np.float32(nx.const(value, dt))
+    return hit
 
 
 def _op(name: str, fn: Callable[..., np.ndarray], doc: str) -> type[VectorOp]:
@@ -565,7 +592,7 @@ class Cast(Instruction):
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
             n = self.count
-            self.dst.array(n)[...] = nx.cast(self.src.array(n), self.dst.dtype, self.mode)
+            nx.cast_into(self.dst.array(n), self.src.array(n), self.dst.dtype, self.mode)
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         return self.src.access(self.count, False), self.dst.access(self.count, True)

@@ -167,6 +167,17 @@ class L2Cache:
                         dirty.discard(ch)
                         self.pending_writeback += w * c
                 continue
+            lines = range(first, last + 1)
+            if used + len(lines) <= cap and lru.keys().isdisjoint(lines):
+                # none of the lines is resident and all fit (a streaming tile's fresh lines):
+                # the loop below would insert each, evict none, hit none and, for a store to a
+                # write-back L2, mark each dirty -- the same, in bulk
+                for line in lines:
+                    lru[line] = 1.0
+                used += len(lines)
+                if mark:
+                    dirty.update(lines)
+                continue
             # lines that were not resident: how many, the first and the last (their bytes are
             # whole lines except where the run starts or ends inside the first or last line)
             nmiss = 0

@@ -29,6 +29,12 @@ two backing segments moves their bytes into a new array, and views taken *before
 longer alias the memory.  Take all views an instruction needs before writing through any of
 them (writes then land in the current backing), or call :meth:`Region.ensure_backed` first.
 ``Region.backing_generation`` changes whenever that can have happened.
+
+Host copies without copying: ``write(..., share=True)`` of a whole, fresh allocation keeps the
+host's array itself as the allocation's bytes (read-only; the first device write into the
+allocation copies it, so the host's array is never modified), and ``read(..., copy=False)``
+hands back a view.  ``opsim.run`` uses both: its device lives only for the call, and a 64 MiB
+copy into fresh host pages costs more than the operator it feeds.
 """
 
 from __future__ import annotations
@@ -113,7 +119,7 @@ class _SegmentStore:
     up on the same boundaries however they were written (the digest relies on that).
     """
 
-    __slots__ = ("lo", "hi", "granule", "capacity", "owner", "backed", "generation",
+    __slots__ = ("lo", "hi", "granule", "capacity", "owner", "backed", "generation", "shared",
                  "_starts", "_segs")
 
     def __init__(self, lo: int, hi: int, granule: int | None, capacity: int | None,
@@ -125,6 +131,9 @@ class _SegmentStore:
         self.owner = owner  # region name, for CapacityError
         self.backed = 0  # bytes of simulated memory backed (segment extents, not host reserve)
         self.generation = 0  # bumped whenever segment arrays are replaced (views may be stale)
+        # True while the one segment is a read-only host array lent by share(): copied on the
+        # first write, so the host's bytes are never modified
+        self.shared = False
         self._starts: list[int] = []
         self._segs: list[_Segment] = []
 
@@ -135,6 +144,8 @@ class _SegmentStore:
         if i >= 0:
             seg = self._segs[i]
             if end <= seg.end:
+                if write and self.shared:
+                    self._unshare()
                 off = addr - seg.start
                 return seg.data[off:off + nbytes]
         if not write:
@@ -157,8 +168,38 @@ class _SegmentStore:
         out.flags.writeable = False
         return out
 
+    def share(self, data: np.ndarray) -> bool:
+        """Back the whole range with the host bytes ``data`` themselves, without copying them.
+
+        Only a store with nothing backed yet, and ``data`` exactly its size, can share; returns
+        whether it did.  The bytes are held read-only and copied on the first write into the
+        store (copy on write), so ``data`` is never modified; the caller must not modify it
+        either while the memory lives.
+        """
+        if self._segs or data.size != self.hi - self.lo or data.ndim != 1:
+            return False
+        if self.capacity is not None and data.size > self.capacity:
+            return False
+        lent = data.view()
+        lent.flags.writeable = False
+        self._segs = [_Segment(self.lo, self.hi, lent)]
+        self._starts = [self.lo]
+        self.backed = data.size
+        self.shared = True
+        return True
+
+    def _unshare(self) -> None:
+        """Replace the lent host bytes by a private copy before the first write (views taken
+        before this read the host bytes, which hold the same values)."""
+        seg = self._segs[0]
+        seg.data = seg.data.copy()
+        self.shared = False
+        self.generation += 1
+
     def _ensure(self, addr: int, end: int) -> _Segment:
         """Back [addr, end) with one segment, merging every segment it touches or overlaps."""
+        if self.shared:
+            self._unshare()
         g = self.granule
         if g is None:
             ga, gb = self.lo, self.hi
@@ -522,18 +563,60 @@ class Region:
             return np.zeros(0, _U8)
         return store.view(addr, nbytes, write)
 
+    def typed_view(self, addr: int, nbytes: int, np_dtype: np.dtype, *, write: bool = False) -> np.ndarray:
+        """``view(addr, nbytes, write=write).view(np_dtype)``, with the common case -- a backed
+        range of one segment, in bounds (of a live allocation for "allocation" backing) --
+        checked and sliced in this one call: the numerics of every instruction take two to four
+        of these.  Everything else, faults included, goes through :meth:`view`."""
+        if nbytes > 0 and not (write and self.read_only):
+            store: _SegmentStore | None = None
+            if self._store is not None:        # "flat" / "sparse": any in-range address
+                if self.base <= addr and addr + nbytes <= self.end:
+                    store = self._store
+            else:
+                i = bisect_right(self._alloc_starts, addr) - 1
+                if i >= 0:
+                    alloc = self._allocs[i]
+                    if addr + nbytes <= alloc.addr + alloc.nbytes and not (write and alloc.read_only):
+                        store = alloc._store
+            if store is not None and not (write and store.shared):
+                i = bisect_right(store._starts, addr) - 1
+                if i >= 0:
+                    seg = store._segs[i]
+                    if addr + nbytes <= seg.end:
+                        off = addr - seg.start
+                        return seg.data[off:off + nbytes].view(np_dtype)
+        return self.view(addr, nbytes, write=write).view(np_dtype)
+
     def ensure_backed(self, addr: int, nbytes: int) -> None:
         """Back [addr, addr+nbytes) now, so views taken afterwards stay valid together."""
         self.view(addr, nbytes, write=True)
 
-    def read(self, addr: int, nbytes: int, *, align: int = 1) -> np.ndarray:
-        """A copy of the bytes [addr, addr+nbytes) as a writable uint8 array."""
-        return self.view(addr, nbytes, align=align).copy()
+    def read(self, addr: int, nbytes: int, *, align: int = 1, copy: bool = True) -> np.ndarray:
+        """A copy of the bytes [addr, addr+nbytes) as a writable uint8 array.
+
+        ``copy=False`` skips the copy for a host that is done with the memory (the end of a
+        run): the result may then be a view of the memory itself (later device writes show in
+        it, writing to it changes the memory) and may be read-only.
+        """
+        v = self.view(addr, nbytes, align=align)
+        return v.copy() if copy else v
 
     def write(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray, *,
-              align: int = 1) -> None:
-        """Store ``data`` (bytes-like or a numpy array of any dtype, as raw bytes) at ``addr``."""
+              align: int = 1, share: bool = False) -> None:
+        """Store ``data`` (bytes-like or a numpy array of any dtype, as raw bytes) at ``addr``.
+
+        ``share=True`` lets a write that fills a whole, not yet backed allocation keep ``data``
+        itself as the allocation's bytes instead of copying them (see
+        :meth:`_SegmentStore.share`: copied on the device's first write, so ``data`` is never
+        modified; the caller must not modify it while the memory lives).  Anything else is an
+        ordinary copying write.
+        """
         src = _as_bytes(data)
+        if share and self.backing == "allocation":
+            store = self._locate(addr, src.size, True, align)
+            if store is not None and store.lo == addr and store.share(src):
+                return
         self.view(addr, src.size, write=True, align=align)[:] = src
 
     # -- statistics --------------------------------------------------------------------------
@@ -634,13 +717,13 @@ class AddressSpace:
     def view(self, addr: int, nbytes: int, *, write: bool = False, align: int = 1) -> np.ndarray:
         return self.region_of(addr, nbytes).view(addr, nbytes, write=write, align=align)
 
-    def read(self, addr: int, nbytes: int, *, align: int = 1) -> np.ndarray:
-        return self.region_of(addr, nbytes).read(addr, nbytes, align=align)
+    def read(self, addr: int, nbytes: int, *, align: int = 1, copy: bool = True) -> np.ndarray:
+        return self.region_of(addr, nbytes).read(addr, nbytes, align=align, copy=copy)
 
     def write(self, addr: int, data: bytes | bytearray | memoryview | np.ndarray, *,
-              align: int = 1) -> None:
+              align: int = 1, share: bool = False) -> None:
         src = _as_bytes(data)
-        self.region_of(addr, src.size).write(addr, src, align=align)
+        self.region_of(addr, src.size).write(addr, src, align=align, share=share)
 
     def snapshot_digest(self, exclude: Sequence[tuple[int, int]] = ()) -> str:
         """sha256 (hex) of the memory contents outside the ``exclude`` ranges (addr, nbytes).

@@ -56,6 +56,7 @@ __all__ = [
     "dtype",
     "from_acl",
     "cast",
+    "cast_into",
     "round_to",
     "to_f32",
     "const",
@@ -493,6 +494,30 @@ def round_to(x_f32: np.ndarray, to: DType) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(dst.np_dtype)  # numpy fp16 / ml_dtypes bf16: RNE from fp32
     return cast(x, dst, "rint")
+
+
+# (source, destination) numpy dtypes whose plain numpy conversion *is* the cast: exact float
+# widening, and fp32 -> fp16/bf16 round-to-nearest-even (see round_to)
+_WIDEN_DIRECT = frozenset({(FP16.np_dtype, FP32.np_dtype), (BF16.np_dtype, FP32.np_dtype)})
+_NARROW_RNE = frozenset({(FP32.np_dtype, FP16.np_dtype), (FP32.np_dtype, BF16.np_dtype)})
+
+
+def cast_into(out: np.ndarray, x: np.ndarray, to: DType | str, mode: str = "rint") -> None:
+    """``out[...] = cast(x, to, mode)``, converting straight into ``out`` (no intermediate array)
+    where numpy's own conversion is that cast: fp16/bf16 -> fp32 and RNE fp32 -> fp16/bf16, the
+    casts of a vector instruction.  Every other case, and an ``out`` of another dtype than
+    ``to``, takes :func:`cast` (identical bits either way)."""
+    x = np.asarray(x)
+    key = (x.dtype, out.dtype)
+    if out.dtype == dtype(to).np_dtype:
+        if key in _WIDEN_DIRECT:
+            np.copyto(out, x, casting="unsafe")
+            return
+        if key in _NARROW_RNE and _check_mode(mode) == "rint":
+            with np.errstate(over="ignore", invalid="ignore"):   # overflow to inf is intended
+                np.copyto(out, x, casting="unsafe")
+            return
+    out[...] = cast(x, to, mode)
 
 
 _EXACT_IN_F32 = (FP16.np_dtype, BF16.np_dtype, np.dtype(np.int8), np.dtype(np.uint8),

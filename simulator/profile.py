@@ -26,6 +26,17 @@ STORE_PIPES = frozenset(("MTE3", "FIXP"))
 COPY_PIPES = frozenset(("MTE1", "MTE2", "MTE3", "FIXP", "DMA"))
 
 
+_L1_PATHS: dict[str, str] = {}
+
+
+def _l1_path(region: str) -> str:
+    """"L1->L0A" for region "L0A": made once per region, not per LoadData (each is profiled)."""
+    path = _L1_PATHS.get(region)
+    if path is None:
+        path = _L1_PATHS[region] = f"L1->{region}"
+    return path
+
+
 class Profiler:
     """Counts calls, busy cycles and on-chip bytes per (launch, core, pipe, instruction, origin)."""
 
@@ -56,7 +67,7 @@ class Profiler:
             row[2] += nbytes
             if pname == "MTE1" or name == "Copy":
                 # on-chip moves: L1 -> L0A/L0B (LoadData), UB -> UB (Copy)
-                path = f"L1->{instr.dst.region.name}" if pname == "MTE1" else "UB->UB"
+                path = _l1_path(instr.dst.region.name) if pname == "MTE1" else "UB->UB"
                 self.on_chip[path] = self.on_chip.get(path, 0) + nbytes
             elif addr >= 0 and (pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False))):
                 self.stores.setdefault(lid, array("q")).append(addr)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -99,6 +100,11 @@ class ReplayDevice(Device):
         self.link_bytes.clear()
         self.faulted = None
         for core in self.all_cores():
+            if core.launch is None:
+                # no block began on it since the last recycle (Core.begin_block sets launch),
+                # so it is as that recycle left it: skip the per-region resets (most of a
+                # recycle on a device of 72 cores where a replay uses one to three)
+                continue
             core.launch, core.blocks_run, core.atomic = None, 0, None
             core.flags.clear()
             core.flag_waiters.clear()      # a deadlocked replay leaves its waiter behind
@@ -228,6 +234,10 @@ class _Program:
     next: Instruction | None = None
     done: bool = False
     dispatched: int = 0
+    pipe_list: list[_RPipe] = field(default_factory=list)   # pipes.values(), walked at every step
+
+    def __post_init__(self) -> None:
+        self.pipe_list = list(self.pipes.values())
 
 
 @dataclass
@@ -240,11 +250,38 @@ class BlockReplay:
     skipped_tiles: int = 0      # tiles the steady state counted instead of scheduling
 
 
+_SIGNATURE_FIELDS = ("count", "_nbytes", "event_id", "m", "n", "k", "repeat")
+# instruction class -> (the signature fields its instances can have, a getter of them or None):
+# every field for a class whose instances carry a __dict__ (no getter: each is read with a
+# default), else those the class (its slots) defines -- the others are absent in every instance,
+# so leaving them out compares the same
+_SIGNATURE_PLANS: dict[type, tuple[tuple[str, ...], Any]] = {}
+
+
+def _signature_plan(cls: type) -> tuple[tuple[str, ...], Any]:
+    if cls.__dictoffset__:
+        return _SIGNATURE_FIELDS, None
+    names = tuple(f for f in _SIGNATURE_FIELDS if hasattr(cls, f))
+    return names, operator.attrgetter(*names) if names else None
+
+
 def _signature(instr: Instruction) -> tuple:
     """What the cost of an instruction depends on besides addresses (for the steady state)."""
-    return (type(instr), instr.pipe, getattr(instr, "count", None), getattr(instr, "_nbytes", None),
-            getattr(instr, "event_id", None), getattr(instr, "m", None), getattr(instr, "n", None),
-            getattr(instr, "k", None), getattr(instr, "repeat", None))
+    cls = type(instr)
+    plan = _SIGNATURE_PLANS.get(cls)
+    if plan is None:
+        plan = _SIGNATURE_PLANS[cls] = _signature_plan(cls)
+    names, get = plan
+    if get is not None:
+        try:
+            return (cls, instr.pipe, get(instr))
+        except AttributeError:      # a slot left unset: absent, as below
+            pass
+    if not names:
+        return (cls, instr.pipe)
+    if len(names) == 1:             # the getter's shape: one value, else a tuple of them
+        return (cls, instr.pipe, getattr(instr, names[0], None))
+    return (cls, instr.pipe, tuple([getattr(instr, f, None) for f in names]))
 
 
 class _Steady:
@@ -314,14 +351,15 @@ class _Scheduler:
     def snapshot(self, prog: _Program) -> tuple:
         """The state of ``prog``'s core relative to now (see :class:`_Steady`)."""
         now = self.now
-        pipes = tuple((p.current is not None and (_signature(p.current), p.free_at - now, p.blocked is not None),
-                       tuple(_signature(i) for i in p.queue), p.head_pending) for p in prog.pipes.values())
+        sig = _signature
+        pipes = tuple([(p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
+                        tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list])
         core = prog.core
         flights = tuple(sorted((k, tuple(sorted(e - now for e in ends if e > now)))
                                for k, ends in self.inflight.items()))
         return (pipes, tuple(sorted(core.flags.items())), tuple(sorted(core.flag_waiters)),
-                tuple(_signature(i) for i in prog.pending),
-                prog.next is not None and _signature(prog.next), flights, core.atomic)
+                tuple(map(sig, prog.pending)),
+                prog.next is not None and sig(prog.next), flights, core.atomic)
 
     def shift(self, prog: _Program, cycles: int, busy: dict[str, int]) -> None:
         """Move the clock on by ``cycles`` skipped (the state repeats, shifted), adding the
@@ -340,18 +378,26 @@ class _Scheduler:
         """Cycles of a DMA's transfers started now: each at its own rate (base + pool share),
         capped by its fair share of every link it crosses; the DMA ends with its last part."""
         now = self.now
+        share = self.share
         longest = 0
         for p in parts:
             rate = p.base
             if p.pool is not None:
-                rate += p.pool.capacity / (self.share * self._count(p.pool, now))
+                rate += p.pool.capacity / (share * self._count(p.pool, now))
             for link in p.links:
-                rate = min(rate, link.capacity / (self.share * self._count(link, now)))
+                fair = link.capacity / (share * self._count(link, now))
+                if fair < rate:
+                    rate = fair
             d = p.startup + (math.ceil(p.nbytes / rate) if p.nbytes else 0)
-            longest = max(longest, d)
+            if d > longest:
+                longest = d
+        end = now + longest
+        inflight = self.inflight
         for p in parts:
-            for r in (*p.links, *((p.pool,) if p.pool is not None else ())):
-                self.inflight.setdefault(id(r), []).append(now + longest)
+            for r in p.links:
+                inflight.setdefault(id(r), []).append(end)
+            if p.pool is not None:
+                inflight.setdefault(id(p.pool), []).append(end)
         return longest
 
     def _count(self, resource: Any, now: int) -> int:
@@ -384,15 +430,20 @@ class _Scheduler:
         self._run_for(pipe, instr, d)
 
     def _run_for(self, pipe: _RPipe, instr: Instruction, d: int) -> None:
-        pipe.free_at = self.now + max(0, int(d))
+        now = self.now
+        d = int(d)
+        end = now + d if d > 0 else now
+        pipe.free_at = end
         if instr.busy:
-            pipe.busy += pipe.free_at - self.now
+            pipe.busy += end - now
             pipe.instructions += 1
-        if pipe.free_at > self.now:
+        if end > now:
             self._seq += 1
-            heapq.heappush(self.events, (pipe.free_at, self._seq, pipe))
+            heapq.heappush(self.events, (end, self._seq, pipe))
         else:
-            self._finish(pipe)
+            # _finish, inline (most flags and every zero-cost instruction end here)
+            pipe.current = None
+            instr.complete(pipe)  # type: ignore[arg-type]
 
     def _finish(self, pipe: _RPipe) -> None:
         instr = pipe.current
@@ -403,36 +454,38 @@ class _Scheduler:
     def _step(self) -> bool:
         """Do everything possible at ``now``; True if anything happened."""
         progress = False
+        depth = self.depth
         for prog in self.programs:
             pipes = prog.pipes
             # pipes: finished instructions, released flags, next pops
             again = True
             while again:
                 again = False
-                for pipe in pipes.values():
-                    if pipe.blocked is not None:
-                        if not pipe.blocked.triggered:
+                for pipe in prog.pipe_list:
+                    blocked = pipe.blocked
+                    if blocked is not None:
+                        if not blocked.triggered:
                             continue
                         pipe.blocked = None
                         self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
                         again = progress = True
-                    if pipe.current is None and pipe.queue and pipe.free_at <= self.now:
+                    if pipe.queue and pipe.current is None and pipe.free_at <= self.now:
                         self._start(pipe, pipe.queue.popleft())
                         again = progress = True
                 # dispatcher: push in program order while the target queue has room
                 while not prog.done:
-                    if prog.next is None:
-                        prog.next = next(prog.instrs, None)
-                        if prog.next is None:
+                    instr = prog.next
+                    if instr is None:
+                        instr = prog.next = next(prog.instrs, None)
+                        if instr is None:
                             prog.done = True
                             break
-                    instr = prog.next
                     pipe = pipes.get(instr.pipe)  # type: ignore[assignment]
                     if pipe is None:
                         raise UnsupportedInstruction(
                             f"{instr.name} needs pipe {instr.pipe}, which {prog.core.name} does not have "
                             f"(pipes: {', '.join(pipes)})", core=prog.core.name, instruction=instr.describe())
-                    if len(pipe.queue) >= self.depth:
+                    if len(pipe.queue) >= depth:
                         break
                     instr.tile = prog.core.tile
                     pipe.queue.append(instr)
@@ -444,17 +497,25 @@ class _Scheduler:
     def run(self) -> int:
         """Replay to the end; the cycles from the block's start to its last instruction's end."""
         end = 0
+        # With one program, a step that made progress ended with a round that made none (and
+        # the kernel code it ran in that round sets no flag): a second step would find nothing
+        # to do. Only the programs of a mixed group can unblock each other across a step.
+        single = len(self.programs) == 1
         while True:
-            while self._step():
-                pass
+            if single:
+                self._step()
+            else:
+                while self._step():
+                    pass
             # retire everything that ends at the next event time
-            if self.events:
-                t = self.events[0][0]
+            events = self.events       # (a step may replace the list: shift)
+            if events:
+                t = events[0][0]
                 self.now = t
-                while self.events and self.events[0][0] == t:
-                    _, _, pipe = heapq.heappop(self.events)
-                    self._finish(pipe)
-                end = max(end, t)
+                while events and events[0][0] == t:
+                    self._finish(heapq.heappop(events)[2])
+                if t > end:
+                    end = t
                 continue
             if all(p.done for p in self.programs) and not any(
                     pp.queue or pp.current is not None for p in self.programs for pp in p.pipes.values()):
@@ -555,15 +616,18 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
     samples = sample_blocks(bd)
     reps = {b: replay_block(dev, launch, b, share) for b in samples}
 
-    def rep(b: int) -> BlockReplay:
-        return reps[max(s for s in samples if s <= b)]
     free = [0] * ncores
     per_core: list[dict[str, int]] = [{} for _ in range(ncores)]
     end = 0
+    # the core that frees first takes the next block, the lowest index among equals (a heap of
+    # (free, index) picks the same core as a scan of every core for every block)
+    ready = [(0, i) for i in range(ncores)]
+    r = reps[samples[0]]
     for b in range(bd):
-        r = rep(b)
-        i = min(range(ncores), key=free.__getitem__)
-        free[i] += r.cycles
+        r = reps.get(b, r)          # a sample, else the nearest sample below it (the last one met)
+        t, i = heapq.heappop(ready)
+        free[i] = t + r.cycles
+        heapq.heappush(ready, (free[i], i))
         end = max(end, free[i])
         core_busy = per_core[i]
         for p, v in r.pipe_busy.items():

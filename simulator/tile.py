@@ -27,6 +27,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.device import Device
     from opsim.simulator.memory import Region
 
+_ISA: Any = None
+
+
+def _isa() -> Any:
+    """The instruction module, imported on first use (it imports this one). A function-level
+    ``from ... import`` costs microseconds a call, and queues and copies make an instruction
+    each: that was ~8% of an estimate-mode replay."""
+    global _ISA
+    if _ISA is None:
+        from opsim.simulator import isa
+        _ISA = isa
+    return _ISA
+
 
 # ---------------------------------------------------------------------------------------------
 # Global memory views
@@ -184,7 +197,7 @@ class GlobalSlice:
         t = self.tensor
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, np_dtype=t.dtype.np_dtype)
         if offs is None:
             return raw
         base = (lo - t.addr) // t.dtype.itemsize
@@ -195,7 +208,7 @@ class GlobalSlice:
         count = len(values)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
         if offs is None:
             raw[...] = values
         else:
@@ -266,8 +279,7 @@ class LocalTensor:
 
     def array(self, count: int | None = None) -> np.ndarray:
         n = self.count if count is None else count
-        return self.region.view(self.addr, n * self.dtype.itemsize,
-                                write=True).view(self.dtype.np_dtype)
+        return self.region.typed_view(self.addr, n * self.dtype.itemsize, self.dtype.np_dtype, write=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,13 +320,14 @@ class TQue:
             raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
                                  f"(free() one first)", core=self.ctx.core.name)
         i = self._free.popleft()
+        ctx = self.ctx
         if self._used_before[i]:
-            self.ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
+            ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
         self._used_before[i] = True
-        dt = nx.dtype(dtype)
-        t = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+        dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
+        t = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
-        if self.ctx.device.source_lines:
+        if ctx.device.source_lines:
             self._alloc_origin[t.addr] = _caller_line()
         return t
 
@@ -345,8 +358,7 @@ class TQue:
         i = self._out.pop(t.addr, None)
         if i is None:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
-        from opsim.simulator.isa import QueueFreeFlag
-        self.ctx.emit(QueueFreeFlag(self.consumer, self.producer, self.event_ids[i]))
+        self.ctx.emit(_isa().QueueFreeFlag(self.consumer, self.producer, self.event_ids[i]))
         self._free.append(i)
 
 
@@ -472,12 +484,10 @@ class KernelContext:
         self.pending.append(instr)
 
     def emit_set(self, src: str, dst: str, event_id: int) -> None:
-        from opsim.simulator.isa import SetFlag
-        self.emit(SetFlag(src, dst, event_id))
+        self.emit(_isa().SetFlag(src, dst, event_id))
 
     def emit_wait(self, src: str, dst: str, event_id: int) -> None:
-        from opsim.simulator.isa import WaitFlag
-        self.emit(WaitFlag(src, dst, event_id))
+        self.emit(_isa().WaitFlag(src, dst, event_id))
 
     def _stamp(self, instr: Any) -> None:
         # an emitted flag's source line is the kernel line that emitted it (TQue calls included),
@@ -560,10 +570,8 @@ def _caller_line() -> str | None:
 
 
 def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    from opsim.simulator.isa import DataCopyPad
-    return DataCopyPad(dst, src, n)
+    return _isa().DataCopyPad(dst, src, n)
 
 
 def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    from opsim.simulator.isa import DataCopyPad
-    return DataCopyPad(dst, src, n)
+    return _isa().DataCopyPad(dst, src, n)

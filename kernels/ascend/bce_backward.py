@@ -266,7 +266,7 @@ def ones_kernel(ctx: KernelContext, tiling: ElementwiseTiling, dst: GlobalTensor
         return
     tile = tiling.tile_length
     outq = ctx.queue("VECOUT", tiling.buffer_num, tile * dst.dtype.itemsize)
-    for i in range(-(-length // tile)):
+    for i in ctx.tiles(-(-length // tile)):
         ctx.tile = i
         off = start + i * tile
         n = min(tile, start + length - off)

@@ -20,8 +20,13 @@ tables the simulator uses (Mmad fractals / cube.macs_per_cycle, LoadData bytes /
 or l1_to_l0b, DMA start-up plus bytes / rate, vector ``k·N + b``, pipe heads); in timing mode
 the cube kernel groups L1 chunks into coarse instructions (``tiling.coarsen``), which the replay
 mirrors. The vector stage is the replay of the vector core with the most rows: all vector cores
-run the same program in lockstep, so a row's load shares the link with every core's loads and
-stores (``kernels.analytic.lockstep_copy_cycles``).
+run the same program in lockstep, so a row's load shares HBM with every core's loads. With a
+write-through L2 (or none) every core's stores share it too
+(``kernels.analytic.lockstep_copy_cycles``); with a write-back L2 (the device's
+``l2.write_policy``, as ``Device.gm_transfer`` has it) the L2 takes the stores on the L2 link
+and HBM sees only the dirty lines an access evicts, which that access waits for (``_vector_l2``:
+the loads' misses allocate round by round; a batch's S enters with its last row, as the kernel
+shows it to the L2 model).
 
 **L2.** Whether a cube load is served by the L2 (``rates.l2_read``) or HBM (``rates.gm_read``)
 decides whether the cube stage is cube- or MTE2-bound, so the hit fraction of every tile's A and
@@ -32,7 +37,8 @@ LRU hits; one that is not misses, shared among the cores of the wave that load i
 first misses); a panel of a tensor seen through another view (S by rows for input_grad and by
 columns for weight_grad, W and input by rows in the logits matmul) hits for the fraction of that
 tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
-writes) is resident at the start of the cube stage as far as it fits; the logits the vector
+writes) is resident at the start of the cube stage as far as it fits, S the most recent (Fixpipe
+results and S are dirty in a write-back L2); the logits the vector
 stage reads back in memory-saving mode follow a fluid LRU (``_stream_hits``). This follows any
 tile traversal ``plan`` chooses, since it reads the assignment. One timing-mode effect of the
 simulator is mirrored: sharers of a panel drift apart when a coarse chunk's miss makes one of
@@ -51,7 +57,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict, deque
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
@@ -253,18 +259,25 @@ _VIEWS = {"logits": (("input", "rows"), ("weight", "rows")),
 class _L2:
     """Panels of the matmul operands (and result tiles, which stores allocate) in LRU order."""
 
-    def __init__(self, size: int, tensors: Mapping[str, int]) -> None:
+    def __init__(self, size: int, tensors: Mapping[str, int], write_back: bool = False) -> None:
         self.size = size
         self.tensors = dict(tensors)          # tensor -> bytes
         self.lru: OrderedDict[tuple, float] = OrderedDict()
         self.used = 0.0
         self.by_view: dict[tuple[str, str], float] = {}
+        # a write-back L2 (the device's l2.write_policy) takes stores and writes a line to HBM
+        # only when it evicts it dirty: entries stored to, and the bytes written back so far
+        self.write_back = write_back
+        self.dirty: set[tuple] = set()
+        self.written_back = 0.0
 
     def copy(self) -> "_L2":
-        new = _L2(self.size, self.tensors)
+        new = _L2(self.size, self.tensors, self.write_back)
         new.lru = OrderedDict(self.lru)
         new.used = self.used
         new.by_view = dict(self.by_view)
+        new.dirty = set(self.dirty)
+        new.written_back = self.written_back
         return new
 
     def resident(self, tensor: str, view: str | None = None) -> float:
@@ -282,8 +295,11 @@ class _L2:
         got = sum(b for (t, v), b in self.by_view.items() if t == tensor and v != view)
         return min(1.0, got / total)
 
-    def touch(self, key: tuple, nbytes: float) -> bool:
-        """Make ``key`` most recent; True if it was resident."""
+    def touch(self, key: tuple, nbytes: float, write: bool = False) -> bool:
+        """Make ``key`` most recent (``write``: stored to, dirty in a write-back L2); True if it
+        was resident."""
+        if write and self.write_back:
+            self.dirty.add(key)
         if key in self.lru:
             self.lru.move_to_end(key)
             return True
@@ -295,15 +311,10 @@ class _L2:
             old, b = self.lru.popitem(last=False)
             self.used -= b
             self.by_view[old[:2]] -= b
+            if old in self.dirty:
+                self.dirty.discard(old)
+                self.written_back += b
         return False
-
-    def stream(self, parts: Iterable[tuple[str, str, float]], slices: int = 8) -> None:
-        """Entries touched as an interleaved stream (the vector stage: rows read, S written),
-        in ``slices`` rounds so that what survives is the stream's most recent bytes."""
-        parts = [p for p in parts if p[2] > 0]
-        for r in range(slices):
-            for tensor, view, nbytes in parts:
-                self.touch((tensor, view, "stream", r), nbytes / slices)
 
 
 Miss = tuple[float, float]   # (probability that this core's load is the wave's first, fraction missed then)
@@ -358,8 +369,33 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
             out[(c, j)] = (ma, mb)
         for i, nbytes in results.items():      # the results allocate in the L2 (stores do)
             name = tiling.matmuls[i].name
-            l2.touch(("logits" if name == "logits" else "result", "tiles", w, name), nbytes)
+            l2.touch(("logits" if name == "logits" else "result", "tiles", w, name), nbytes, write=True)
     return out
+
+
+def _vector_l2(l2: _L2, tiling: FlceTiling, rows_alloc: float, s_bytes: int, rows_name: str,
+               slices: int = 8) -> list[tuple[list[float], float]] | None:
+    """The vector stage through the L2, batch by batch of META_ROWS rows (every vector core its
+    batch at once): the rows read that the L2 does not serve allocate, round by round, then the
+    batch's S enters (dirty), as the kernel shows it to the L2 model with the batch's last row
+    (flce_grad._vector_rows, ``l2_rows``). With a write-back L2, per batch: the bytes written
+    back per byte a round's loads allocate, and the bytes each core writes back when the S
+    enters (``_vector_stage``); None for a write-through L2."""
+    _, nrows = tiling.rows_of(0)
+    out = []
+    for b0 in range(0, nrows, META_ROWS):
+        frac = min(META_ROWS, nrows - b0) / nrows
+        fs = []
+        for r in range(slices):
+            wb, nbytes = l2.written_back, rows_alloc * frac / slices
+            if nbytes > 0:
+                l2.touch((rows_name, "stream", b0, r), nbytes)
+            fs.append((l2.written_back - wb) / nbytes if nbytes > 0 else 0.0)
+        wb = l2.written_back
+        for r in range(slices):       # in slices, so that what survives is the most recent S
+            l2.touch(("s", "stream", b0, r), s_bytes * frac / slices, write=True)
+        out.append((fs, (l2.written_back - wb) / tiling.aiv_num))
+    return out if l2.write_back else None
 
 
 def _stream_hits(l2: _L2, rows_bytes: int, s_bytes: int, steps: int = 64) -> float:
@@ -629,9 +665,16 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
 # ---------------------------------------------------------------------------------------------
 
 def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_l2: float,
-                  int_item: int, packed: bool) -> tuple[float, _Core]:
+                  int_item: int, packed: bool,
+                  writeback: Sequence[tuple[Sequence[float], float]] | None = None) -> tuple[float, _Core]:
     """End of the vector stage: the replay of the vector core with the most rows
-    (flce_grad._vector_rows); every vector core does the same at the same time."""
+    (flce_grad._vector_rows); every vector core does the same at the same time.
+
+    ``writeback``: with a write-back L2, per batch of META_ROWS rows (``_vector_l2``), the HBM
+    bytes written back per byte the row loads allocate in the L2, round by round (the batch's
+    rows split evenly), and the bytes a core writes back when the batch's S enters the L2 (with
+    its last row: the kernel's ``l2_rows``); None: stores go to HBM (a write-through L2, or
+    none)."""
     ms = tiling.mode == MEMORY_SAVING
     v, chunk = tiling.v, tiling.vec_chunk
     item = 2 if tiling.dtype in ("fp16", "bf16") else 4
@@ -644,30 +687,63 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
     if ms:
         c.wait_until("MTE2", start)
     chunks = [min(chunk, v - c0) for c0 in range(0, v, chunk)]
-    # a row chunk's load shares the link with every core's loads and the store of the chunk
-    # before (the same chunk of the previous row when a row is one chunk); loads of the
-    # recomputed logits are served by the L2 for the resident fraction
-    costs = []
-    for k, n in enumerate(chunks):
-        prev = chunks[k - 1]
-        lb, sb = n * 4, align16(prev) * item
-        hit_part = lb * rows_from_l2
-        beside, store_prev, alone = lockstep_copy_cycles(spec, lb - hit_part, sb, cores)
-        hit = math.ceil(hit_part / l2_read_rate(spec, cores)) if hit_part >= 1 else 0
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
+
+    def vec_cycles(n: int) -> int:
         vec = (vector_cycles(spec, "Muls", "fp32", n) + vector_cycles(spec, "Cast_fp32_" + tiling.dtype, "fp32", n)
                + vector_cycles(spec, "Adds", "fp32", 8))
         if ms:
             vec += (vector_cycles(spec, "Adds", "fp32", n) + vector_cycles(spec, "Exp", "fp32", n)
                     + vector_cycles(spec, "Div", "fp32", n))
-        costs.append([max(beside, hit), store_prev, max(alone, hit), vec])
-    # the store of chunk k runs beside the load of chunk k + 1
-    costs = [[ld, costs[(k + 1) % len(costs)][1], alone, vec] for k, (ld, _, alone, vec) in enumerate(costs)]
+        return vec
+
+    def through_costs() -> list[list[int]]:
+        # a row chunk's load shares the link with every core's loads and the store of the chunk
+        # before (the same chunk of the previous row when a row is one chunk); loads of the
+        # recomputed logits are served by the L2 for the resident fraction
+        out = []
+        for k, n in enumerate(chunks):
+            prev = chunks[k - 1]
+            lb, sb = n * 4, align16(prev) * item
+            hit_part = lb * rows_from_l2
+            beside, store_prev, alone = lockstep_copy_cycles(spec, lb - hit_part, sb, cores)
+            hit = math.ceil(hit_part / l2_read_rate(spec, cores)) if hit_part >= 1 else 0
+            out.append([max(beside, hit), store_prev, max(alone, hit), vec_cycles(n)])
+        return out
+
+    def back_costs(f: float, end_wb: float = 0.0) -> list[list[int]]:
+        # a write-back L2 takes the stores on the L2 link at the MTE3 path's rate; HBM carries
+        # the loads' misses and the dirty lines evicted by what the loads and stores allocate
+        # (``f`` bytes per byte), which the transfers wait for (Device.gm_transfer). Every core
+        # does the same at once: HBM is shared evenly among them.
+        assert spec.mte2 is not None and spec.mte3 is not None and spec.l2 is not None
+        share = spec.bytes_per_cycle(spec.gm.bandwidth) / cores
+        dl = spec.mte2.base + spec.mte2.shared / cores
+        ds = min(spec.mte3.base + spec.mte3.shared / cores, spec.bytes_per_cycle(spec.l2.bandwidth) / cores)
+        l2r = l2_read_rate(spec, cores)
+        out = []
+        for k, n in enumerate(chunks):
+            prev = chunks[k - 1]
+            lb, sb = n * 4, align16(prev) * item
+            hit, miss = lb * rows_from_l2, lb * (1.0 - rows_from_l2)
+            wl, ws = f * miss, 0.0
+            hit_c = hit / l2r
+            beside = max(miss / dl, (miss + wl + ws) / share, hit_c)
+            alone = max(miss / dl, (miss + wl) / share, hit_c)
+            # the last chunk's store of a batch's last row waits for what the batch's S evicts
+            store = max(sb / ds, (ws + (end_wb if k == 0 else 0.0)) / share)
+            out.append([math.ceil(beside), math.ceil(store), math.ceil(alone), vec_cycles(n)])
+        return out
+
+    def rotate(cs: list[list[int]]) -> list[list[int]]:
+        # the store of chunk k runs beside the load of chunk k + 1
+        return [[ld, cs[(k + 1) % len(cs)][1], alone, vec] for k, (ld, _, alone, vec) in enumerate(cs)]
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     meta_copies = 3 + (2 if ms else 0)
     state: dict[str, Any] = {"slot": 0, "used": [False, False], "first": True}
 
-    def row() -> None:
+    def row(costs: list[list[int]]) -> None:
         used = state["used"]
         for load_b, store, load_a, vec in costs:
             slot = state["slot"]
@@ -696,7 +772,20 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
             c.op("MTE2", st2 + lone + c.head(spec, "MTE2", bd))
         c.set("MTE2", "VECTOR", "meta")
         c.wait("MTE2", "VECTOR", "meta")
-        c.repeat(nb, row)       # identical rows: a steady state is extended by a shift
+        # identical rows (those of one round of the L2 stream): a steady state is a shift
+        if writeback is None:
+            plain = rotate(through_costs())
+            c.repeat(nb, lambda cs=plain: row(cs))
+        else:
+            fs, end_wb = writeback[b0 // META_ROWS]
+            for r, f in enumerate(fs):
+                lo, hi = r * nb // len(fs), (r + 1) * nb // len(fs)
+                last = hi == nb
+                if hi - last > lo:
+                    costs = rotate(back_costs(f))
+                    c.repeat(hi - last - lo, lambda cs=costs: row(cs))
+                if last:
+                    row(rotate(back_costs(f, end_wb)))
         c.set("VECTOR", "MTE2", "meta")
     return c.end, c
 
@@ -720,7 +809,8 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     rows_bytes = bt * v * 4
     tensors = {"input": bt * h * item, "weight": v * h * item, "s": s_bytes, "logits": rows_bytes,
                "softmax": rows_bytes}
-    l2 = _L2(spec.l2.size, tensors) if spec.l2 is not None else None
+    l2 = (_L2(spec.l2.size, tensors, write_back=spec.l2.write_policy == "write-back")
+          if spec.l2 is not None else None)
     out_items = {i: (4 if mm.name == "logits" else item) for i, mm in enumerate(tiling.matmuls)}
     overhead = spec.launch.overhead
     now = float(overhead)
@@ -734,11 +824,12 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         logits_l2 = _stream_hits(l2, rows_bytes, s_bytes) if l2 is not None else 0.0
     else:
         logits_l2 = 0.0
-    end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed)
+    writeback = None
+    if l2 is not None:
+        writeback = _vector_l2(l2, tiling, rows_bytes * (1.0 - logits_l2), s_bytes, "logits" if ms else "softmax")
+    end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed, writeback)
     notes.append(f"vector {end - now:.0f}")
     now = end
-    if l2 is not None:
-        l2.stream([("logits" if ms else "softmax", "stream", rows_bytes), ("s", "stream", s_bytes)])
     grads = {i for i, mm in enumerate(tiling.matmuls) if mm.name != "logits"}
     end, cubes, l2 = _cube_stage(spec, tiling, l2, grads, now, out_items, state)
     notes.append(f"grads {end - now:.0f}")

@@ -786,6 +786,12 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
 
 
 def l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
+    """(K offset, K extent, base-K slices) of the L0 steps of an L1 chunk (see :func:`_l0_steps`)."""
+    return list(_l0_steps(kk, base_k, step_k))
+
+
+@functools.lru_cache(maxsize=256)
+def _l0_steps(kk: int, base_k: int, step_k: int) -> tuple[tuple[int, int, int], ...]:
     """(K offset, K extent, base-K slices) of the L0 steps of an L1 chunk of ``kk`` columns.
 
     An exact chunk (kk <= base_k·step_k) has one step per base-K slice. A coarse chunk (timing
@@ -804,7 +810,7 @@ def l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
     for j in range(n):
         lo, hi = j * slices // n, (j + 1) * slices // n
         steps.append((lo * base_k, min(hi * base_k, kk) - lo * base_k, hi - lo))
-    return steps
+    return tuple(steps)
 
 
 def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMatrix, a_t: bool, b: GmMatrix,
@@ -819,44 +825,46 @@ def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMat
     ctx.tile = tm * mm.tiles_n + tn
     acc = qs.co1.alloc(nx.FP32)
     first = True
+    qa1, qb1, qa2, qb2 = qs.a1, qs.b1, qs.a2, qs.b2   # locals: this loop runs for every L1 chunk
+    base_k, step_k, chunk_k = mm.base_k, mm.step_k, mm.chunk_k
     for k0 in range(0, mm.k, kc):
         kk = min(kc, mm.k - k0)
-        reps = ceil_div(kk, mm.chunk_k)
-        a1 = qs.a1.alloc(dt)
+        reps = ceil_div(kk, chunk_k)
+        a1 = qa1.alloc(dt)
         if a_t:
             yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows")
         else:
             yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols")
-        qs.a1.enque(a1)
-        b1 = qs.b1.alloc(dt)
+        qa1.enque(a1)
+        b1 = qb1.alloc(dt)
         if b_t:
             yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols")
         else:
             yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows")
-        qs.b1.enque(b1)
-        a1 = qs.a1.deque()
-        b1 = qs.b1.deque()
-        for s, ks, rep in l0_steps(kk, mm.base_k, mm.step_k):
-            a2 = qs.a2.alloc(dt)
+        qb1.enque(b1)
+        a1 = qa1.deque()
+        b1 = qb1.deque()
+        for s, ks, rep in _l0_steps(kk, base_k, step_k):   # the same few shapes every chunk
+            a2 = qa2.alloc(dt)
             if a_t:
                 yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
             else:
                 yield LoadData(a2, a1, ml, kk, 0, ml, s, ks, repeat=rep)
-            qs.a2.enque(a2)
-            b2 = qs.b2.alloc(dt)
+            qa2.enque(a2)
+            b2 = qb2.alloc(dt)
             if b_t:
                 yield LoadData(b2, b1, nl, kk, 0, nl, s, ks, transpose=True, repeat=rep)
             else:
                 yield LoadData(b2, b1, kk, nl, s, ks, 0, nl, repeat=rep)
-            qs.b2.enque(b2)
-            a2 = qs.a2.deque()
-            b2 = qs.b2.deque()
+            qb2.enque(b2)
+            a2 = qa2.deque()
+            b2 = qb2.deque()
             yield Mmad(acc, a2, b2, ml, ks, nl, accumulate=not first, repeat=rep)
             first = False
-            qs.a2.free(a2)
-            qs.b2.free(b2)
-        qs.a1.free(a1)
-        qs.b1.free(b1)
+            qa2.free(a2)
+            qb2.free(b2)
+        qa1.free(a1)
+        qb1.free(b1)
     qs.co1.enque(acc)
     acc = qs.co1.deque()
     yield Fixpipe(c, m0, n0, acc, ml, nl)

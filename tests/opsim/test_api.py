@@ -73,3 +73,31 @@ def test_tiling_overrides_are_honoured():
     assert (res.stats["block_dim"], res.stats["tile_length"], res.stats["buffer_num"]) == (3, 1024, 1)
     with pytest.raises(opsim.OpError, match="blockdim"):
         opsim.run("mse_loss_backward", **_xyz(), tiling={"blockdim": 3})
+
+
+def test_full_mode_keeps_the_callers_operands_and_returns_outputs_of_its_own():
+    ops = _xyz(5000)
+    before = {k: v.copy() for k, v in ops.items()}
+    res = opsim.run("mse_loss_backward", **ops, reduction="none", trace="off")
+    out = res.outputs["out"]
+    for k, v in ops.items():
+        np.testing.assert_array_equal(v, before[k])
+        assert not np.shares_memory(out, v)
+    assert out.flags.writeable and out.shape == (5000,)
+    np.testing.assert_array_equal(out, (before["self"] - before["target"]) * np.float32(2.0) * before["grad_output"])
+    out[:] = 0                                   # the caller may overwrite its result
+    np.testing.assert_array_equal(ops["self"], before["self"])
+
+
+def test_dsp_private_storage_outputs_are_returned_as_arrays_of_their_own():
+    rng = np.random.default_rng(3)
+    x, y, d = (rng.random(300).astype(np.float32) for _ in range(3))
+    keep = [a.copy() for a in (x, y, d)]
+    res = opsim.run("binarycrossentropygrad", device="mt7004", input_x=x, input_y=y, dloss=d, reduction="none",
+                    storage="private", trace="off")
+    ref = opsim.run("binarycrossentropygrad", device="mt7004", input_x=x, input_y=y, dloss=d, reduction="none",
+                    trace="off")
+    np.testing.assert_array_equal(res.outputs["dx"], ref.outputs["dx"])
+    assert res.outputs["dx"].flags.writeable
+    for a, k in zip((x, y, d), keep):
+        np.testing.assert_array_equal(a, k)

@@ -68,6 +68,17 @@ def test_a_registered_generator_kernel_runs_through_opsim_run_against_its_golden
     assert one.cycles > res.cycles
 
 
+def test_a_scalar_operand_is_rounded_to_each_dtype_and_keeps_the_sign_of_zero() -> None:
+    x = np.abs(np.random.default_rng(1).standard_normal(1024)).astype(np.float32) + 1
+    for alpha in (0.1, -0.0, 0.0, 0.1):
+        for dt in (np.float16, np.float32, np.float16):
+            xd = x.astype(dt)
+            out = opsim.run("scale_by", x=xd, alpha=alpha, trace="off").outputs["out"]
+            s = np.float32(np.asarray(alpha, np.float32).astype(dt))   # the scalar in the tensor's type
+            want = (xd.astype(np.float32) * s).astype(dt)
+            assert out.tobytes() == want.tobytes(), (alpha, dt)
+
+
 def test_a_custom_operator_validates_its_call_like_a_builtin_one() -> None:
     x = np.zeros(64, np.int32)
     with pytest.raises(opsim.OpError, match=r"x has dtype INT32; scale_by supports FLOAT, FLOAT16") as e:

@@ -153,6 +153,24 @@ def test_a_long_lived_runtime_keeps_only_the_last_link_step():
         assert link.bytes_carried == 0 or link.history_start > 0, link.name
 
 
+def test_destroyed_streams_are_forgotten_once_their_work_is_done():
+    rt = _rt()
+    for _ in range(5):                           # a stream per call, destroyed after it
+        stream, _ = rt.aclrtCreateStream()
+        _one_call(rt, stream)
+        assert rt.aclrtDestroyStream(stream) == 0
+    assert rt.device.streams == [] and rt.device.launches == []
+    # destroyed with work still queued: kept until a synchronize has run it
+    busy, _ = rt.aclrtCreateStream()
+    ptrs, ts = zip(*[_tensor(rt, v) for v in (1.0, 0.5, 0.25, 0.0)])   # grad, self, target, out
+    ws, ex, _ = aclnn.aclnnMseLossBackwardGetWorkspaceSize(*ts[:3], 1, ts[3])
+    assert aclnn.aclnnMseLossBackward(0, ws, ex, busy) == 0
+    assert rt.aclrtDestroyStream(busy) == 0
+    assert rt.device.streams == [busy.stream]
+    assert rt.aclrtSynchronizeDevice() == 0
+    assert rt.device.streams == [] and _read(rt, ptrs[3])[0] != 0
+
+
 @pytest.mark.slow
 def test_a_long_lived_runtime_does_not_grow_per_call():
     rt = _rt()

@@ -373,6 +373,35 @@ def test_an_mmad_tile_larger_than_its_buffer_overruns_it():
         _run(dev, kernel)
 
 
+def test_an_mmad_of_a_shape_seen_before_still_checks_its_own_buffers():
+    # the issue cost of a shape is remembered per device spec; the buffer checks are not
+    dev, _ = _device(functional=False)
+
+    def kernel(ctx):
+        a = ctx.queue("A2", 1, 4096).alloc(nx.BF16)
+        b = ctx.queue("B2", 1, 4096).alloc(nx.BF16)
+        c = ctx.queue("CO1", 1, 4096).alloc(nx.FP32)
+        yield Mmad(c, a, b, 32, 32, 16, accumulate=False)       # fits: the shape is remembered
+        small = ctx.queue("A2", 1, 1024).alloc(nx.BF16)         # 1 KiB holds 32 x 16 bf16
+        yield Mmad(c, small, b, 32, 32, 16, accumulate=True)
+
+    with pytest.raises(MemoryFault, match="L0A buffer"):
+        _run(dev, kernel)
+
+
+def test_a_load_data_of_a_shape_seen_before_still_checks_its_tile_against_its_l1_block():
+    dev, _ = _device(functional=False)
+
+    def kernel(ctx):
+        l1 = ctx.queue("A1", 1, nz_bytes(64, 64, 2)).alloc(nx.BF16)
+        l0 = ctx.queue("A2", 1, nz_bytes(32, 32, 2)).alloc(nx.BF16)
+        yield LoadData(l0, l1, 64, 64, 0, 32, 0, 32)            # fits: the shape is remembered
+        yield LoadData(l0, l1, 64, 64, 48, 32, 0, 32)           # rows [48, 80) of a 64-row block
+
+    with pytest.raises(MemoryFault, match="outside the 64 x 64 L1 block"):
+        _run(dev, kernel)
+
+
 def test_coarse_repeat_instructions_are_refused_in_numeric_runs():
     dev, _ = _device(functional=True)
 

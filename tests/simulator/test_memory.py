@@ -246,6 +246,67 @@ def test_huge_region_and_allocation_are_backed_lazily():
     assert grown_kib < 64 * 1024  # far below even 64 MiB of host memory
 
 
+def test_shared_write_keeps_the_host_array_and_copies_it_on_the_first_device_write():
+    region = gm()
+    a = region.allocate(256)
+    host = np.arange(64, dtype=np.float32)
+    region.write(a.addr, host, share=True)
+    read_view = region.view(a.addr, 256)
+    assert np.shares_memory(read_view, host)              # no copy-in
+    assert not read_view.flags.writeable
+    assert region.backed_bytes == 256
+    region.view(a.addr + 4, 4, write=True).view(np.float32)[0] = -1.0
+    np.testing.assert_array_equal(host, np.arange(64, dtype=np.float32))   # the host's bytes untouched
+    got = region.read(a.addr, 256).view(np.float32)
+    assert got[1] == -1.0 and got[0] == 0.0 and got[63] == 63.0
+    assert not np.shares_memory(region.view(a.addr, 256), host)
+    np.testing.assert_array_equal(read_view.view(np.float32), np.arange(64, dtype=np.float32))
+
+
+@pytest.mark.parametrize("size", [64 * KiB, 64 * MiB + 4 * KiB])   # one dense array / page-granule store
+def test_shared_write_behaves_like_a_copying_write(size):
+    host = np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8)
+    region_s, region_c = gm(size=256 * MiB), gm(size=256 * MiB)
+    a_s, a_c = region_s.allocate(size), region_c.allocate(size)
+    region_s.write(a_s.addr, host, share=True)
+    region_c.write(a_c.addr, host)
+    assert AddressSpace([region_s]).snapshot_digest() == AddressSpace([region_c]).snapshot_digest()
+    for region, alloc in ((region_s, a_s), (region_c, a_c)):
+        region.write(alloc.addr + size - 40, b"\x07" * 8)
+        region.view(alloc.addr + 32, 8, write=True)[:] = 9
+    assert AddressSpace([region_s]).snapshot_digest() == AddressSpace([region_c]).snapshot_digest()
+    assert region_s.read(a_s.addr, size).tobytes() == region_c.read(a_c.addr, size).tobytes()
+    np.testing.assert_array_equal(host, np.random.default_rng(1).integers(0, 256, size, dtype=np.uint8))
+
+
+def test_shared_write_copies_when_it_does_not_fill_a_fresh_allocation():
+    region = gm()
+    a = region.allocate(256)
+    part = np.ones(128, np.uint8)
+    region.write(a.addr, part, share=True)                 # part of the allocation: copied
+    assert not np.shares_memory(region.view(a.addr, 128), part)
+    whole = np.full(256, 2, np.uint8)
+    region.write(a.addr, whole, share=True)                # already backed: copied over
+    assert not np.shares_memory(region.view(a.addr, 256), whole)
+    assert region.read(a.addr, 256).tolist() == [2] * 256
+    ro = gm(read_only=True)
+    with pytest.raises(MemoryFault, match="read-only"):
+        ro.write(ro.allocate(64).addr, np.zeros(64, np.uint8), share=True)
+
+
+def test_read_without_copy_is_a_view_of_the_memory():
+    region = gm()
+    a = region.allocate(64)
+    region.write(a.addr, np.arange(64, dtype=np.uint8))
+    v = region.read(a.addr + 8, 8, copy=False)
+    assert v.tolist() == list(range(8, 16))
+    region.write(a.addr + 8, b"\xff")
+    assert v[0] == 0xFF
+    fresh = region.allocate(64)
+    assert not region.read(fresh.addr, 64, copy=False).any()
+    assert region.backed_bytes == 64                       # reading did not back the fresh one
+
+
 def test_flat_region_allows_any_in_range_access_and_keeps_bookkeeping():
     l1 = Region("L1", 0, 512 * KiB, backing="flat")
     l1.write(12345, b"xyz")

@@ -37,6 +37,7 @@ from opsim.simulator.numerics import (
     UINT8,
     AclDataType,
     cast,
+    cast_into,
     const,
     dtype,
     ecosystem_check,
@@ -622,3 +623,18 @@ def test_thresholds_match_the_published_standard():
     assert nm.THRESHOLDS == {"fp16": 2**-10, "bf16": 2**-7, "fp32": 2**-13}
     with pytest.raises(ValueError):
         ecosystem_check(np.ones(2), np.ones(2), INT8)
+
+
+@pytest.mark.parametrize("src,dst", [("fp16", "fp32"), ("bf16", "fp32"), ("fp32", "fp16"), ("fp32", "bf16"),
+                                     ("fp32", "int32"), ("fp16", "bf16")])
+@pytest.mark.parametrize("mode", ["rint", "none", "floor", "odd"])
+def test_cast_into_writes_the_bits_of_cast(src, dst, mode):
+    rng = np.random.default_rng(7)
+    bits = rng.integers(0, 1 << 32, 4096, dtype=np.uint64).astype(np.uint32)
+    x32 = bits.view(np.float32)                       # every class: NaNs, infs, subnormals, overflow
+    x = x32 if src == "fp32" else cast(x32, dtype(src), "rint")
+    want = cast(x, dtype(dst), mode)
+    out = np.zeros(x.shape, dtype(dst).np_dtype)
+    with np.errstate(all="ignore"):
+        cast_into(out, x, dtype(dst), mode)
+    assert out.tobytes() == np.asarray(want).tobytes()
