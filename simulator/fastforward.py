@@ -299,6 +299,8 @@ class FastForward:
         self.instructions = 0        # busy instructions completed inside skipped rounds (flags not counted)
         self.skips = 0               # jumps made
         self.periods: set[int] = set()   # the periods (in reference tiles) of the jumps made
+        self._compared = 0           # snapshots compared with the last PERIODS tiles' ones
+        self._glob_repeats = 0       # ... whose events and links repeated one of them
         self.reason = ""             # why it did not skip (the last reason seen)
         self._log: list[tuple] = []  # (kind, ...) since the oldest full snapshot
         # the log is kept only while a full snapshot (cores included) is held: a proof starts
@@ -318,7 +320,15 @@ class FastForward:
         return {"enabled": True, "skipped_rounds": self.rounds, "skipped_cycles": self.cycles,
                 "skipped_instructions": self.instructions, "jumps": self.skips,
                 "period_tiles": sorted(self.periods),
-                "reason": "" if self.rounds else (self.reason or "the machine's state never repeated one round later")}
+                "reason": "" if self.rounds else self._why()}
+
+    def _why(self) -> str:
+        if self._compared and not self._glob_repeats and (
+                not self.reason or self.reason.startswith("a core outside the repeating set")):
+            # the last reason seen is then only the run's tail (cores finishing at different times)
+            return (f"the machine's state never repeated: at {self._compared} tile boundaries the events and "
+                    f"links differed from those of each of the last {max(PERIODS)} tiles")
+        return self.reason or "the machine's state never repeated one round later"
 
     # -- recording (hooks) ---------------------------------------------------------------------
     def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
@@ -406,6 +416,9 @@ class FastForward:
         # the cores' part (the costly one) only when the global part repeats one of the last
         # periods; a proof then compares two full snapshots, one period later
         cands = [p for p in PERIODS if (old := self._snaps.get(tile - p)) is not None and old[1][0] == glob]
+        if self._snaps:
+            self._compared += 1
+            self._glob_repeats += bool(cands)
         cores_part = self._cores_state() if cands else None
         if cands and cores_part is None:
             self._snaps.clear()
