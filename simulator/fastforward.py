@@ -12,15 +12,19 @@ How (all in this module; core.py and device.py only call in):
   The only scheduled events are then timeouts (a pipe's instruction, the link network's
   wake-up), so the state is a set of plain Python objects.
 * **Snapshots.** At the first clean boundary after the reference core (the launch's first
-  core) starts a new tile (or, for a kernel that stamps no tile, finishes a store),
+  core) starts a new tile (the tile of the newest instruction its dispatcher took, so a
+  program read ahead by an earlier jump does not move it; or, for a kernel that stamps no
+  tile, the stores its store pipe finished),
   :meth:`FastForward._global_state` writes the scheduled events and the link network (each
   transfer's remaining bytes, rate, rate class, the links' open segment and history tail) and,
   only when that part repeats, :meth:`FastForward._cores_state` writes every core: the stream
   index and signature (class, operands; GM slice positions kept apart) of every instruction the
-  machine holds, the pipes' queues and in-flight instructions, flags, waiters, the dispatcher's
-  blocked clock. All times are relative to now. Two snapshots one candidate period apart
-  (1, 2 or 4 tiles) that are equal except for a per-core stream-index offset ``L`` and GM
-  shift ``d`` prove the period.
+  machine holds (up to the dispatcher's current draw: what an earlier jump read ahead is
+  program, checked below, not state), the pipes' queues and in-flight instructions, flags,
+  waiters, the dispatcher's blocked clock. All times are relative to now. Two snapshots one
+  candidate period apart (``PERIODS``: 1 to 16 tiles; double buffering repeats every 2, and
+  48 lockstep cores whose stores evict dirty L2 lines every 6) that are equal except for a
+  per-core stream-index offset ``L`` and GM shift ``d`` prove the period.
 * **Template.** Between the two snapshots the engine recorded the completions (time, core,
   pipe, stream index), the GM transfers with their L2 outcome (hit bytes, dirty bytes written
   back) and every counter.
@@ -28,7 +32,8 @@ How (all in this module; core.py and device.py only call in):
   the instruction ``L`` before it with its GM position shifted by ``d`` and its tile by the
   period (else k stops there). The L2 accesses of the skipped rounds are applied in their
   recorded order and each outcome must equal the template's (else the L2 is restored and k
-  stops at the last good round). The skipped instructions' address checks run, and in full
+  stops at the last good round). Both advance a doubling number of rounds at a time, so
+  neither runs far past the point where the other stops. The skipped instructions' address checks run, and in full
   mode their numeric effects are applied one by one in their completion order, the order of
   the step-by-step run (so no independence argument is needed). Observers that declare
   ``fast_forward_safe`` (the profiler) get their ``on_instruction`` calls in time order. Then
@@ -49,12 +54,20 @@ says why: a trace is recorded (every slice is kept), an observer is not ``fast_f
 (scalar programs, atomics, cube, sort, cross-core flags...), a strided or sampled GM transfer,
 a kernel program that reads device data while it runs (embedding indices), or simply a machine
 whose state never repeats: many cores whose rounds drift against each other through the shared
-links and L2 (the default 48-core plans of large element-wise calls do this).
+links and L2. The default 48-core plans of large element-wise calls do this unless each slice
+starts on an L2 line (512 B; for fp32 MSE, elements a multiple of 48 x 128): a tile's first,
+partial line was loaded by the previous tile, so it hits in the L2 (a faster path than HBM),
+and how many bytes hit depends on the slice's offset within the line. Each core's round
+then takes a persistently different number of cycles (MSE fp32 at 2^26/2^27: about 7,281 at
+offset 0, 7,230 at 340 B, 7,179 at 168 B, with a few cycles between nearby offsets), their
+relative phases slide by up to about 100 cycles a round, and the joint state did not repeat
+at any lag within 450 rounds (instrumented 2^27 run).
 """
 from __future__ import annotations
 
 import heapq
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterator
 
 from opsim.simulator.errors import SimulatorError
@@ -64,7 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.device import Device
 
 # candidate periods, in tiles of the reference core (double buffering repeats every 2 tiles)
-PERIODS = (1, 2, 4)
+PERIODS = (1, 2, 3, 4, 6, 8, 12, 16)
 # a skip is worth its bookkeeping only over at least this many rounds
 MIN_ROUNDS = 2
 
@@ -98,6 +111,10 @@ class ProgramStream:
         self.given = 0                    # instructions given to the dispatcher
         self.done = False
         self.held: Any = None             # the instruction the dispatcher is pushing
+        self.tile = -1                    # tile of the newest instruction given to the dispatcher
+        # counts at the end of each draw not yet given in full (kept while the fast-forward
+        # records): the first is the end of the dispatcher's current draw, see ``horizon``
+        self.ends: deque = deque()
         self.reads_data = False           # the program read device memory while it ran
         self.index: dict[int, int] = {}   # id(instruction) -> stream index, while ff records
         self.by_index: dict[int, Any] = {}
@@ -116,7 +133,18 @@ class ProgramStream:
             raise instr.error
         self.given += 1
         self.held = instr
+        self.tile = instr.tile
+        ends = self.ends
+        while ends and ends[0] < self.given:
+            ends.popleft()
         return instr
+
+    @property
+    def horizon(self) -> int:
+        """Instructions drawn as the dispatcher alone would have drawn them: the end of the draw
+        it is giving out. Beyond it, what :meth:`draw` read ahead (after a jump), which is
+        program, not state: snapshots leave it out and the proof of a round checks it."""
+        return self.ends[0] if self.ends else self.count
 
     def _draw(self) -> bool:
         """Run the program to its next instruction; False once it has ended (pending flushed)."""
@@ -172,6 +200,8 @@ class ProgramStream:
                 self.by_index[self.count] = instr
             self.count += 1
             self.ready.append(instr)
+        if track and instrs:
+            self.ends.append(self.count)
 
     def signature(self, instr: Any) -> tuple[tuple, tuple] | None:
         """:func:`_signature` of an instruction of this stream, computed once."""
@@ -268,8 +298,14 @@ class FastForward:
         self.cycles = 0              # simulated cycles skipped
         self.instructions = 0        # busy instructions completed inside skipped rounds (flags not counted)
         self.skips = 0               # jumps made
+        self.periods: set[int] = set()   # the periods (in reference tiles) of the jumps made
+        self._compared = 0           # snapshots compared with the last PERIODS tiles' ones
+        self._glob_repeats = 0       # ... whose events and links repeated one of them
         self.reason = ""             # why it did not skip (the last reason seen)
-        self._log: list[tuple] = []  # (kind, ...) since the oldest snapshot
+        self._log: list[tuple] = []  # (kind, ...) since the oldest full snapshot
+        # the log is kept only while a full snapshot (cores included) is held: a proof starts
+        # from one, and a machine that never repeats takes none (nothing to record then)
+        self._recording = False
         self._snaps: dict[int, tuple] = {}
         self._launch: Any = None
         self._cores: list["Core"] = []
@@ -277,12 +313,22 @@ class FastForward:
         self._ref_tile: int | None = None
         self._l2_saved: tuple | None = None
         self._quiet_until = -1       # a failed proof of period p is not retried before this tile
+        self._dtile: list[int] = []  # per core: tile shift of one round (from the last proof)
 
     # -- what the run reports -------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         return {"enabled": True, "skipped_rounds": self.rounds, "skipped_cycles": self.cycles,
                 "skipped_instructions": self.instructions, "jumps": self.skips,
-                "reason": "" if self.rounds else (self.reason or "the machine's state never repeated one round later")}
+                "period_tiles": sorted(self.periods),
+                "reason": "" if self.rounds else self._why()}
+
+    def _why(self) -> str:
+        if self._compared and not self._glob_repeats and (
+                not self.reason or self.reason.startswith("a core outside the repeating set")):
+            # the last reason seen is then only the run's tail (cores finishing at different times)
+            return (f"the machine's state never repeated: at {self._compared} tile boundaries the events and "
+                    f"links differed from those of each of the last {max(PERIODS)} tiles")
+        return self.reason or "the machine's state never repeated one round later"
 
     # -- recording (hooks) ---------------------------------------------------------------------
     def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
@@ -291,12 +337,17 @@ class FastForward:
         if stream is not None:
             idx = stream.index.pop(id(instr), -1)
             stream.sigs.pop(id(instr), None)
-        if self._snaps:
-            self._log.append(("c", pipe, idx, start, end, instr))
+            if not self._recording:
+                # a proof looks back only from a full snapshot on, which holds live instructions
+                stream.by_index.pop(idx, None)
+        if self._recording:
+            # no reference to the instruction: the log spans rounds, and keeping every completed
+            # instruction alive made the collector's passes longer
+            self._log.append(("c", pipe, idx, start, end))
 
     def on_gm(self, pipe: "Pipe", addr: int, nbytes: int, write: bool, plain: bool,
               hit: int, wb: int) -> None:
-        if self._snaps:
+        if self._recording:
             instr = pipe.current
             stream = pipe.core.stream
             idx = stream.index.get(id(instr), -1) if stream is not None else -1
@@ -339,6 +390,7 @@ class FastForward:
 
     def _reset(self) -> None:
         self._snaps.clear()
+        self._recording = False
         self._log.clear()
         self._ref_tile = None
 
@@ -358,18 +410,25 @@ class FastForward:
         if glob is None:
             self._snaps.clear()      # a gap: the next proof starts from the next snapshots
             self._log.clear()
+            self._recording = False
             return
         now = self.device.env.now
         # the cores' part (the costly one) only when the global part repeats one of the last
         # periods; a proof then compares two full snapshots, one period later
         cands = [p for p in PERIODS if (old := self._snaps.get(tile - p)) is not None and old[1][0] == glob]
+        if self._snaps:
+            self._compared += 1
+            self._glob_repeats += bool(cands)
         cores_part = self._cores_state() if cands else None
         if cands and cores_part is None:
             self._snaps.clear()
             self._log.clear()
+            self._recording = False
             return
         snap = (glob, cores_part)
         self._snaps[tile] = (now, snap, len(self._log), self._counters())
+        if cores_part is not None:
+            self._recording = True
         if tile < self._quiet_until:
             self._trim(tile)
             return
@@ -393,17 +452,24 @@ class FastForward:
         that stamps none, e.g. a user's opsim.asc kernel) the stores its store pipe finished."""
         ref = self._cores[0]
         if ref.tile >= 0:
-            return ref.tile
+            # the dispatcher's tile, not the program's: after a jump the program has been read
+            # ahead (ProgramStream.draw), and its tile is that of the newest instruction drawn
+            return ref.stream.tile if ref.stream is not None else ref.tile
         return ref.pipes[ref.store_pipe].instructions if ref.store_pipe in ref.pipes else -1
 
     def _trim(self, tile: int) -> None:
         keep = tile - max(PERIODS)
         for t in [t for t in self._snaps if t < keep]:
             del self._snaps[t]
+        self._recording = any(s[1][1] is not None for s in self._snaps.values())
+        if not self._recording:
+            self._log.clear()
         if self._snaps:
             full = [s[1][1] for _, s in sorted(self._snaps.items()) if s[1][1] is not None]
             for i, c in enumerate(self._cores):
-                keep = full[0][i][1] if full else c.stream.count - 1024
+                # a proof looks back no further than the oldest full snapshot's held instructions;
+                # without one, than the oldest instruction the machine still holds
+                keep = full[0][i][1] if full else min(c.stream.index.values(), default=c.stream.count)
                 by = c.stream.by_index
                 if len(by) > 2 * (c.stream.count - keep) + 64:
                     for m in [m for m in by if m < keep]:
@@ -424,7 +490,7 @@ class FastForward:
         for c in self._cores:
             out[c.name] = (c._blocked_acc, dict(c.issue_starved),
                            {n: (p.busy_cycles, p.instructions, p.idle_mark) for n, p in c.pipes.items()},
-                           c.stream.count)
+                           c.stream.horizon)
         for name, link in dev.net.links.items():
             out["link " + name] = (link.bytes_carried, len(link._times), link._end,
                                    link._bytes[-1] if link._bytes else None)
@@ -512,19 +578,21 @@ class FastForward:
         hi = None if stream.held is None else note(stream.held)
         if stream.held is not None and hi is None:
             return None
-        if None in [note(instr) for instr in stream.ready]:
+        nat = stream.horizon
+        ready = list(islice(stream.ready, max(0, nat - stream.given)))
+        if None in [note(instr) for instr in ready]:
             return None
-        base = min(i for i, _, _ in held) if held else stream.count
+        base = min(i for i, _, _ in held) if held else nat
         held.sort(key=lambda h: h[0])
         gm = tuple(st for _, instr, _ in held for st in stream.signature(instr)[1])
         rel = [(name, tuple(i - base for i in q), (run[0] - base, run[1]) if run else run, *rest)
                for name, q, run, *rest in pipes]
         state = (tuple(i - base for i, _, _ in held), tuple(sig for _, _, sig in held),
-                 None if hi is None else hi - base, len(stream.ready), stream.done, stream.count - base,
+                 None if hi is None else hi - base, len(ready), stream.done and nat == stream.count, nat - base,
                  tuple(rel), tuple(sorted((k, v) for k, v in c.flags.items() if v)),
                  tuple(sorted(c.flag_waiters)),
                  None if c.blocked_since is None else now - c.blocked_since)
-        return (state, base, gm, c.tile, stream.count, tuple(marks), c._blocked_acc)
+        return (state, base, gm, c.tile, nat, tuple(marks), c._blocked_acc)
 
     def _net_state(self, now: int) -> tuple:
         net = self.device.net
@@ -584,17 +652,27 @@ class FastForward:
         # how many rounds: bounded by each program's remaining instructions (drawn ahead, checked)
         if any(c.stream.done and not c.stream.ready for c in cores):
             return 0
-        k = self._rounds_available(L, D, ptiles, 1 << 30)
+        # how many rounds: the programs (read ahead and checked) and the L2 outcomes (applied in
+        # recorded order, each must repeat), a doubling number of rounds at a time so that
+        # neither is checked far beyond where the other stops
+        progress: list[list] = [[0, D[i], None] for i in range(len(cores))]
+        self._l2_saved = None
+        k, want = 0, 8
+        while True:
+            kp = self._rounds_available(L, progress, want)
+            k2 = self._apply_l2(gms, L, cidx, k, kp) if kp > k else k
+            if k2 < kp or kp < want:
+                k = k2
+                break
+            k, want = kp, 2 * want
         if k < MIN_ROUNDS:
-            self.reason = self.reason or "too few rounds left"
+            self._l2_restore()
+            if not self.reason:
+                self.reason = ("the L2 outcome of an access differs in the rounds ahead" if k2 < kp
+                               else "too few rounds left")
             return 0
-        # L2 outcomes: apply in recorded order, each must repeat (restore and shorten if not)
-        k = self._apply_l2(gms, L, cidx, k)
-        if k < MIN_ROUNDS:
-            if k:
-                self._l2_restore()
-            self.reason = "the L2 outcome of an access differs in the rounds ahead"
-            return 0
+        D[:] = [d for _, d, _ in progress]
+        self._dtile = [dt or 0 for _, _, dt in progress]
         self._l2_saved = None
         self._apply_instructions(completions, L, cidx, k, period)
         self._shift(k, period, c0, c1, L)
@@ -602,18 +680,22 @@ class FastForward:
         self.cycles += k * period
         self.instructions += k * sum(b[1] - c0[c.name][2][n][1] for c in cores for n, b in c1[c.name][2].items())
         self.skips += 1
+        self.periods.add(ptiles)
         return k
 
-    def _rounds_available(self, L: list[int], D: list[int | None], ptiles: int, limit: int) -> int:
-        """Rounds whose instructions the programs produce, each the one L before shifted by d."""
+    def _rounds_available(self, L: list[int], progress: list[list], limit: int) -> int:
+        """Rounds (up to ``limit``) whose instructions the programs produce, each the one L
+        before shifted by d. ``progress`` holds per core [rounds checked, GM shift, tile shift]
+        and carries over between calls of one proof, so each round is checked once."""
         k = limit
         for i, c in enumerate(self._cores):
             stream = c.stream
             by = stream.by_index
-            top = stream.count - 1            # the newest instruction drawn
-            dh = [D[i], None]
-            j = 0
-            while True:
+            top = stream.horizon - 1          # the newest instruction the snapshot holds
+            state = progress[i]
+            j = state[0]
+            dh = [state[1], state[2]]
+            while j < k:
                 # round j+1 needs instructions up to top + (j+1)*L drawn and checked
                 want = top + (j + 1) * L[i]
                 ok = True
@@ -631,9 +713,7 @@ class FastForward:
                 if not ok:
                     break
                 j += 1
-                if j >= k:
-                    break
-            D[i] = dh[0]
+            state[:] = [j, dh[0], dh[1]]
             k = min(k, j)
             if k == 0:
                 self.reason = f"{c.name}'s program does not repeat ahead"
@@ -643,14 +723,15 @@ class FastForward:
         return k
 
     # -- L2 ---------------------------------------------------------------------------------------
-    def _apply_l2(self, gms: list[tuple], L: list[int], cidx: dict[int, int], k: int) -> int:
-        dev = self.device
-        l2 = dev.l2
-        self._l2_saved = None
+    def _apply_l2(self, gms: list[tuple], L: list[int], cidx: dict[int, int], start: int, end: int) -> int:
+        """Apply the L2 accesses of rounds [start, end); returns the end of the rounds whose
+        outcomes all equal the template's (the L2 is then as after them)."""
+        l2 = self.device.l2
         if l2 is None or not gms:
-            return k
-        self._l2_saved = l2.save_state()
-        for j in range(k):
+            return end
+        if self._l2_saved is None:
+            self._l2_saved = l2.save_state()
+        for j in range(start, end):
             for e in gms:
                 _, pipe, idx, addr, nbytes, write, _, hit, wb = e
                 c = pipe.core
@@ -663,7 +744,7 @@ class FastForward:
                 w = l2.take_writeback()
                 if h != hit or w != wb:
                     return self._l2_redo(gms, L, cidx, j)
-        return k
+        return end
 
     def _l2_redo(self, gms: list[tuple], L: list[int], cidx: dict[int, int], good: int) -> int:
         """Restore the L2 and re-apply the ``good`` rounds whose outcomes matched."""
@@ -699,7 +780,7 @@ class FastForward:
         for j in range(k):
             dt = (j + 1) * period
             for e in completions:
-                _, pipe, idx, start, end, _ = e
+                _, pipe, idx, start, end = e
                 c = pipe.core
                 instr = c.stream.by_index[idx + (j + 1) * L[cidx[id(c)]]]
                 if isinstance(instr, isa.DataCopy):
@@ -750,6 +831,8 @@ class FastForward:
             faults = [x for x in stream.ready if isinstance(x, _Fault)]
             stream.ready = deque(ready_t + rest + faults)
             stream.given += off
+            stream.ends = deque([count_t + off] + [e for e in stream.ends if e > count_t + off])
+            stream.tile += k * self._dtile[i]
             stream.index = index
             stream.by_index = {m: x for x in held + rest for m in (index[id(x)],)}
             stream.sigs = {}               # the held instructions changed operands

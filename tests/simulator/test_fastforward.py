@@ -133,6 +133,32 @@ def test_default_multicore_plans_same_with_fast_forward(monkeypatch: pytest.Monk
         assert_same_run(a, ra, b, rb)
 
 
+def test_a_second_steady_state_after_the_l2_fills_is_skipped_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight cores on slices that start 32 B aligned: the first jump stops where the L2 fills
+    and starts evicting dirty lines (the outcomes differ from there); the machine then settles
+    into a new repeating round, which is skipped as well (the first jump read the programs
+    ahead, so the round marker is the dispatcher's tile, not the program's). Equal to stepping."""
+    case = ("mse_loss_backward", "atlas-inference", "fp32", "timing", {"shape": (8, 262144)}, None)
+    a, ra, _ = _run(*case, False, monkeypatch)
+    b, rb, _ = _run(*case, True, monkeypatch)
+    ff = b.stats["fast_forward"]
+    assert ff["jumps"] >= 2 and ff["skipped_rounds"] > 0, ff
+    assert_same_run(a, ra, b, rb)
+
+
+@pytest.mark.slow
+def test_a_six_tile_period_of_48_cores_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """48 cores on equal, aligned slices run in lockstep; once the L2 evicts dirty lines the
+    links repeat every 3 tiles and the double-buffered cores every 2: the machine repeats
+    every 6 tiles, which the fast-forward proves and skips. Equal to stepping."""
+    case = ("mse_loss_backward", "atlas-a2", "fp32", "timing", {"shape": (48, 1 << 20)}, None)
+    a, ra, _ = _run(*case, False, monkeypatch)
+    b, rb, _ = _run(*case, True, monkeypatch)
+    ff = b.stats["fast_forward"]
+    assert 6 in ff["period_tiles"] and ff["skipped_cycles"] > b.cycles // 2, ff
+    assert_same_run(a, ra, b, rb)
+
+
 def test_trace_is_never_summarised(monkeypatch: pytest.MonkeyPatch) -> None:
     """A recorded trace keeps every slice: the engine steps every round and says why."""
     case = SKIPPED[0]
