@@ -507,7 +507,8 @@ class _Db:
 
     def write(self, point: Mapping[str, Any], row: Mapping[str, Any], *, commit: bool = True) -> None:
         """Insert or replace one point's row and commit (``commit=False``: the caller commits,
-        :meth:`commit`): a kill loses at most the points in flight."""
+        :meth:`commit`, once per batch of rows): a kill loses at most the points in flight and those of the
+        batch not yet committed."""
         params = point["params"]
         values: dict[str, Any] = {
             "id": point["id"], "idx": point["index"], "study": point["study"],

@@ -509,7 +509,7 @@ class AclRuntime:
         clk = dev.spec.clock_hz
         cycles = int(round(link.latency_us * 1e-6 * clk)) + -(-nbytes * clk // int(link.bandwidth))
         t0 = dev.now
-        dev.env.run(until=t0 + cycles)
+        dev.run_until(t0 + cycles)
         self.host_copies.append((kind, nbytes, t0, t0 + cycles))
         self.host_copy_count += 1
         self.host_copy_cycles += cycles

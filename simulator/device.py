@@ -173,6 +173,7 @@ class Stream:
         self.launches: list[Launch] = []
         self.proc = device.env.process(self._run())
         self.destroyed = False
+        self.released = False    # forgotten by the device (Device.release_stream)
 
     def enqueue(self, body: Callable[[], Process]) -> None:
         self.tasks.append(body)
@@ -592,6 +593,7 @@ class Device:
             return
         if stream in self.streams:
             self.streams.remove(stream)
+        stream.released = True           # no more work: a launch on it is refused
         self.launches[:] = [ln for ln in self.launches if ln.stream is not stream or ln.end < 0]
 
     def launch(self, stream: Stream, kernel: Kernel | MixKernel, block_dim: int, *args: Any, unit: str = "vector",
@@ -602,6 +604,8 @@ class Device:
         only the lines of a fixed address sample, one line in P, each standing for P lines
         (simulator/l2.py, set sampling) -- for huge timing runs whose coarse instructions move
         megabytes each."""
+        if stream.released:
+            raise SimulatorError(f"{stream.name} was released (Device.release_stream); create a new stream")
         if l2_sample is not None and l2_sample > 1 and self.functional:
             raise SimulatorError("L2 sampling (l2_sample > 1) is for timing-only runs")
         if unit == "mix":
@@ -723,12 +727,23 @@ class Device:
         if not streams:
             return
         markers = [s.marker() for s in streams]
-        until = markers[0] if len(markers) == 1 else simpy.AllOf(self.env, markers)
+        self._advance(markers[0] if len(markers) == 1 else simpy.AllOf(self.env, markers))
+
+    def run_until(self, cycle: int) -> None:
+        """Run simulated time up to ``cycle`` (a host-side wait: work queued on the streams runs
+        meanwhile), with the fault handling of :meth:`synchronize`."""
+        if self.faulted is not None:
+            raise self.faulted
+        self._advance(cycle)
+
+    def _advance(self, until: simpy.Event | int) -> None:
+        """``env.run(until=until)``; a fault of the device's work is kept in ``faulted`` and raised
+        as the original SimulatorError (a deadlock or a bug in a kernel as one, too)."""
         try:
             # the device computes IEEE results (inf - inf is a NaN) without raising flags anywhere:
             # numpy's floating-point warnings are off for every instruction's numerics at once
             with np.errstate(all="ignore"):
-                if self.ff is None:
+                if self.ff is None or not isinstance(until, simpy.Event):
                     self.env.run(until=until)
                 else:
                     self._run_fast_forward(until)

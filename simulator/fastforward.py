@@ -327,7 +327,7 @@ class FastForward:
                 not self.reason or self.reason.startswith("a core outside the repeating set")):
             # the last reason seen is then only the run's tail (cores finishing at different times)
             return (f"the machine's state never repeated: at {self._compared} tile boundaries the events and "
-                    f"links differed from those of each of the last {max(PERIODS)} tiles")
+                    f"links differed from those {', '.join(map(str, PERIODS))} tiles earlier")
         return self.reason or "the machine's state never repeated one round later"
 
     # -- recording (hooks) ---------------------------------------------------------------------

@@ -429,9 +429,10 @@ class LinkNetwork:
         #: links whose allocated rate changed (a link that went idle reports 0.0).  It is not
         #: called when no link rate changed.  Allocated rates can differ from the carried rates of
         #: ``Link.bandwidth_series`` in a completion cycle (see the module docstring).
-        self.on_change: OnChange | None = None
-        #: Set when ``on_change`` never triggers a SimPy event (a recorder): a recompute may
-        #: then schedule a join's event without the relay event of its last leg (see _Join).
+        self._on_change: OnChange | None = None
+        #: Set (after ``on_change``) when ``on_change`` never triggers a SimPy event (a recorder):
+        #: a recompute may then schedule a join's event without the relay event of its last leg
+        #: (see _Join). Setting ``on_change`` clears it.
         self.on_change_passive: bool = False
         #: Number of transfers completed so far, and number of rate recomputes (a cheap probe
         #: to check that recomputes happen only at starts and completions).
@@ -532,6 +533,15 @@ class LinkNetwork:
         self._schedule(t.start)
         return event
 
+    @property
+    def on_change(self) -> OnChange | None:
+        return self._on_change
+
+    @on_change.setter
+    def on_change(self, fn: OnChange | None) -> None:
+        self._on_change = fn
+        self.on_change_passive = False   # a new callback is not known to be passive
+
     def all_of(self, events: Sequence[simpy.Event]) -> simpy.Event:
         """One event that succeeds once every one of ``events`` has: ``simpy.AllOf(env, events)``
         with fewer SimPy events.
@@ -543,14 +553,17 @@ class LinkNetwork:
         HBM-miss transfer costs two events instead of three.  Its value is ``None``.
 
         ``events`` are events of :meth:`transfer` or of :meth:`all_of` of this network that are
-        pending and have no callbacks yet; once joined they never succeed themselves.  For any
+        pending and have no callbacks yet; once joined, wait on the join, not on them (only the
+        last one to complete may still succeed, with the value ``None``, to relay it).  An event
+        joined already is refused (ValueError): a second join of it would never fire.  For any
         other event the result is a plain ``simpy.AllOf``.
         """
         env = self.env
         legs: list[_Completion] = []
         for ev in events:
-            if not isinstance(ev, _Completion) or ev.env is not env or ev.parent is not None \
-                    or ev.callbacks or ev.triggered:
+            if isinstance(ev, _Completion) and ev.parent is not None:
+                raise ValueError("all_of: an event of this network is joined already; wait on its join")
+            if not isinstance(ev, _Completion) or ev.env is not env or ev.callbacks or ev.triggered:
                 return simpy.AllOf(env, events)
             legs.append(ev)
         if not legs or len(set(map(id, legs))) != len(legs):
@@ -765,7 +778,7 @@ class LinkNetwork:
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
             if not (queue and queue[0][0] <= now) and (
-                    not changed or self.on_change is None or self.on_change_passive):
+                    not changed or self._on_change is None or self.on_change_passive):
                 t = finished[0]
                 self.completed += 1
                 t.cls = None
@@ -784,8 +797,8 @@ class LinkNetwork:
                 parent.remaining -= 1
                 if not parent.remaining:
                     event.succeed(None)
-        if changed and self.on_change is not None:
-            self.on_change(now, changed)
+        if changed and self._on_change is not None:
+            self._on_change(now, changed)
 
     def _allocate(self, classes: list[_Class]) -> tuple[dict[Link, list], dict[Pool, list]]:
         """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling.

@@ -32,9 +32,11 @@ them (writes then land in the current backing), or call :meth:`Region.ensure_bac
 
 Host copies without copying: ``write(..., share=True)`` of a whole, fresh allocation keeps the
 host's array itself as the allocation's bytes (read-only; the first device write into the
-allocation copies it, so the host's array is never modified), and ``read(..., copy=False)``
-hands back a view.  ``opsim.run`` uses both: its device lives only for the call, and a 64 MiB
-copy into fresh host pages costs more than the operator it feeds.
+allocation copies it, so the host's array is never modified; read views taken before that
+first write keep showing the host's bytes, so in a shared allocation take the write views first,
+or call :meth:`Region.ensure_backed`), and ``read(..., copy=False)`` hands back a view.
+``opsim.run`` uses both: its device lives only for the call, and a 64 MiB copy into fresh host
+pages costs more than the operator it feeds.
 """
 
 from __future__ import annotations
@@ -189,8 +191,9 @@ class _SegmentStore:
         return True
 
     def _unshare(self) -> None:
-        """Replace the lent host bytes by a private copy before the first write (views taken
-        before this read the host bytes, which hold the same values)."""
+        """Replace the lent host bytes by a private copy before the first write. Read views taken
+        before this keep reading the host's bytes and no longer alias the memory (the module
+        docstring: take write views first); ``generation`` changes to say so."""
         seg = self._segs[0]
         seg.data = seg.data.copy()
         self.shared = False

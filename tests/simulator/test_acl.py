@@ -104,3 +104,34 @@ def test_host_copies_take_latency_plus_bytes_over_the_host_link_and_advance_simu
     ptr2, _ = rt.aclrtMalloc(4096)
     assert rt.aclrtMemcpy(ptr2, 4096, ptr, 4096, acl.ACL_MEMCPY_DEVICE_TO_DEVICE) == acl.ACL_SUCCESS
     assert len(rt.host_copies) == 2
+
+
+def test_kernels_run_by_a_host_copy_raise_no_floating_point_warnings():
+    # inf - inf is a NaN on the device, without a flag; the kernel runs while a later
+    # aclrtMemcpy holds the host, outside aclrtSynchronizeStream
+    import warnings
+
+    from opsim.kernels import aclnn
+    rt = AclRuntime("atlas-a2", trace_level="off")
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    shape = [64, 64]
+
+    def tensor(v):
+        host = np.full(shape, v, np.float32)
+        ptr, _ = rt.aclrtMalloc(host.nbytes)
+        assert rt.aclrtMemcpy(ptr, host.nbytes, host, host.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        return ptr, rt.aclCreateTensor(shape, acl.ACL_FLOAT, None, 0, 2, shape, ptr)
+    (_, g), (_, x), (_, y), (o, out) = tensor(1.0), tensor(np.inf), tensor(np.inf), tensor(0.0)
+    stream, _ = rt.aclrtCreateStream()
+    ws, ex, ret = aclnn.aclnnMseLossBackwardGetWorkspaceSize(g, x, y, 0, out)
+    assert ret == 0 and aclnn.aclnnMseLossBackward(0, ws, ex, stream) == 0
+    big = np.zeros(1 << 22, np.uint8)
+    dst, _ = rt.aclrtMalloc(big.nbytes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rt.aclrtMemcpy(dst, big.nbytes, big, big.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    assert all(ln.end >= 0 for ln in ex.launches)          # the kernel ran during the copy
+    assert rt.aclrtSynchronizeStream(stream) == 0
+    res = np.zeros(8, np.float32)
+    assert rt.aclrtMemcpy(res, 32, o, 32, acl.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert np.isnan(res).all()

@@ -10,7 +10,7 @@ from opsim.kernels.ascend import mse_backward as mse
 from opsim.kernels.common import TensorDesc
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, UnsupportedInstruction
+from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, SimulatorError, UnsupportedInstruction
 from opsim.simulator.isa import Add, Cast, DataCopy, DataCopyPad, ScalarOp, SetFlag, WaitFlag
 from opsim.simulator.tile import GlobalTensor
 from opsim.traces.trace import Trace
@@ -341,3 +341,17 @@ def test_a_full_queue_holds_back_later_instructions_for_other_pipes():
     # depth 32: every instruction finds a place at once; the copies run back to back
     early, first_end, starved = _held_back_copy(32)
     assert early == first_end and starved == {}
+
+
+def test_a_released_stream_refuses_new_work_and_one_with_work_left_is_kept():
+    dev = Device(A2, functional=False)
+    s = dev.create_stream()
+    launch = _mse_on(dev, s, 4096, 2)
+    dev.release_stream(s)                     # its launch has not run yet: kept
+    assert dev.streams == [s] and dev.launches == [launch]
+    dev.synchronize(s)
+    dev.release_stream(s)
+    assert dev.streams == [] and dev.launches == [] and launch.end > 0
+    with pytest.raises(SimulatorError, match="stream0 was released"):
+        _mse_on(dev, s, 4096, 2)
+    assert dev.create_stream().name == "stream1"

@@ -137,3 +137,35 @@ def test_all_of_refuses_an_event_joined_twice() -> None:
     tr = net.transfer(10, base_rate=5.0, links=(link,))
     assert isinstance(net.all_of([tr, tr]), simpy.AllOf)     # a plain AllOf counts it twice
     env.run()
+
+
+def test_all_of_refuses_an_event_that_is_joined_already() -> None:
+    # a second join of it would never fire: the first join consumed its completion
+    env = simpy.Environment()
+    net = LinkNetwork(env)
+    link = net.add_link("A", 10.0)
+    a = net.transfer(10, base_rate=5.0, links=(link,))
+    b = net.transfer(10, base_rate=5.0, links=(link,))
+    net.all_of([a, b])
+    with pytest.raises(ValueError, match="joined already"):
+        net.all_of([a])
+
+
+def test_a_new_on_change_is_not_taken_as_passive() -> None:
+    # the relay shortcut is only safe for a callback known not to schedule events
+    net = LinkNetwork(simpy.Environment())
+    net.on_change = lambda now, rates: None
+    net.on_change_passive = True
+    net.on_change = lambda now, rates: None
+    assert net.on_change_passive is False
+
+
+def test_a_transfer_event_starts_pending_like_a_simpy_event() -> None:
+    # _Completion sets simpy.Event's fields inline (one is made per transfer): a SimPy upgrade
+    # that adds a field would show here
+    env = simpy.Environment()
+    net = LinkNetwork(env)
+    ev = net.transfer(10, base_rate=5.0, links=(net.add_link("A", 10.0),))
+    plain = simpy.Event(env)
+    assert not ev.triggered and not ev.processed and ev.callbacks == []
+    assert set(vars(plain)) <= set(dir(ev))
