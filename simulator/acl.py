@@ -397,8 +397,7 @@ class AclRuntime:
             dev.release_stream(s)
         # the runtime reports no link bandwidth series (opsim.run does, on a device of its own):
         # fold the closed link history into totals and peaks rather than keep every rate step
-        for link in dev.net.links.values():
-            link.forget_history(int(dev.env.now))
+        dev.forget_link_history()
 
     # -- memory --------------------------------------------------------------------------------
     @_boundary(1)

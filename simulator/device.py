@@ -596,6 +596,13 @@ class Device:
         stream.released = True           # no more work: a launch on it is refused
         self.launches[:] = [ln for ln in self.launches if ln.stream is not stream or ln.end < 0]
 
+    def forget_link_history(self) -> None:
+        """Fold every link's closed rate history into its totals and peaks (``Link.forget_history``),
+        for a long-lived runtime that reports no bandwidth series: bytes and peaks are kept."""
+        now = int(self.env.now)
+        for link in self.net.links.values():
+            link.forget_history(now)
+
     def launch(self, stream: Stream, kernel: Kernel | MixKernel, block_dim: int, *args: Any, unit: str = "vector",
                core_mask: int | None = None, name: str | None = None, l2_sample: int | None = None) -> Launch:
         """Queue ``block_dim`` blocks of ``kernel`` on ``stream``; returns the Launch record.

@@ -476,8 +476,7 @@ class HThread:
         # (the trace, when one is kept, grows by design)
         assert g.stream is not None      # set by hthread_group_exec, which made it "running"
         self.device.release_stream(g.stream)
-        for link in self.device.net.links.values():
-            link.forget_history(int(self.device.env.now))
+        self.device.forget_link_history()
         return HT_SUCCESS
 
     @_boundary()
