@@ -14,7 +14,7 @@ note, docs/sources.md#mte2-preload-note).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator
 
 import simpy
 
@@ -106,20 +106,25 @@ class Pipe:
         env = self.env
         core = self.core
         device = core.device
+        queue = self.queue
         while True:
-            if not self.queue:
+            if not queue:
                 self._item_ev = env.event()
                 self.idle_mark = core.blocked_clock()
                 yield self._item_ev
                 self.idle_mark = None
-            instr = self.queue.popleft()
+            instr = queue.popleft()
             self.current = instr
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
-            self.started = cast(int, env.now)   # simulated time is integral (LinkNetwork checks it)
+            # env._now, not the property env.now: a Python call, twice per instruction and flag
+            # (simulated time is integral: LinkNetwork checks it)
+            self.started = env._now    # type: ignore[assignment]
             try:
-                wait = instr.issue(self)
+                # the base class's issue (no cost, no wait) and complete (no effect) are not
+                # called: most instructions that use them are flags (Instruction.issues)
+                wait = instr.issue(self) if instr.issues else None
                 if self.held:
                     if instr.busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
@@ -127,20 +132,21 @@ class Pipe:
                     elif wait is not None and not isinstance(wait, int):
                         self.held = 0            # a flag blocks it: it would have waited anyway
                 if wait is not None:
-                    if isinstance(wait, int):
+                    if wait.__class__ is int or isinstance(wait, int):
                         if wait > 0:
                             yield env.timeout(wait)
                     else:
                         self._waiting = instr
                         yield wait
                         self._waiting = None
-                instr.complete(self)
+                if instr.completes:
+                    instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
-            end = cast(int, env.now)
+            end: int = env._now        # type: ignore[assignment]
             start = self.started
             self.current = None
             if instr.busy:

@@ -41,6 +41,15 @@ class Instruction:
     pipe: ClassVar[str] = "SCALAR"
     name: ClassVar[str] = "Nop"
     busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
+    # whether the class overrides issue / complete (set for each class by __init_subclass__):
+    # Pipe._run does not call the base class's no-ops -- most completions that would are flags
+    issues: ClassVar[bool] = False
+    completes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.issues = cls.issue is not Instruction.issue
+        cls.completes = cls.complete is not Instruction.complete
 
     def __init__(self) -> None:
         self.tile = -1
