@@ -230,17 +230,22 @@ class Core:
         return pipe_head_cycles(self.device.spec, pipe, block_dim)
 
     # -- flags ---------------------------------------------------------------------------------
+    # (``in`` and subscripts, not dict.get/pop: no Python call on a flag's common path)
     def set_flag(self, key: tuple[str, str, int]) -> None:
-        ev = self.flag_waiters.pop(key, None)
-        if ev is not None:
+        waiters = self.flag_waiters
+        if key in waiters:
+            ev = waiters[key]
+            del waiters[key]
             ev.succeed()
         else:
-            self.flags[key] = self.flags.get(key, 0) + 1
+            flags = self.flags
+            flags[key] = flags[key] + 1 if key in flags else 1
 
     def wait_flag(self, key: tuple[str, str, int]) -> simpy.Event | None:
-        n = self.flags.get(key, 0)
+        flags = self.flags
+        n = flags[key] if key in flags else 0
         if n > 0:
-            self.flags[key] = n - 1
+            flags[key] = n - 1
             return None
         if key in self.flag_waiters:
             raise SimulatorError(f"two pipes wait on flag {key}", core=self.name)
