@@ -327,18 +327,34 @@ class Core:
         from opsim.simulator.fastforward import ProgramStream
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
+        env = self.env
         try:
             for instr in stream:
-                # _push_ready of one instruction, inline (this loop runs for every instruction
-                # and flag); a full queue or an unknown pipe goes to _push_all
+                # _push_all and Pipe.push of one instruction, inline: this loop runs for every
+                # instruction and flag, and a quarter of them find their queue full (FLCE)
                 pipe = pipes.get(instr.pipe)
-                if pipe is not None and len(pipe.queue) < pipe.depth:
-                    if pipe.idle_mark is not None:
-                        pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                        pipe.idle_mark = None
-                    pipe.push(instr)
-                else:
-                    yield from self._push_all((instr,))
+                if pipe is None:
+                    pipe = self._pipe_for(instr)     # raises: this core has no such pipe
+                queue = pipe.queue
+                if len(queue) >= pipe.depth:
+                    self.blocked_since = env._now
+                    while len(queue) >= pipe.depth:
+                        space = pipe._space_ev
+                        if space is None:
+                            space = pipe._space_ev = env.event()
+                        yield space
+                    # (the attribute, not a local: the fast-forward shifts it while blocked)
+                    self._blocked_acc += env._now - self.blocked_since
+                    self.blocked_since = None
+                if pipe.idle_mark is not None:
+                    # see _push_all
+                    pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                    pipe.idle_mark = None
+                queue.append(instr)
+                item = pipe._item_ev
+                if item is not None:
+                    pipe._item_ev = None
+                    item.succeed()
                 stream.held = None
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
