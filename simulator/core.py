@@ -359,8 +359,9 @@ class Core:
             for instr in stream:
                 # _push_all and Pipe.push of one instruction, inline: this loop runs for every
                 # instruction and flag, and a quarter of them find their queue full (FLCE)
-                pipe = pipes.get(instr.pipe)
-                if pipe is None:
+                try:
+                    pipe = pipes[instr.pipe]
+                except KeyError:
                     pipe = self._pipe_for(instr)     # raises: this core has no such pipe
                 queue = pipe.queue
                 if len(queue) >= pipe.depth:

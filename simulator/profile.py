@@ -50,12 +50,18 @@ class Profiler:
         self.rows: dict[tuple, list[int]] = {}
         self.on_chip: dict[str, int] = {}             # "L1->L0A", "UB->UB": bytes moved
         self.stores: dict[int, array] = {}            # id(launch) -> GM addresses stored to
+        self._launch: Any = None
+        self._lid = id(None)
 
     def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
         if not instr.busy:
             return
         launch = core.launch
-        lid = id(launch)
+        if launch is self._launch:      # the id of the launch seen last (one call less)
+            lid = self._lid
+        else:
+            self._launch, lid = launch, id(launch)
+            self._lid = lid
         name = instr.name
         pname = pipe.name
         # (subscripts and try, not getattr/dict.get: no Python call on the common path)
