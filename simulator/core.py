@@ -114,49 +114,41 @@ class Pipe:
                 yield self._item_ev
                 self.idle_mark = None
             instr = queue.popleft()
+            self.current = instr
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
+            # env._now, not the property env.now: a Python call, twice per instruction and flag
+            # (simulated time is integral: LinkNetwork checks it)
+            self.started = env._now    # type: ignore[assignment]
             try:
-                if instr.issues or instr.busy:
-                    self.current = instr
-                    # env._now, not the property env.now: a Python call, twice per instruction
-                    # and flag (simulated time is integral: LinkNetwork checks it)
-                    self.started = env._now    # type: ignore[assignment]
-                    # the base class's issue (no cost, no wait) and complete (no effect) are not
-                    # called (Instruction.issues / completes)
-                    wait = instr.issue(self) if instr.issues else None
-                    if self.held:
-                        if instr.busy:
-                            core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
-                            self.held = 0
-                        elif wait is not None and not isinstance(wait, int):
-                            self.held = 0            # a flag blocks it: it would have waited anyway
-                    if wait is not None:
-                        if wait.__class__ is int or isinstance(wait, int):
-                            if wait > 0:
-                                yield env.timeout(wait)
-                        else:
-                            self._waiting = instr
-                            yield wait
-                            self._waiting = None
-                    if instr.completes:
-                        instr.complete(self)
-                    start: int = self.started       # the fast-forward may have shifted it
-                    self.current = None
-                else:
-                    # no issue, no wait, no time, not busy (SetFlag, SetAtomic*, BlockEnd: most
-                    # completions): completed at once; ``current`` and ``started`` are read only
-                    # across a wait, and the held idle time is kept for the next busy instruction
-                    start = env._now                 # type: ignore[assignment]
-                    if instr.completes:
-                        instr.complete(self)
+                # the base class's issue (no cost, no wait) and complete (no effect) are not
+                # called: most instructions that use them are flags (Instruction.issues)
+                wait = instr.issue(self) if instr.issues else None
+                if self.held:
+                    if instr.busy:
+                        core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
+                        self.held = 0
+                    elif wait is not None and not isinstance(wait, int):
+                        self.held = 0            # a flag blocks it: it would have waited anyway
+                if wait is not None:
+                    if wait.__class__ is int or isinstance(wait, int):
+                        if wait > 0:
+                            yield env.timeout(wait)
+                    else:
+                        self._waiting = instr
+                        yield wait
+                        self._waiting = None
+                if instr.completes:
+                    instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
             end: int = env._now        # type: ignore[assignment]
+            start = self.started
+            self.current = None
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
