@@ -8,7 +8,7 @@ import importlib.util
 import pathlib
 
 import opsim
-from opsim.simulator.core import Core
+from opsim.simulator.device import Device
 from opsim.simulator.isa import SetFlag
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "engine_ceiling.py"
@@ -18,13 +18,13 @@ _spec.loader.exec_module(ceiling)
 
 
 class _Mix:
-    """Counts, from Core.record, busy instructions per pipe and flag sets per pipe."""
+    """Observer: busy instructions per pipe and flag sets per pipe."""
 
     def __init__(self) -> None:
         self.busy: collections.Counter = collections.Counter()
         self.sets: collections.Counter = collections.Counter()
 
-    def record(self, pipe, instr) -> None:
+    def on_instruction(self, core, pipe, instr, start, end) -> None:
         if instr.busy:
             self.busy[pipe.name] += 1
         elif isinstance(instr, SetFlag):
@@ -41,12 +41,12 @@ def test_skeleton_tile_has_the_mix_of_opsims_mse_tile(monkeypatch):
     # MSE backward fp32: per tile 3 loads (MTE2), Sub/Mul/Muls (VECTOR), 1 store (MTE3); the sets
     # of its double-buffered queues: MTE2 1, VECTOR 2, MTE3 1 -- the skeleton's template
     mix = _Mix()
-    original = Core.record
+    original = Device.__init__
 
-    def record(self, pipe, instr, start, end):
-        mix.record(pipe, instr)
-        original(self, pipe, instr, start, end)
-    monkeypatch.setattr(Core, "record", record)
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.observers.append(mix)
+    monkeypatch.setattr(Device, "__init__", init)
     spec = opsim.TensorSpec((48 * 6144 * 2,), "fp32")
     res = opsim.run("mse_loss_backward", device="atlas-a2", mode="timing", trace="off",
                     grad_output=spec, self=spec, target=spec, reduction="mean")
