@@ -69,8 +69,9 @@ class GlobalTensor:
         shape = tuple(int(s) for s in shape)
         return GlobalTensor(device, addr, dtype, shape, contiguous_strides(shape), 0)
 
-    @property
+    @functools.cached_property
     def numel(self) -> int:
+        # cached (the view never changes): every slice a kernel takes asks for it
         n = 1
         for s in self.shape:
             n *= s
@@ -108,7 +109,7 @@ class GlobalTensor:
         start, stop, step = s.indices(self.numel)
         if step != 1:
             raise SimulatorError("GlobalTensor slices are flat element ranges with step 1")
-        return GlobalSlice(self, start, max(0, stop - start))
+        return GlobalSlice(self, start, stop - start if stop > start else 0)
 
     def element_offsets(self, start: int, count: int) -> np.ndarray:
         """Storage offsets (in elements, from addr) of flat view elements [start, start+count)."""
@@ -251,7 +252,7 @@ class LocalTensor:
         if step != 1:
             raise SimulatorError("LocalTensor slices have step 1")
         return LocalTensor(self.core, self.region, self.addr + start * self.dtype.itemsize, self.dtype,
-                           max(0, stop - start))
+                           stop - start if stop > start else 0)
 
     @property
     def memory_name(self) -> str:
@@ -604,8 +605,8 @@ def _caller_line() -> str | None:
 
 
 def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    return _isa().DataCopyPad(dst, src, n)
+    return (_ISA or _isa()).DataCopyPad(dst, src, n)
 
 
 def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    return _isa().DataCopyPad(dst, src, n)
+    return (_ISA or _isa()).DataCopyPad(dst, src, n)
