@@ -102,8 +102,7 @@ class SetFlag(Instruction):
     name = "SET_FLAG"
 
     def __init__(self, src: str, dst: str, event_id: int) -> None:
-        # Instruction.__init__ inline: the queue framework makes about three flags per instruction
-        self.tile, self.origin = -1, None
+        super().__init__()
         self.src, self.dst, self.event_id = src, dst, event_id
 
     @property
@@ -139,8 +138,7 @@ class WaitFlag(Instruction):
     name = "WAIT_FLAG"
 
     def __init__(self, src: str, dst: str, event_id: int) -> None:
-        # Instruction.__init__ inline: the queue framework makes about three flags per instruction
-        self.tile, self.origin = -1, None
+        super().__init__()
         self.src, self.dst, self.event_id = src, dst, event_id
 
     @property
