@@ -100,6 +100,9 @@ class ProgramStream:
     stamps each with the core's tile (and source line, when the device records them) at the
     moment the generator produced it, which is what the dispatcher saw when it pushed it
     straight away, and numbers them. The fast-forward reads ahead with :meth:`draw`.
+    On a device without the fast-forward nothing reads ahead or asks for the numbering, and
+    iterating the stream hands out each draw as one batch instead (:meth:`_batches`): the
+    same sequence at a Python call per draw rather than several per instruction.
     """
 
     def __init__(self, core: "Core", program: Iterator[Any], pending: list) -> None:
