@@ -23,7 +23,7 @@ decides what an entry stands for.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import repeat
 from typing import Iterable, Iterator, overload
@@ -85,6 +85,10 @@ class L2Cache:
         # every resident line occupies exactly one line of capacity (no sample has left a
         # heavier one): then _used == len(_lru) and a new line evicts exactly one line
         self._uniform = True
+        # every weight ever given is a whole number >= 1: capacity totals are then exact sums of
+        # whole numbers, so _used == len(_lru) holds exactly when every resident line weighs one
+        # (access_runs sets _uniform again then; a sample's heavier lines are evicted or re-weighed)
+        self._whole = True
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
 
@@ -133,6 +137,8 @@ class L2Cache:
         generic mapping protocol per key.)
         """
         c = self.chunk
+        if not self._uniform and self._whole and self._used == len(self._lru):
+            self._uniform = True        # the last heavier line a sample left is gone (see _whole)
         if type(runs) is StridedRuns and runs.run > 0 and runs.a0 % c + runs.run <= c \
                 and runs.stride % c == 0:
             # every row lies in one line, and the rows' lines are equally spaced
@@ -282,7 +288,16 @@ class L2Cache:
     def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
         """:meth:`access_runs` of ``count`` rows of ``run`` bytes that each lie in one line, the
         lines ``first + k * step``: the same steps per line as the general loop (touch, evict,
-        mark), with no per-row address arithmetic."""
+        mark), with no per-row address arithmetic.
+
+        With every line weighing one, distinct lines (``step`` != 0) and no more rows than the
+        cache holds, the walk is done in bulk, which gives the same cache: the leading resident
+        lines move to the most-recent end in one C-level pass (a panel read again: usually all of
+        them); if none of the rest is resident, those are all misses, inserted in order, and
+        each evicts the least-recently-used line, which is never a line of this access (it has
+        at most as many lines as the cache, so the lines it did not touch are evicted first);
+        the lines evicted are then the ``over`` least recent ones, in order. Otherwise the walk
+        goes on line by line from the first line that was not resident."""
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -293,7 +308,40 @@ class L2Cache:
         mark = write and self.write_back
         used = self._used
         misses = 0
-        lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
+        lines: Iterable[int]
+        if step and self._uniform and 0 < count <= cap:
+            rows = range(first, first + step * count, step)
+            it = iter(rows)
+            try:
+                deque(map(to_end, it), 0)       # every line resident: all hits, moved in order
+            except KeyError:                    # rows[j] is not resident; those before it moved
+                j = count - it.__length_hint__() - 1
+            else:
+                if mark:
+                    dirty.update(rows)
+                return 0 if write else count * run
+            if mark and j:
+                dirty.update(rows[:j])
+            rest = rows[j:]
+            if lru.keys().isdisjoint(rest[1:]):
+                over = int(used) + len(rest) - cap          # used == len(lru): whole lines
+                if over > 0:
+                    evicted = [popfront(False)[0] for _ in range(over)]
+                    if dirty:
+                        owed = dirty.intersection(evicted)
+                        if owed:
+                            dirty.difference_update(owed)
+                            self.pending_writeback += len(owed) * c
+                    used -= over
+                for line in rest:
+                    lru[line] = 1.0
+                self._used = used + len(rest)
+                if mark:
+                    dirty.update(rest)
+                return 0 if write else j * run
+            lines = rest
+        else:
+            lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
         for line in lines:
             old = get(line)
             if old is None:
@@ -345,6 +393,8 @@ class L2Cache:
         w = float(weight)
         if w != 1.0:
             self._uniform = False
+            if not (w >= 1.0 and w.is_integer()):
+                self._whole = False
         hit = 0
         mark = write and self.write_back
         for ch in lines:
