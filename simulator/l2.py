@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Iterable, Iterator, overload
 
 import numpy as np
@@ -143,6 +143,11 @@ class L2Cache:
                 and runs.stride % c == 0:
             # every row lies in one line, and the rows' lines are equally spaced
             return self._access_rows(runs.a0 // c, runs.stride // c, runs.rows, runs.run, write)
+        if type(runs) is StridedRuns and self._uniform and runs.run > 0 and runs.stride % c == 0:
+            span = (runs.a0 % c + runs.run - 1) // c + 1        # lines per row (two or more here)
+            if runs.stride >= span * c and 0 < runs.rows * span <= self.capacity_chunks:
+                # rows of several lines that share none: the walk of _access_blocks
+                return self._access_blocks(runs.a0, runs.stride, runs.run, runs.rows, span, write)
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -284,6 +289,64 @@ class L2Cache:
                 hit += n
         self._used = used
         return 0 if write else hit
+
+    def _drop_lru(self, over: int) -> None:
+        """Evict the ``over`` least-recently-used lines, each weighing one line of capacity (the
+        cache is uniform); the bytes of dirty ones are owed to HBM (as :meth:`_evict`)."""
+        popfront = self._lru.popitem
+        evicted = [popfront(False)[0] for _ in range(over)]
+        dirty = self._dirty
+        if dirty:
+            owed = dirty.intersection(evicted)
+            if owed:
+                dirty.difference_update(owed)
+                self.pending_writeback += len(owed) * self.chunk
+        self._used -= over
+
+    def _access_blocks(self, a0: int, stride: int, run: int, rows: int, span: int, write: bool) -> int:
+        """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
+        number of lines), each over ``span`` lines and no two sharing a line, in a uniform cache
+        that can hold all ``rows * span`` lines: the bulk walk of :meth:`_access_rows` (the
+        resident lines up to the first that is not move to the most-recent end in one pass; if
+        none after it is resident, the rest are misses inserted in order and the least-recently-
+        used lines evicted, never lines of this access), else the walk of the rows from the one
+        holding the first line that was not resident (its leading lines, just moved, are
+        touched again: they are the most-recent lines in that order, so nothing changes)."""
+        c = self.chunk
+        lru = self._lru
+        first = a0 // c
+        step = stride // c
+        starts = range(first, first + step * rows, step)
+        ends = range(first + span, first + span + step * rows, step)
+        mark = write and self.write_back
+        try:
+            deque(map(lru.move_to_end, chain.from_iterable(map(range, starts, ends))), 0)
+        except KeyError as e:           # the first line that was not resident (the ones before moved)
+            miss: int = e.args[0]
+        else:
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            return 0 if write else rows * run
+        r, i = divmod(miss - first, step)
+        rest = slice(r + 1, rows)
+        if lru.keys().isdisjoint(chain(range(miss + 1, starts[r] + span),
+                                       chain.from_iterable(map(range, starts[rest], ends[rest])))):
+            fresh = (rows - r) * span - i
+            over = int(self._used) + fresh - self.capacity_chunks     # _used == len(lru): whole lines
+            if over > 0:
+                self._drop_lru(over)
+            for line in chain(range(miss, starts[r] + span), chain.from_iterable(map(range, starts[rest], ends[rest]))):
+                lru[line] = 1.0
+            self._used += fresh
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            # the hits: the whole rows before row r, and row r's lines before line i (the first
+            # starts a0 % c bytes into its line)
+            return 0 if write else r * run + (i * c - a0 % c if i else 0)
+        if mark and r:
+            self._dirty.update(chain.from_iterable(map(range, starts[:r], ends[:r])))
+        hit = self.access_runs([(a0 + k * stride, run) for k in range(r, rows)], write=write)
+        return 0 if write else r * run + hit
 
     def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
         """:meth:`access_runs` of ``count`` rows of ``run`` bytes that each lie in one line, the
