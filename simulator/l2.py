@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from typing import Iterable, Iterator, overload
 
 import numpy as np
@@ -198,12 +198,9 @@ class L2Cache:
                     for line in range(x, last + 1):
                         lru[line] = 1.0
                     used += last + 1 - x
-                    while used > cap:
-                        ch, w = popfront(False)
-                        used -= w
-                        if ch in dirty:
-                            dirty.discard(ch)
-                            self.pending_writeback += w * c
+                    if used > cap:
+                        self._drop_lru(int(used) - cap)     # whole lines (uniform)
+                        used = float(cap)
                     if mark:
                         dirty.update(range(first, last + 1))
                     if x > last:
@@ -292,16 +289,19 @@ class L2Cache:
 
     def _drop_lru(self, over: int) -> None:
         """Evict the ``over`` least-recently-used lines, each weighing one line of capacity (the
-        cache is uniform); the bytes of dirty ones are owed to HBM (as :meth:`_evict`)."""
-        popfront = self._lru.popitem
-        evicted = [popfront(False)[0] for _ in range(over)]
+        cache is uniform; the caller takes ``over`` off the used capacity); the bytes of dirty
+        ones are owed to HBM (as :meth:`_evict`: whole lines, so the sum is exact in any order).
+        The lines are listed first and then deleted: no (line, weight) pair per line."""
+        lru = self._lru
+        evicted = list(islice(lru, over))
+        for line in evicted:
+            del lru[line]
         dirty = self._dirty
         if dirty:
             owed = dirty.intersection(evicted)
             if owed:
                 dirty.difference_update(owed)
                 self.pending_writeback += len(owed) * self.chunk
-        self._used -= over
 
     def _access_blocks(self, a0: int, stride: int, run: int, rows: int, span: int, write: bool) -> int:
         """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
@@ -335,6 +335,7 @@ class L2Cache:
             over = int(self._used) + fresh - self.capacity_chunks     # _used == len(lru): whole lines
             if over > 0:
                 self._drop_lru(over)
+                self._used -= over
             for line in chain(range(miss, starts[r] + span), chain.from_iterable(map(range, starts[rest], ends[rest]))):
                 lru[line] = 1.0
             self._used += fresh
@@ -389,12 +390,7 @@ class L2Cache:
             if lru.keys().isdisjoint(rest[1:]):
                 over = int(used) + len(rest) - cap          # used == len(lru): whole lines
                 if over > 0:
-                    evicted = [popfront(False)[0] for _ in range(over)]
-                    if dirty:
-                        owed = dirty.intersection(evicted)
-                        if owed:
-                            dirty.difference_update(owed)
-                            self.pending_writeback += len(owed) * c
+                    self._drop_lru(over)
                     used -= over
                 for line in rest:
                     lru[line] = 1.0
