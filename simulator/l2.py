@@ -89,6 +89,10 @@ class L2Cache:
         # whole numbers, so _used == len(_lru) holds exactly when every resident line weighs one
         # (access_runs sets _uniform again then; a sample's heavier lines are evicted or re-weighed)
         self._whole = True
+        # (first line, step, rows) of the last access when it was one-line rows walked in bulk
+        # (_access_rows): its lines are then the most recent ones, in that order, until anything
+        # else touches the cache (every other access, sample, invalidation or restore clears it)
+        self._tail: tuple[int, int, int] | None = None
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
 
@@ -147,7 +151,9 @@ class L2Cache:
             span = (runs.a0 % c + runs.run - 1) // c + 1        # lines per row (two or more here)
             if runs.stride >= span * c and 0 < runs.rows * span <= self.capacity_chunks:
                 # rows of several lines that share none: the walk of _access_blocks
+                self._tail = None
                 return self._access_blocks(runs.a0, runs.stride, runs.run, runs.rows, span, write)
+        self._tail = None
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -373,14 +379,24 @@ class L2Cache:
         used = self._used
         misses = 0
         lines: Iterable[int]
+        tail, self._tail = self._tail, None
         if step and self._uniform and 0 < count <= cap:
             rows = range(first, first + step * count, step)
+            key = (first, step, count)
+            if key == tail:
+                # the same rows as the last access (a panel read again at once): they are the
+                # most recent lines already, in this order, so touching them moves nothing
+                self._tail = key
+                if mark:
+                    dirty.update(rows)
+                return 0 if write else count * run
             it = iter(rows)
             try:
                 deque(map(to_end, it), 0)       # every line resident: all hits, moved in order
             except KeyError:                    # rows[j] is not resident; those before it moved
                 j = count - it.__length_hint__() - 1
             else:
+                self._tail = key
                 if mark:
                     dirty.update(rows)
                 return 0 if write else count * run
@@ -397,6 +413,7 @@ class L2Cache:
                 self._used = used + len(rest)
                 if mark:
                     dirty.update(rest)
+                self._tail = key                # moved, then inserted: the newest lines, in order
                 return 0 if write else j * run
             lines = rest
         else:
@@ -449,6 +466,7 @@ class L2Cache:
         write-back marks the lines dirty."""
         lru = self._lru
         cap = self.capacity_chunks
+        self._tail = None
         w = float(weight)
         if w != 1.0:
             self._uniform = False
@@ -485,6 +503,7 @@ class L2Cache:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
         if nbytes <= 0 or not self._lru:
             return
+        self._tail = None
         c = self.chunk
         first, last = addr // c, (addr + nbytes - 1) // c
         # walk whichever is smaller: the range's lines or the resident lines
@@ -503,6 +522,7 @@ class L2Cache:
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
         lru, used, dirty, pending, self._uniform, hit, miss, wb = state
+        self._tail = None
         self._lru = OrderedDict(lru)
         self._used = used
         self._dirty = set(dirty)

@@ -248,3 +248,29 @@ def test_the_cache_is_uniform_again_once_no_heavier_sampled_line_is_resident():
     l2.access_lines([9], weight=1.5)
     l2.invalidate(0, 64 * LINE)
     assert not l2._lru and not uniform(l2)
+
+
+@pytest.mark.parametrize("between", ["sample", "invalidate", "restore", "runs"])
+def test_a_panel_read_again_after_another_touch_moves_its_lines_again(between):
+    # rows read twice in a row are the most recent lines already (nothing to move); anything
+    # that touched the cache in between must make the second read walk them again
+    from opsim.simulator.l2 import StridedRuns
+    rows = StridedRuns(0, 2 * LINE, LINE, 4)                 # lines 0, 2, 4, 6
+    l2, ref = L2Cache(16 * LINE, LINE), _ReferenceLRU(16, False)
+    saved = l2.save_state()
+    for cache in (l2, ref):
+        cache.touch_runs(list(rows), False) if cache is ref else cache.access_runs(rows, write=False)
+    if between == "sample":
+        l2.access_lines([2], weight=1)                       # a weight-one sample keeps it uniform
+        ref.touch_runs([(2 * LINE, LINE)], False)
+    elif between == "invalidate":
+        l2.invalidate(2 * LINE, LINE)
+        ref.order.remove(2)
+    elif between == "restore":
+        l2.restore_state(saved)
+        ref.order.clear()
+    else:
+        l2.access_runs([(4 * LINE, LINE)], write=False)
+        ref.touch_runs([(4 * LINE, LINE)], False)
+    assert l2.access_runs(rows, write=False) == ref.touch_runs(list(rows), False)
+    assert list(l2._lru) == ref.order
