@@ -138,7 +138,9 @@ class L2Cache:
         it is written for that: bound methods and the used-capacity total in locals, one dict
         lookup per line, the eviction of :meth:`_evict` inline. (Bulk
         ``OrderedDict.update`` of new lines was slower than this loop: it goes through the
-        generic mapping protocol per key.)
+        generic mapping protocol per key.) The rows of a strided tile, when every line weighs
+        one, are walked in bulk (:meth:`_access_rows`, :meth:`_access_blocks`): C-level passes
+        that provably leave the same cache, hits and write-backs as the line-by-line walk.
         """
         c = self.chunk
         if not self._uniform and self._whole and self._used == len(self._lru):
@@ -154,6 +156,12 @@ class L2Cache:
                 self._tail = None
                 return self._access_blocks(runs.a0, runs.stride, runs.run, runs.rows, span, write)
         self._tail = None
+        return self._walk(runs, write)
+
+    def _walk(self, runs: Iterable[tuple[int, int]], write: bool) -> int:
+        """The line-by-line walk of :meth:`access_runs` (with its shortcuts for runs that
+        stream into a uniform cache or fit in the room left)."""
+        c = self.chunk
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -313,7 +321,7 @@ class L2Cache:
         """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
         number of lines), each over ``span`` lines and no two sharing a line, in a uniform cache
         that can hold all ``rows * span`` lines: the bulk walk of :meth:`_access_rows` (the
-        resident lines up to the first that is not move to the most-recent end in one pass; if
+        resident lines before the first one that is not move to the most-recent end in one pass; if
         none after it is resident, the rest are misses inserted in order and the least-recently-
         used lines evicted, never lines of this access), else the walk of the rows from the one
         holding the first line that was not resident (its leading lines, just moved, are
@@ -352,7 +360,7 @@ class L2Cache:
             return 0 if write else r * run + (i * c - a0 % c if i else 0)
         if mark and r:
             self._dirty.update(chain.from_iterable(map(range, starts[:r], ends[:r])))
-        hit = self.access_runs([(a0 + k * stride, run) for k in range(r, rows)], write=write)
+        hit = self._walk([(a0 + k * stride, run) for k in range(r, rows)], write)
         return 0 if write else r * run + hit
 
     def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
