@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from itertools import chain, islice, repeat
+from operator import length_hint
 from typing import Iterable, Iterator, overload
 
 import numpy as np
@@ -402,7 +403,7 @@ class L2Cache:
             try:
                 deque(map(to_end, it), 0)       # every line resident: all hits, moved in order
             except KeyError:                    # rows[j] is not resident; those before it moved
-                j = count - it.__length_hint__() - 1
+                j = count - length_hint(it) - 1
             else:
                 self._tail = key
                 if mark:
