@@ -357,8 +357,9 @@ class Core:
         env = self.env
         try:
             for instr in stream:
-                # _push_all and Pipe.push of one instruction, inline: this loop runs for every
-                # instruction and flag, and a quarter of them find their queue full (FLCE)
+                # push one instruction, waiting while its queue is full (inline, no helper
+                # generator: this loop runs for every instruction and flag, and a quarter of
+                # them find their queue full in the FLCE schedule)
                 try:
                     pipe = pipes[instr.pipe]
                 except KeyError:
@@ -375,7 +376,10 @@ class Core:
                     self._blocked_acc += env._now - self.blocked_since
                     self.blocked_since = None
                 if pipe.idle_mark is not None:
-                    # see _push_all
+                    # the pipe waited for this instruction; the part of the wait during which
+                    # the dispatcher was blocked on another queue was imposed by in-order issue
+                    # -- if the pipe can then go straight to work (Pipe._run drops it if a flag
+                    # still blocks)
                     pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
                     pipe.idle_mark = None
                 queue.append(instr)
@@ -395,41 +399,6 @@ class Core:
             p.push(end)
         yield simpy.AllOf(self.env, [d.event for d in ends])
         self.blocks_run += 1
-
-    def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:
-        """Push each instruction (stamped by the program stream), waiting while its queue is full."""
-        for instr in instrs:
-            pipe = self._pipe_for(instr)
-            if pipe.full():
-                self.blocked_since = self.env.now
-                while pipe.full():
-                    yield pipe.space()
-                self._blocked_acc += self.env.now - self.blocked_since
-                self.blocked_since = None
-            if pipe.idle_mark is not None:
-                # the pipe waited for this instruction; the part of the wait during which the
-                # dispatcher was blocked on another queue was imposed by in-order issue -- if the
-                # pipe can then go straight to work (Pipe._run drops it if a flag still blocks)
-                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                pipe.idle_mark = None
-            pipe.push(instr)
-
-    def _push_ready(self, instrs: Any) -> int:
-        """Push instructions in order while their queues have room; return how many it pushed.
-
-        The steps of :meth:`_push_all` for instructions that need not wait; the rest, from the
-        first that would wait (or has no pipe), is left to :meth:`_push_all`.
-        """
-        pipes = self.pipes
-        for i, instr in enumerate(instrs):
-            pipe = pipes.get(instr.pipe)
-            if pipe is None or len(pipe.queue) >= pipe.depth:
-                return i
-            if pipe.idle_mark is not None:
-                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                pipe.idle_mark = None
-            pipe.push(instr)
-        return len(instrs)
 
     def _pipe_for(self, instr: "Instruction") -> Pipe:
         pipe = self.pipes.get(instr.pipe)
