@@ -859,8 +859,10 @@ class FastForward:
                     instr.issue(pipe)                   # operand checks; no side effect here
                     if functional:
                         instr.complete(pipe)
+                busy = instr.busy
                 for ob in observers:
-                    ob.on_instruction(c, pipe, instr, start + dt, end + dt)
+                    if busy or not getattr(ob, "busy_only", False):
+                        ob.on_instruction(c, pipe, instr, start + dt, end + dt)
 
     # -- shifting the machine by k rounds -------------------------------------------------------------
     def _shift(self, k: int, period: int, c0: dict, c1: dict, L: list[int]) -> None:
@@ -1021,7 +1023,7 @@ def _match(a: tuple, b: tuple) -> dict[int, tuple[int, int | None]] | None:
         if state_a != state_b or len(gm_a) != len(gm_b):
             return None
         # a pipe idle all round keeps its mark; one that went idle again has it as far behind
-        # the dispatcher's blocked clock as before (Core._push_all turns the gap into ``held``)
+        # the dispatcher's blocked clock as before (Core.dispatch turns the gap into ``held``)
         for ma, mb in zip(marks_a, marks_b):
             if ma != mb and (ma is None or mb is None or ma - acc_a != mb - acc_b):
                 return None
