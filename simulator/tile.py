@@ -195,6 +195,11 @@ class GlobalSlice:
 
     def read(self, count: int) -> np.ndarray:
         t = self.tensor
+        if t.is_contiguous:     # the common case, in one call: byte_range without _offsets
+            dt = t.dtype
+            item = dt.itemsize
+            return t.device.global_view(t.addr + (t.offset + self.start) * item, count * item,
+                                        np_dtype=dt.np_dtype)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
         raw = t.device.global_view(lo, hi - lo, np_dtype=t.dtype.np_dtype)
@@ -206,6 +211,12 @@ class GlobalSlice:
     def write(self, values: np.ndarray) -> None:
         t = self.tensor
         count = len(values)
+        if t.is_contiguous:     # the common case: straight into the destination's bytes
+            dt = t.dtype
+            item = dt.itemsize
+            t.device.global_view(t.addr + (t.offset + self.start) * item, count * item, write=True,
+                                 np_dtype=dt.np_dtype)[...] = values
+            return
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
         raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
