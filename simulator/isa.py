@@ -437,9 +437,17 @@ class VectorOp(Instruction):
         out = self.dst.array(n)
         if fp32:
             type(self).fn(*args, out=out)
+            return
+        first = args[0] if args else None
+        if type(first) is np.ndarray and first.base is None and first.dtype == np.float32:
+            # the fp32 result into the widened copy of the first operand (fresh, owned here): an
+            # element-wise fp32 ufunc gives the same bits in place, without another temporary
+            type(self).fn(*args, out=first)
+            result = first
         else:
-            # the one rounding to the destination dtype (round_to), converted straight into it
-            nx.cast_into(out, type(self).fn(*args).astype(np.float32, copy=False), dt, "rint")
+            result = type(self).fn(*args).astype(np.float32, copy=False)
+        # the one rounding to the destination dtype (round_to), converted straight into it
+        nx.cast_into(out, result, dt, "rint")
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         n = self.count

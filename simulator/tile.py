@@ -231,7 +231,7 @@ class GlobalSlice:
         count = len(values)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
         sel = slice(None) if offs is None else offs - (lo - t.addr) // t.dtype.itemsize
         if t.dtype == nx.FP32:
             if offs is None:
