@@ -363,8 +363,9 @@ class Region:
         self.allocated_bytes = 0
         self._store: _SegmentStore | None = None
         # (addr, nbytes, numpy dtype) -> typed view, for "flat" regions backed densely (see
-        # typed_view): their one array never moves until reset, which starts a new dict.
-        self._views: dict[tuple[int, int, np.dtype], np.ndarray] = {}
+        # typed_view): their one array never moves until reset, which starts a new dict.  Read
+        # by hot callers (LocalTensor.array) before they call typed_view; written only here.
+        self.views: dict[tuple[int, int, np.dtype], np.ndarray] = {}
         if self.backing == "sparse":
             self._store = _SegmentStore(self.base, self.end, PAGE, self.capacity, self.name)
         elif self.backing == "flat":
@@ -581,11 +582,12 @@ class Region:
         Views of a writable "flat" region backed by one dense array (a core's UB, L1, L0*) are
         cached: any in-range address is legal there and the array never moves until
         :meth:`reset` (which drops the cache), so the same buffer of the next tile costs one dict
-        lookup.  A cached view is writable, as the uncached one of backed memory is."""
+        lookup (``views``, which a caller may consult first).  A cached view is writable, as
+        the uncached one of backed memory is."""
         store = self._store
         if store is not None:                  # "flat" / "sparse": any in-range address
             key = (addr, nbytes, np_dtype)
-            hit = self._views.get(key)
+            hit = self.views.get(key)
             if hit is not None:                # cached only when legal to read and write
                 return hit
             if (nbytes > 0 and self.base <= addr and addr + nbytes <= self.end
@@ -597,7 +599,7 @@ class Region:
                         off = addr - seg.start
                         view = seg.data[off:off + nbytes].view(np_dtype)
                         if store.granule is None:   # dense: the one array of the whole region
-                            views = self._views
+                            views = self.views
                             if len(views) >= _MAX_VIEWS:
                                 views.clear()
                             views[key] = view
