@@ -6,6 +6,8 @@
 3. Simulated instructions per second over raw SimPy timeouts per second (one process yielding
    env.timeout(1) in a loop): how close the machine model runs to the event engine's speed;
    from the full-mode run and from a timing-mode run (engine only, no numerics). target >= 0.25x
+   benchmarks/engine_ceiling.py measures what a bare engine of the same design (a SimPy process
+   per pipe, bounded in-order queues, flags, no machine model) reaches on this launch's shape.
    Each figure also prints what the steady-state fast-forward skipped (simulator/fastforward.py),
    or why it did not: it is exact, so it only skips rounds of a machine whose state repeats.
 4. With --flce: FusedLinearCrossEntropyLossGrad BT 4096 / H 4096 / V 32000 bf16 on atlas-a2,

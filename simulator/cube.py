@@ -369,7 +369,11 @@ class CopyGmToL1(CubeInstruction):
 
     def __init__(self, dst: LocalTensor, src: GmMatrix, r0: int, nr: int, c0: int, nc: int, *,
                  repeat: int = 1, repeat_axis: str = "cols") -> None:
-        super().__init__(repeat)
+        # CubeInstruction.__init__ inline (here and in LoadData, Mmad): one call per instruction
+        self.tile, self.origin = -1, None
+        if repeat < 1:
+            raise SimulatorError(f"repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
         self.dst, self.src = dst, src
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
         self.repeat_axis = repeat_axis
@@ -449,7 +453,10 @@ class LoadData(CubeInstruction):
 
     def __init__(self, dst: LocalTensor, src: LocalTensor, src_rows: int, src_cols: int, r0: int, nr: int,
                  c0: int, nc: int, *, transpose: bool = False, repeat: int = 1) -> None:
-        super().__init__(repeat)
+        self.tile, self.origin = -1, None
+        if repeat < 1:
+            raise SimulatorError(f"repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
         self.dst, self.src = dst, src
         self.src_rows, self.src_cols = int(src_rows), int(src_cols)
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
@@ -600,7 +607,10 @@ class Mmad(CubeInstruction):
 
     def __init__(self, c: LocalTensor, a: LocalTensor, b: LocalTensor, m: int, k: int, n: int, *,
                  accumulate: bool, repeat: int = 1) -> None:
-        super().__init__(repeat)
+        self.tile, self.origin = -1, None
+        if repeat < 1:
+            raise SimulatorError(f"repeat must be >= 1, got {repeat}")
+        self.repeat = int(repeat)
         self.c, self.a, self.b = c, a, b
         self.m, self.k, self.n = int(m), int(k), int(n)
         self.accumulate = bool(accumulate)

@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from itertools import islice
+from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
 from opsim.simulator.errors import SimulatorError
@@ -100,6 +100,9 @@ class ProgramStream:
     stamps each with the core's tile (and source line, when the device records them) at the
     moment the generator produced it, which is what the dispatcher saw when it pushed it
     straight away, and numbers them. The fast-forward reads ahead with :meth:`draw`.
+    On a device without the fast-forward nothing reads ahead or asks for the numbering, and
+    iterating the stream hands out each draw as one batch instead (:meth:`_batches`): the
+    same sequence at a Python call per draw rather than several per instruction.
     """
 
     def __init__(self, core: "Core", program: Iterator[Any], pending: list) -> None:
@@ -120,8 +123,72 @@ class ProgramStream:
         self.by_index: dict[int, Any] = {}
         self.sigs: dict[int, Any] = {}    # id(instruction) -> _signature, computed once
 
-    def __iter__(self) -> "ProgramStream":
+    def __iter__(self) -> Iterator[Any]:
+        if self.core.device.ff is None:
+            # Nothing reads ahead or asks for the numbering: the dispatcher takes each draw
+            # (its flags, then its instruction) as one batch through a C-level chain, which
+            # costs no Python call per instruction (see _batches)
+            return chain.from_iterable(self._batches())
         return self
+
+    def _batches(self) -> Iterator[Any]:
+        """The draws of :meth:`_draw`, each as the batch it adds, for a device without the
+        fast-forward: the same instructions in the same order, stamped with the same tile and
+        source line at the same moment (a draw is made when the dispatcher has taken the
+        previous one), and a kernel's error raised when the dispatcher gets there. ``count``,
+        ``given``, ``held``, ``tile`` and ``ready`` are the fast-forward's and stay unset."""
+        if _ISA is None:
+            _load_isa()
+        Instruction = _ISA.Instruction
+        core = self.core
+        device = core.device
+        pending = self.pending
+        program = self.program
+        known: set = set()                # classes that passed the isinstance check
+        while True:
+            device.drawing = self
+            try:
+                item = next(program)
+            except StopIteration:
+                item = None
+                self.done = True
+            except Exception:
+                # the flags it queued are never pushed (as in _draw)
+                self.done = True
+                pending.clear()
+                raise
+            finally:
+                device.drawing = None
+            if item is None:
+                if not pending:
+                    return
+                batch: Any = [*pending]
+            else:
+                cls = type(item)
+                if cls not in known:
+                    if not isinstance(item, Instruction):
+                        self.done = True         # the program is not resumed after it
+                        batch = [*pending]       # pushed unstamped, as _draw does
+                        del pending[:]
+                        yield batch
+                        raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
+                                             core=core.name)
+                    known.add(cls)
+                batch = [*pending, item] if pending else (item,)
+            del pending[:]                       # pending.clear(), without the call
+            tile = core.tile
+            if device.source_lines:
+                origin = _source_line(program)
+                for instr in batch:
+                    instr.tile = tile
+                    if origin is not None and getattr(instr, "origin", None) is None:
+                        instr.origin = origin
+            else:
+                for instr in batch:
+                    instr.tile = tile
+            yield batch
+            if self.done:
+                return
 
     def __next__(self) -> Any:
         ready = self.ready

@@ -266,16 +266,19 @@ class DataCopy(Instruction):
 
     def __init__(self, dst: LocalTensor | GlobalSlice, src: LocalTensor | GlobalSlice,
                  count: int | None = None) -> None:
-        super().__init__()
-        self._to_gm = isinstance(dst, GlobalSlice)
-        if self._to_gm == isinstance(src, GlobalSlice):
+        # Instruction.__init__ and the ``local`` property inline: one DataCopy per tile and operand
+        self.tile, self.origin = -1, None
+        to_gm = self._to_gm = isinstance(dst, GlobalSlice)
+        from_gm = isinstance(src, GlobalSlice)
+        if to_gm == from_gm:
             raise SimulatorError(f"{self.name} needs one global and one local operand, got "
                                  f"{type(dst).__name__} <- {type(src).__name__}")
         if count is None:
-            count = src.count if isinstance(src, GlobalSlice) else dst.count
+            count = src.count if from_gm else dst.count
         self.dst, self.src, self.count = dst, src, int(count)
-        local = self.local
-        self._pipe = local.core.store_pipe if self._to_gm else local.core.load_pipe
+        # the local operand (typing.cast would be a call per copy; checked just above)
+        local: LocalTensor = src if to_gm else dst   # type: ignore[assignment]
+        self._pipe = local.core.store_pipe if to_gm else local.core.load_pipe
         self._nbytes = self.count * local.dtype.itemsize
         self._atomic = False   # set at issue: a GM write while SetAtomicAdd is in effect
 
@@ -398,7 +401,7 @@ class VectorOp(Instruction):
 
     def __init__(self, dst: LocalTensor, *srcs: LocalTensor, scalar: float | LocalTensor | None = None,
                  count: int | None = None) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None          # Instruction.__init__ inline
         self.dst, self.srcs, self.scalar = dst, srcs, scalar
         self.count = int(dst.count if count is None else count)
 
@@ -585,7 +588,7 @@ class Cast(Instruction):
 
     def __init__(self, dst: LocalTensor, src: LocalTensor, mode: str = "rint",
                  count: int | None = None) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None          # Instruction.__init__ inline
         if mode not in nx.ROUND_MODES:
             raise SimulatorError(f"Cast round mode {mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
         self.dst, self.src, self.mode = dst, src, mode

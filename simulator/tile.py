@@ -69,8 +69,9 @@ class GlobalTensor:
         shape = tuple(int(s) for s in shape)
         return GlobalTensor(device, addr, dtype, shape, contiguous_strides(shape), 0)
 
-    @property
+    @functools.cached_property
     def numel(self) -> int:
+        # cached (the view never changes): every slice a kernel takes asks for it
         n = 1
         for s in self.shape:
             n *= s
@@ -108,7 +109,7 @@ class GlobalTensor:
         start, stop, step = s.indices(self.numel)
         if step != 1:
             raise SimulatorError("GlobalTensor slices are flat element ranges with step 1")
-        return GlobalSlice(self, start, max(0, stop - start))
+        return GlobalSlice(self, start, stop - start if stop > start else 0)
 
     def element_offsets(self, start: int, count: int) -> np.ndarray:
         """Storage offsets (in elements, from addr) of flat view elements [start, start+count)."""
@@ -262,7 +263,7 @@ class LocalTensor:
         if step != 1:
             raise SimulatorError("LocalTensor slices have step 1")
         return LocalTensor(self.core, self.region, self.addr + start * self.dtype.itemsize, self.dtype,
-                           max(0, stop - start))
+                           stop - start if stop > start else 0)
 
     @property
     def memory_name(self) -> str:
@@ -286,7 +287,13 @@ class LocalTensor:
         if self.addr % align:
             raise MemoryFault(f"{self.region.name} tensor start {self.addr:#x} is not {align} B aligned",
                               address=self.addr)
-        self.region.check(self.addr, count * self.dtype.itemsize, write=write)
+        region, addr, nbytes = self.region, self.addr, count * self.dtype.itemsize
+        # Region.check's verdict for a flat or sparse region (any local memory), inline: the cube
+        # instructions check three or four operands each when they issue. Whatever it would
+        # refuse -- and every allocation-backed region -- goes to Region.check, which raises.
+        if (region.backing == "allocation" or nbytes < 0 or addr < region.base or addr + nbytes > region.end
+                or (write and region.read_only)):
+            region.check(addr, nbytes, write=write)
 
     def array(self, count: int | None = None) -> np.ndarray:
         n = self.count if count is None else count
@@ -329,6 +336,8 @@ class TQue:
         self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
         self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
+        isa = _isa()
+        self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
         ctx.queues.append(self)
 
     def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
@@ -338,13 +347,20 @@ class TQue:
                                  f"(free() one first)", core=self.ctx.core.name)
         i = self._free.popleft()
         ctx = self.ctx
+        # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
+        # the four queue calls for every buffer it moves, and FLCE's cube side moves ten buffers
+        # per L1 chunk (three fewer calls per flag)
+        lines = ctx.device.source_lines
         if self._used_before[i]:
-            ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
+            flag = self._wait_flag(self.consumer, self.producer, self.event_ids[i])
+            if lines:
+                flag.origin = _caller_line()
+            ctx.pending.append(flag)
         self._used_before[i] = True
         dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
         t = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
-        if ctx.device.source_lines:
+        if lines:
             self._alloc_origin[t.addr] = _caller_line()
         return t
 
@@ -360,22 +376,36 @@ class TQue:
         return i
 
     def enque(self, t: LocalTensor) -> None:
-        i = self._index(t)
-        self.ctx.emit_set(self.producer, self.consumer, self.event_ids[i])
+        i = self._out.get(t.addr)
+        if i is None:
+            i = self._index(t)           # raises
+        ctx = self.ctx
+        flag = self._set_flag(self.producer, self.consumer, self.event_ids[i])
+        if ctx.device.source_lines:
+            flag.origin = _caller_line()
+        ctx.pending.append(flag)
         self._fifo.append((i, t))
 
     def deque(self) -> LocalTensor:
         if not self._fifo:
             raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
         i, t = self._fifo.popleft()
-        self.ctx.emit_wait(self.producer, self.consumer, self.event_ids[i])
+        ctx = self.ctx
+        flag = self._wait_flag(self.producer, self.consumer, self.event_ids[i])
+        if ctx.device.source_lines:
+            flag.origin = _caller_line()
+        ctx.pending.append(flag)
         return t
 
     def free(self, t: LocalTensor) -> None:
         i = self._out.pop(t.addr, None)
         if i is None:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
-        self.ctx.emit(_isa().QueueFreeFlag(self.consumer, self.producer, self.event_ids[i]))
+        ctx = self.ctx
+        flag = self._free_flag(self.consumer, self.producer, self.event_ids[i])
+        if ctx.device.source_lines:
+            flag.origin = _caller_line()
+        ctx.pending.append(flag)
         self._free.append(i)
 
 
@@ -497,20 +527,25 @@ class KernelContext:
         return LocalTensor(self.core, region, addr, nx.dtype(dtype), count)
 
     def emit(self, instr: Any) -> None:
-        self._stamp(instr)
-        self.pending.append(instr)
-
-    def emit_set(self, src: str, dst: str, event_id: int) -> None:
-        self.emit(_isa().SetFlag(src, dst, event_id))
-
-    def emit_wait(self, src: str, dst: str, event_id: int) -> None:
-        self.emit(_isa().WaitFlag(src, dst, event_id))
-
-    def _stamp(self, instr: Any) -> None:
         # an emitted flag's source line is the kernel line that emitted it (TQue calls included),
         # not the line of the instruction yielded next
         if self.device.source_lines and getattr(instr, "origin", None) is None:
             instr.origin = _caller_line()
+        self.pending.append(instr)
+
+    # emit_set / emit_wait build and queue the flag themselves (as TQue does): no layer of
+    # calls between a kernel's flag and the pending list, the source line found the same way
+    def emit_set(self, src: str, dst: str, event_id: int) -> None:
+        flag = (_ISA or _isa()).SetFlag(src, dst, event_id)
+        if self.device.source_lines:
+            flag.origin = _caller_line()
+        self.pending.append(flag)
+
+    def emit_wait(self, src: str, dst: str, event_id: int) -> None:
+        flag = (_ISA or _isa()).WaitFlag(src, dst, event_id)
+        if self.device.source_lines:
+            flag.origin = _caller_line()
+        self.pending.append(flag)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,8 +622,8 @@ def _caller_line() -> str | None:
 
 
 def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    return _isa().DataCopyPad(dst, src, n)
+    return (_ISA or _isa()).DataCopyPad(dst, src, n)
 
 
 def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    return _isa().DataCopyPad(dst, src, n)
+    return (_ISA or _isa()).DataCopyPad(dst, src, n)

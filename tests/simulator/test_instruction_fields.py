@@ -1,0 +1,76 @@
+"""Instruction constructors (simulator/isa.py, simulator/cube.py): the fields a new instruction
+starts with (no tile, no source line, its pipe from its operands) and the operand errors they
+raise, naming what was given."""
+from __future__ import annotations
+
+import pytest
+
+from opsim import devices
+from opsim.simulator import numerics as nx
+from opsim.simulator.cube import CopyGmToL1, Fixpipe, GmMatrix, LoadData, Mmad
+from opsim.simulator.device import Device
+from opsim.simulator.errors import SimulatorError
+from opsim.simulator.isa import Adds, Cast, DataCopy, DataCopyPad, QueueFreeFlag, SetFlag, WaitFlag
+from opsim.simulator.tile import GlobalTensor, LocalTensor
+
+
+@pytest.fixture(scope="module")
+def dev() -> Device:
+    return Device(devices.load("atlas-a2"), functional=False)
+
+
+def _ub(dev: Device, count: int = 256, dtype: nx.DType = nx.FP32) -> LocalTensor:
+    core = dev.cores["vector"][0]
+    return LocalTensor(core, core.memory("UB"), 0, dtype, count)
+
+
+def _l(dev: Device, memory: str, dtype: nx.DType = nx.BF16, count: int = 4096) -> LocalTensor:
+    core = dev.cores["cube"][0]
+    return LocalTensor(core, core.memory(memory), 0, dtype, count)
+
+
+def test_a_new_instruction_has_no_tile_and_no_source_line(dev: Device) -> None:
+    g = GlobalTensor.contiguous(dev, dev.malloc(1024), nx.FP32, (256,))
+    ub = _ub(dev)
+    m = GmMatrix.nd(GlobalTensor.contiguous(dev, dev.malloc(64 * 64 * 2), nx.BF16, (64, 64)))
+    made = [SetFlag("MTE2", "VECTOR", 0), WaitFlag("MTE2", "VECTOR", 0), QueueFreeFlag("VECTOR", "MTE2", 1),
+            DataCopy(ub, g[0:256]), DataCopyPad(g[0:100], ub, 100), Adds(ub, ub, scalar=1.0),
+            Cast(_ub(dev, dtype=nx.FP16), ub), CopyGmToL1(_l(dev, "L1"), m, 0, 16, 0, 64),
+            LoadData(_l(dev, "L0A"), _l(dev, "L1"), 16, 64, 0, 16, 0, 64),
+            Mmad(_l(dev, "L0C", nx.FP32), _l(dev, "L0A"), _l(dev, "L0B"), 16, 64, 16, accumulate=False),
+            Fixpipe(m, 0, 0, _l(dev, "L0C", nx.FP32), 16, 16)]
+    assert [(i.tile, i.origin) for i in made] == [(-1, None)] * len(made)
+    assert [i.pipe for i in made] == ["MTE2", "VECTOR", "VECTOR", "MTE2", "MTE3", "VECTOR", "VECTOR",
+                                      "MTE2", "MTE1", "CUBE", "FIXP"]
+    copy_in, copy_out = made[3], made[4]
+    assert (copy_in.count, copy_in._nbytes, copy_in.local is ub) == (256, 1024, True)
+    assert (copy_out.count, copy_out._nbytes, copy_out.local is ub) == (100, 400, True)
+
+
+def test_a_copy_needs_one_global_and_one_local_operand(dev: Device) -> None:
+    ub = _ub(dev)
+    with pytest.raises(SimulatorError, match="DataCopy needs one global and one local operand, got "
+                                             "LocalTensor <- LocalTensor"):
+        DataCopy(ub, ub)
+    g = GlobalTensor.contiguous(dev, dev.malloc(1024), nx.FP32, (256,))
+    with pytest.raises(SimulatorError, match="DataCopyPad needs one global and one local operand, got "
+                                             "GlobalSlice <- GlobalSlice"):
+        DataCopyPad(g[0:8], g[8:16])
+
+
+def test_an_unknown_round_mode_is_refused_naming_it(dev: Device) -> None:
+    with pytest.raises(SimulatorError, match="Cast round mode 'up' is not one of"):
+        Cast(_ub(dev, dtype=nx.FP16), _ub(dev), "up")
+
+
+@pytest.mark.parametrize("make", ["copy", "load", "mmad"])
+def test_a_cube_repeat_below_one_is_refused_naming_it(dev: Device, make: str) -> None:
+    m = GmMatrix.nd(GlobalTensor.contiguous(dev, dev.malloc(64 * 64 * 2), nx.BF16, (64, 64)))
+    with pytest.raises(SimulatorError, match="repeat must be >= 1, got 0"):
+        if make == "copy":
+            CopyGmToL1(_l(dev, "L1"), m, 0, 16, 0, 64, repeat=0)
+        elif make == "load":
+            LoadData(_l(dev, "L0A"), _l(dev, "L1"), 16, 64, 0, 16, 0, 64, repeat=0)
+        else:
+            Mmad(_l(dev, "L0C", nx.FP32), _l(dev, "L0A"), _l(dev, "L0B"), 16, 64, 16, accumulate=True,
+                 repeat=0)
