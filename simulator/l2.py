@@ -23,9 +23,10 @@ decides what an entry stands for.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import chain, islice, repeat
+from operator import length_hint
 from typing import Iterable, Iterator, overload
 
 import numpy as np
@@ -85,6 +86,14 @@ class L2Cache:
         # every resident line occupies exactly one line of capacity (no sample has left a
         # heavier one): then _used == len(_lru) and a new line evicts exactly one line
         self._uniform = True
+        # every weight ever given is a whole number >= 1: capacity totals are then exact sums of
+        # whole numbers, so _used == len(_lru) holds exactly when every resident line weighs one
+        # (access_runs sets _uniform again then; a sample's heavier lines are evicted or re-weighed)
+        self._whole = True
+        # (first line, step, rows) of the last access when it was one-line rows walked in bulk
+        # (_access_rows): its lines are then the most recent ones, in that order, until anything
+        # else touches the cache (every other access, sample, invalidation or restore clears it)
+        self._tail: tuple[int, int, int] | None = None
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
 
@@ -130,13 +139,30 @@ class L2Cache:
         it is written for that: bound methods and the used-capacity total in locals, one dict
         lookup per line, the eviction of :meth:`_evict` inline. (Bulk
         ``OrderedDict.update`` of new lines was slower than this loop: it goes through the
-        generic mapping protocol per key.)
+        generic mapping protocol per key.) The rows of a strided tile, when every line weighs
+        one, are walked in bulk (:meth:`_access_rows`, :meth:`_access_blocks`): C-level passes
+        that provably leave the same cache, hits and write-backs as the line-by-line walk.
         """
         c = self.chunk
+        if not self._uniform and self._whole and self._used == len(self._lru):
+            self._uniform = True        # the last heavier line a sample left is gone (see _whole)
         if type(runs) is StridedRuns and runs.run > 0 and runs.a0 % c + runs.run <= c \
                 and runs.stride % c == 0:
             # every row lies in one line, and the rows' lines are equally spaced
             return self._access_rows(runs.a0 // c, runs.stride // c, runs.rows, runs.run, write)
+        if type(runs) is StridedRuns and self._uniform and runs.run > 0 and runs.stride % c == 0:
+            span = (runs.a0 % c + runs.run - 1) // c + 1        # lines per row (two or more here)
+            if runs.stride >= span * c and 0 < runs.rows * span <= self.capacity_chunks:
+                # rows of several lines that share none: the walk of _access_blocks
+                self._tail = None
+                return self._access_blocks(runs.a0, runs.stride, runs.run, runs.rows, span, write)
+        self._tail = None
+        return self._walk(runs, write)
+
+    def _walk(self, runs: Iterable[tuple[int, int]], write: bool) -> int:
+        """The line-by-line walk of :meth:`access_runs` (with its shortcuts for runs that
+        stream into a uniform cache or fit in the room left)."""
+        c = self.chunk
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -187,12 +213,9 @@ class L2Cache:
                     for line in range(x, last + 1):
                         lru[line] = 1.0
                     used += last + 1 - x
-                    while used > cap:
-                        ch, w = popfront(False)
-                        used -= w
-                        if ch in dirty:
-                            dirty.discard(ch)
-                            self.pending_writeback += w * c
+                    if used > cap:
+                        self._drop_lru(int(used) - cap)     # whole lines (uniform)
+                        used = float(cap)
                     if mark:
                         dirty.update(range(first, last + 1))
                     if x > last:
@@ -279,10 +302,81 @@ class L2Cache:
         self._used = used
         return 0 if write else hit
 
+    def _drop_lru(self, over: int) -> None:
+        """Evict the ``over`` least-recently-used lines, each weighing one line of capacity (the
+        cache is uniform; the caller takes ``over`` off the used capacity); the bytes of dirty
+        ones are owed to HBM (as :meth:`_evict`: whole lines, so the sum is exact in any order).
+        The lines are listed first and then deleted: no (line, weight) pair per line."""
+        lru = self._lru
+        evicted = list(islice(lru, over))
+        for line in evicted:
+            del lru[line]
+        dirty = self._dirty
+        if dirty:
+            owed = dirty.intersection(evicted)
+            if owed:
+                dirty.difference_update(owed)
+                self.pending_writeback += len(owed) * self.chunk
+
+    def _access_blocks(self, a0: int, stride: int, run: int, rows: int, span: int, write: bool) -> int:
+        """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
+        number of lines), each over ``span`` lines and no two sharing a line, in a uniform cache
+        that can hold all ``rows * span`` lines: the bulk walk of :meth:`_access_rows` (the
+        resident lines before the first one that is not move to the most-recent end in one pass; if
+        none after it is resident, the rest are misses inserted in order and the least-recently-
+        used lines evicted, never lines of this access), else the walk of the rows from the one
+        holding the first line that was not resident (its leading lines, just moved, are
+        touched again: they are the most-recent lines in that order, so nothing changes)."""
+        c = self.chunk
+        lru = self._lru
+        first = a0 // c
+        step = stride // c
+        starts = range(first, first + step * rows, step)
+        ends = range(first + span, first + span + step * rows, step)
+        mark = write and self.write_back
+        try:
+            deque(map(lru.move_to_end, chain.from_iterable(map(range, starts, ends))), 0)
+        except KeyError as e:           # the first line that was not resident (the ones before moved)
+            miss: int = e.args[0]
+        else:
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            return 0 if write else rows * run
+        r, i = divmod(miss - first, step)
+        rest = slice(r + 1, rows)
+        if lru.keys().isdisjoint(chain(range(miss + 1, starts[r] + span),
+                                       chain.from_iterable(map(range, starts[rest], ends[rest])))):
+            fresh = (rows - r) * span - i
+            over = int(self._used) + fresh - self.capacity_chunks     # _used == len(lru): whole lines
+            if over > 0:
+                self._drop_lru(over)
+                self._used -= over
+            for line in chain(range(miss, starts[r] + span), chain.from_iterable(map(range, starts[rest], ends[rest]))):
+                lru[line] = 1.0
+            self._used += fresh
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            # the hits: the whole rows before row r, and row r's lines before line i (the first
+            # starts a0 % c bytes into its line)
+            return 0 if write else r * run + (i * c - a0 % c if i else 0)
+        if mark and r:
+            self._dirty.update(chain.from_iterable(map(range, starts[:r], ends[:r])))
+        hit = self._walk([(a0 + k * stride, run) for k in range(r, rows)], write)
+        return 0 if write else r * run + hit
+
     def _access_rows(self, first: int, step: int, count: int, run: int, write: bool) -> int:
         """:meth:`access_runs` of ``count`` rows of ``run`` bytes that each lie in one line, the
         lines ``first + k * step``: the same steps per line as the general loop (touch, evict,
-        mark), with no per-row address arithmetic."""
+        mark), with no per-row address arithmetic.
+
+        With every line weighing one, distinct lines (``step`` != 0) and no more rows than the
+        cache holds, the walk is done in bulk, which gives the same cache: the leading resident
+        lines move to the most-recent end in one C-level pass (a panel read again: usually all of
+        them); if none of the rest is resident, those are all misses, inserted in order, and
+        each evicts the least-recently-used line, which is never a line of this access (it has
+        at most as many lines as the cache, so the lines it did not touch are evicted first);
+        the lines evicted are then the ``over`` least recent ones, in order. Otherwise the walk
+        goes on line by line from the first line that was not resident."""
         lru = self._lru
         get = lru.get
         to_end = lru.move_to_end
@@ -293,7 +387,46 @@ class L2Cache:
         mark = write and self.write_back
         used = self._used
         misses = 0
-        lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
+        lines: Iterable[int]
+        tail, self._tail = self._tail, None
+        if step and self._uniform and 0 < count <= cap:
+            rows = range(first, first + step * count, step)
+            key = (first, step, count)
+            if key == tail:
+                # the same rows as the last access (a panel read again at once): they are the
+                # most recent lines already, in this order, so touching them moves nothing
+                self._tail = key
+                if mark:
+                    dirty.update(rows)
+                return 0 if write else count * run
+            it = iter(rows)
+            try:
+                deque(map(to_end, it), 0)       # every line resident: all hits, moved in order
+            except KeyError:                    # rows[j] is not resident; those before it moved
+                j = count - length_hint(it) - 1
+            else:
+                self._tail = key
+                if mark:
+                    dirty.update(rows)
+                return 0 if write else count * run
+            if mark and j:
+                dirty.update(rows[:j])
+            rest = rows[j:]
+            if lru.keys().isdisjoint(rest[1:]):
+                over = int(used) + len(rest) - cap          # used == len(lru): whole lines
+                if over > 0:
+                    self._drop_lru(over)
+                    used -= over
+                for line in rest:
+                    lru[line] = 1.0
+                self._used = used + len(rest)
+                if mark:
+                    dirty.update(rest)
+                self._tail = key                # moved, then inserted: the newest lines, in order
+                return 0 if write else j * run
+            lines = rest
+        else:
+            lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
         for line in lines:
             old = get(line)
             if old is None:
@@ -342,9 +475,12 @@ class L2Cache:
         write-back marks the lines dirty."""
         lru = self._lru
         cap = self.capacity_chunks
+        self._tail = None
         w = float(weight)
         if w != 1.0:
             self._uniform = False
+            if not (w >= 1.0 and w.is_integer()):
+                self._whole = False
         hit = 0
         mark = write and self.write_back
         for ch in lines:
@@ -376,6 +512,7 @@ class L2Cache:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
         if nbytes <= 0 or not self._lru:
             return
+        self._tail = None
         c = self.chunk
         first, last = addr // c, (addr + nbytes - 1) // c
         # walk whichever is smaller: the range's lines or the resident lines
@@ -394,6 +531,7 @@ class L2Cache:
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
         lru, used, dirty, pending, self._uniform, hit, miss, wb = state
+        self._tail = None
         self._lru = OrderedDict(lru)
         self._used = used
         self._dirty = set(dirty)

@@ -196,3 +196,81 @@ def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills
         assert l2._dirty == ref.dirty
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+@pytest.mark.parametrize("span", [1, 3])
+def test_panels_read_again_walk_as_a_line_by_line_lru(span, write_back):
+    # equally spaced rows of one or of several lines (the cube's panel loads) are walked in bulk
+    # when every line weighs one: panels read again (all hits), partly resident (a resident
+    # prefix, then misses), mixed, and larger than the cache, in a cache that is full
+    from opsim.simulator.l2 import StridedRuns
+    rng = np.random.default_rng(span)
+    lines = 48
+    l2, ref = L2Cache(lines * LINE, LINE, write_back=write_back), _ReferenceLRU(lines, write_back)
+    panels = [(int(rng.integers(0, 40)) * LINE + int(rng.integers(0, LINE // 2)) * (span > 1),
+               int(rng.choice([span, span + 1, 2 * span + 1])) * LINE, span * LINE - LINE // 2 * (span > 1),
+               int(rng.integers(1, 2 * lines // span))) for _ in range(6)]
+    for _ in range(300):
+        if rng.random() < 0.15:
+            runs: list | StridedRuns = [(int(rng.integers(0, 120 * LINE)), int(rng.integers(1, 6 * LINE)))]
+        else:
+            runs = StridedRuns(*panels[int(rng.integers(len(panels)))])
+        write = bool(rng.random() < 0.3)
+        assert l2.access_runs(runs, write=write) == ref.touch_runs(list(runs), write)
+        assert list(l2._lru) == ref.order
+        assert l2._used == len(ref.order)
+        assert l2._dirty == ref.dirty
+        assert l2.take_writeback() == ref.owed
+        ref.owed = 0
+
+
+def test_the_cache_is_uniform_again_once_no_heavier_sampled_line_is_resident():
+    # a sampled launch leaves lines weighing P; the fast walks need every line to weigh one, so
+    # an access finds the cache uniform again only once the last heavier line was evicted or
+    # re-weighed (it looks when it starts: an empty access shows what the next one sees)
+    def uniform(l2: L2Cache) -> bool:
+        l2.access_runs((), write=False)
+        return l2._uniform
+
+    l2 = L2Cache(8 * LINE, LINE)
+    l2.access_lines([0, 1], weight=2)
+    assert not uniform(l2)
+    l2.access(0, LINE, write=False)                       # line 0 re-weighed to one, line 1 still 2
+    assert not uniform(l2)
+    l2.access(LINE, LINE, write=False)                    # line 1 re-weighed: all weigh one again
+    assert uniform(l2)
+    l2.access_lines([5], weight=4)
+    assert not uniform(l2)
+    l2.access(16 * LINE, 6 * LINE, write=False)           # 6 new lines evict line 5 (the LRU one)
+    assert 5 not in l2._lru and uniform(l2)
+    # a weight that is not a whole number makes capacity sums inexact: never uniform again
+    l2.access_lines([9], weight=1.5)
+    l2.invalidate(0, 64 * LINE)
+    assert not l2._lru and not uniform(l2)
+
+
+@pytest.mark.parametrize("between", ["sample", "invalidate", "restore", "runs"])
+def test_a_panel_read_again_after_another_touch_moves_its_lines_again(between):
+    # rows read twice in a row are the most recent lines already (nothing to move); anything
+    # that touched the cache in between must make the second read walk them again
+    from opsim.simulator.l2 import StridedRuns
+    rows = StridedRuns(0, 2 * LINE, LINE, 4)                 # lines 0, 2, 4, 6
+    l2, ref = L2Cache(16 * LINE, LINE), _ReferenceLRU(16, False)
+    saved = l2.save_state()
+    for cache in (l2, ref):
+        cache.touch_runs(list(rows), False) if cache is ref else cache.access_runs(rows, write=False)
+    if between == "sample":
+        l2.access_lines([2], weight=1)                       # a weight-one sample keeps it uniform
+        ref.touch_runs([(2 * LINE, LINE)], False)
+    elif between == "invalidate":
+        l2.invalidate(2 * LINE, LINE)
+        ref.order.remove(2)
+    elif between == "restore":
+        l2.restore_state(saved)
+        ref.order.clear()
+    else:
+        l2.access_runs([(4 * LINE, LINE)], write=False)
+        ref.touch_runs([(4 * LINE, LINE)], False)
+    assert l2.access_runs(rows, write=False) == ref.touch_runs(list(rows), False)
+    assert list(l2._lru) == ref.order
