@@ -338,17 +338,21 @@ class DataCopy(Instruction):
         if not core.device.functional:
             return
         n = self.count
-        # the operands directly, not through the local/glob properties (one call each fewer)
+        # the operands directly, not through the local/glob properties nor typing.cast (a call
+        # each per copy); one is local and one global (__init__)
+        local: LocalTensor
+        glob: GlobalSlice
         if self._to_gm:
-            values = cast(LocalTensor, self.src).array(n)
-            glob = cast(GlobalSlice, self.dst)
+            local, glob = self.src, self.dst
+            values = local.array(n)
             if self._atomic:
                 # applied at this cycle; simultaneous commits in a seeded order (simulator/atomics.py)
                 core.device.atomics.commit(glob, values)
             else:
                 glob.write(values)
         else:
-            cast(LocalTensor, self.dst).array(n)[...] = cast(GlobalSlice, self.src).read(n)
+            glob, local = self.src, self.dst
+            local.array(n)[...] = glob.read(n)
 
     def trace_args(self) -> tuple[int, int, int, str]:
         # the detail is the dtype, as for vector instructions (an atomic store says so instead)
