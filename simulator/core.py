@@ -14,7 +14,7 @@ note, docs/sources.md#mte2-preload-note).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator, cast
+from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator
 
 import simpy
 
@@ -106,20 +106,25 @@ class Pipe:
         env = self.env
         core = self.core
         device = core.device
+        queue = self.queue
         while True:
-            if not self.queue:
+            if not queue:
                 self._item_ev = env.event()
                 self.idle_mark = core.blocked_clock()
                 yield self._item_ev
                 self.idle_mark = None
-            instr = self.queue.popleft()
+            instr = queue.popleft()
             self.current = instr
             if self._space_ev is not None:
                 ev, self._space_ev = self._space_ev, None
                 ev.succeed()
-            self.started = cast(int, env.now)   # simulated time is integral (LinkNetwork checks it)
+            # env._now, not the property env.now: a Python call, twice per instruction and flag
+            # (simulated time is integral: LinkNetwork checks it)
+            self.started = env._now    # type: ignore[assignment]
             try:
-                wait = instr.issue(self)
+                # the base class's issue (no cost, no wait) and complete (no effect) are not
+                # called: most instructions that use them are flags (Instruction.issues)
+                wait = instr.issue(self) if instr.issues else None
                 if self.held:
                     if instr.busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
@@ -127,27 +132,39 @@ class Pipe:
                     elif wait is not None and not isinstance(wait, int):
                         self.held = 0            # a flag blocks it: it would have waited anyway
                 if wait is not None:
-                    if isinstance(wait, int):
+                    if wait.__class__ is int or isinstance(wait, int):
                         if wait > 0:
                             yield env.timeout(wait)
                     else:
                         self._waiting = instr
                         yield wait
                         self._waiting = None
-                instr.complete(self)
+                if instr.completes:
+                    instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
                 raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
-            end = cast(int, env.now)
+            end: int = env._now        # type: ignore[assignment]
             start = self.started
             self.current = None
             if instr.busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
-            if self.track >= 0 or device.observers:   # else record() has nothing to do
+            if self.track >= 0:
                 core.record(self, instr, start, end)
+            else:
+                # record() without a trace, inline: the observers only (busy_only ones not for
+                # flags; in default runs that is the profiler, the only observer)
+                observers = device.observers
+                if observers:
+                    if not instr.busy:
+                        if observers != core._observers_seen:
+                            core._sort_observers()
+                        observers = core._flag_observers
+                    for ob in observers:
+                        ob.on_instruction(core, self, instr, start, end)
             ff = device.ff
             if ff is not None:
                 ff.on_complete(self, instr, start, end)
@@ -194,6 +211,9 @@ class Core:
         self.pipes: dict[str, Pipe] = {p: Pipe(self, p, depth) for p in pipes}
         self.flags: dict[tuple[str, str, int], int] = {}
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
+        # device.observers as last seen, and those of them shown non-busy completions (record)
+        self._observers_seen: list[Any] = []
+        self._flag_observers: list[Any] = []
         self.atomic: Any = None            # the dtype of SetAtomicAdd<T> while in effect (MTE3/DMA)
         self.launch: "Launch | None" = None
         self.context: "KernelContext | None" = None   # the running block's (KernelContext sets it)
@@ -224,17 +244,22 @@ class Core:
         return pipe_head_cycles(self.device.spec, pipe, block_dim)
 
     # -- flags ---------------------------------------------------------------------------------
+    # (``in`` and subscripts, not dict.get/pop: no Python call on a flag's common path)
     def set_flag(self, key: tuple[str, str, int]) -> None:
-        ev = self.flag_waiters.pop(key, None)
-        if ev is not None:
+        waiters = self.flag_waiters
+        if key in waiters:
+            ev = waiters[key]
+            del waiters[key]
             ev.succeed()
         else:
-            self.flags[key] = self.flags.get(key, 0) + 1
+            flags = self.flags
+            flags[key] = flags[key] + 1 if key in flags else 1
 
     def wait_flag(self, key: tuple[str, str, int]) -> simpy.Event | None:
-        n = self.flags.get(key, 0)
+        flags = self.flags
+        n = flags[key] if key in flags else 0
         if n > 0:
-            self.flags[key] = n - 1
+            flags[key] = n - 1
             return None
         if key in self.flag_waiters:
             raise SimulatorError(f"two pipes wait on flag {key}", core=self.name)
@@ -242,10 +267,23 @@ class Core:
         self.flag_waiters[key] = ev
         return ev
 
-    # -- trace ---------------------------------------------------------------------------------
+    # -- observers and trace ---------------------------------------------------------------------
+    def _sort_observers(self) -> None:
+        """Note the device's observers and those of them that want non-busy completions (flags):
+        an observer whose ``busy_only`` is true is shown busy instructions only."""
+        observers = self.device.observers
+        self._observers_seen = list(observers)
+        self._flag_observers = [ob for ob in observers if not getattr(ob, "busy_only", False)]
+
     def record(self, pipe: Pipe, instr: "Instruction", start: int, end: int) -> None:
+        """Show a completed instruction to the device's observers and trace (Pipe._run calls it
+        for every completion; without a trace it does the observer part inline)."""
         observers = self.device.observers
         if observers:
+            if not instr.busy:
+                if observers != self._observers_seen:
+                    self._sort_observers()
+                observers = self._flag_observers
             for ob in observers:
                 ob.on_instruction(self, pipe, instr, start, end)
         trace = self.device.trace
@@ -316,18 +354,39 @@ class Core:
         from opsim.simulator.fastforward import ProgramStream
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
+        env = self.env
         try:
             for instr in stream:
-                # _push_ready of one instruction, inline (this loop runs for every instruction
-                # and flag); a full queue or an unknown pipe goes to _push_all
-                pipe = pipes.get(instr.pipe)
-                if pipe is not None and len(pipe.queue) < pipe.depth:
-                    if pipe.idle_mark is not None:
-                        pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                        pipe.idle_mark = None
-                    pipe.push(instr)
-                else:
-                    yield from self._push_all((instr,))
+                # push one instruction, waiting while its queue is full (inline, no helper
+                # generator: this loop runs for every instruction and flag, and a quarter of
+                # them find their queue full in the FLCE schedule)
+                try:
+                    pipe = pipes[instr.pipe]
+                except KeyError:
+                    pipe = self._pipe_for(instr)     # raises: this core has no such pipe
+                queue = pipe.queue
+                if len(queue) >= pipe.depth:
+                    self.blocked_since = env._now
+                    while len(queue) >= pipe.depth:
+                        space = pipe._space_ev
+                        if space is None:
+                            space = pipe._space_ev = env.event()
+                        yield space
+                    # (the attribute, not a local: the fast-forward shifts it while blocked)
+                    self._blocked_acc += env._now - self.blocked_since
+                    self.blocked_since = None
+                if pipe.idle_mark is not None:
+                    # the pipe waited for this instruction; the part of the wait during which
+                    # the dispatcher was blocked on another queue was imposed by in-order issue
+                    # -- if the pipe can then go straight to work (Pipe._run drops it if a flag
+                    # still blocks)
+                    pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
+                    pipe.idle_mark = None
+                queue.append(instr)
+                item = pipe._item_ev
+                if item is not None:
+                    pipe._item_ev = None
+                    item.succeed()
                 stream.held = None
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
@@ -340,41 +399,6 @@ class Core:
             p.push(end)
         yield simpy.AllOf(self.env, [d.event for d in ends])
         self.blocks_run += 1
-
-    def _push_all(self, instrs: Any) -> Iterator[simpy.Event]:
-        """Push each instruction (stamped by the program stream), waiting while its queue is full."""
-        for instr in instrs:
-            pipe = self._pipe_for(instr)
-            if pipe.full():
-                self.blocked_since = self.env.now
-                while pipe.full():
-                    yield pipe.space()
-                self._blocked_acc += self.env.now - self.blocked_since
-                self.blocked_since = None
-            if pipe.idle_mark is not None:
-                # the pipe waited for this instruction; the part of the wait during which the
-                # dispatcher was blocked on another queue was imposed by in-order issue -- if the
-                # pipe can then go straight to work (Pipe._run drops it if a flag still blocks)
-                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                pipe.idle_mark = None
-            pipe.push(instr)
-
-    def _push_ready(self, instrs: Any) -> int:
-        """Push instructions in order while their queues have room; return how many it pushed.
-
-        The steps of :meth:`_push_all` for instructions that need not wait; the rest, from the
-        first that would wait (or has no pipe), is left to :meth:`_push_all`.
-        """
-        pipes = self.pipes
-        for i, instr in enumerate(instrs):
-            pipe = pipes.get(instr.pipe)
-            if pipe is None or len(pipe.queue) >= pipe.depth:
-                return i
-            if pipe.idle_mark is not None:
-                pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
-                pipe.idle_mark = None
-            pipe.push(instr)
-        return len(instrs)
 
     def _pipe_for(self, instr: "Instruction") -> Pipe:
         pipe = self.pipes.get(instr.pipe)

@@ -220,6 +220,7 @@ class Device:
         self.trace = trace
         # clients of the execution (sanitizer, profilers): each gets
         # ``on_instruction(core, pipe, instr, start, end)`` for every instruction a pipe completes
+        # (one whose ``busy_only`` is true, as the profiler, for the busy ones only: no flags)
         self.observers: list[Any] = []
         # stamp each instruction with the kernel source line that issued it (Instruction.origin)
         self.source_lines = False

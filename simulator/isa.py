@@ -41,6 +41,15 @@ class Instruction:
     pipe: ClassVar[str] = "SCALAR"
     name: ClassVar[str] = "Nop"
     busy: ClassVar[bool] = True      # counts towards the pipe's busy cycles and is traced
+    # whether the class overrides issue / complete (set for each class by __init_subclass__):
+    # Pipe._run does not call the base class's no-ops -- most completions that would are flags
+    issues: ClassVar[bool] = False
+    completes: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.issues = cls.issue is not Instruction.issue
+        cls.completes = cls.complete is not Instruction.complete
 
     def __init__(self) -> None:
         self.tile = -1
@@ -97,24 +106,24 @@ class BlockEnd(Instruction):
 class SetFlag(Instruction):
     """``SetFlag<src_dst>(event_id)``: runs on the source pipe once its earlier work is done."""
 
-    __slots__ = ("src", "dst", "event_id")
+    # ``pipe`` is a slot (the source pipe), not a property: the dispatcher reads it for every flag
+    __slots__ = ("src", "dst", "event_id", "pipe")
     busy = False
     name = "SET_FLAG"
 
     def __init__(self, src: str, dst: str, event_id: int) -> None:
-        super().__init__()
+        # Instruction.__init__'s two fields, set here: one call less per flag
+        self.tile = -1
+        self.origin = None
         self.src, self.dst, self.event_id = src, dst, event_id
-
-    @property
-    def pipe(self) -> str:  # type: ignore[override]
-        return self.src
+        self.pipe = src     # type: ignore[misc]
 
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core
         core.set_flag((self.src, self.dst, self.event_id))
-        # the producer of this hand-off is the last slice recorded on the source pipe
-        dst_pipe = core.pipes.get(self.dst)
-        if dst_pipe is not None and pipe.last_slice >= 0:
+        # the producer of this hand-off is the last slice recorded on the source pipe (traced
+        # runs only: last_slice stays -1 without a trace)
+        if pipe.last_slice >= 0 and self.dst in core.pipes:
             core._flag_slices[(self.src, self.dst, self.event_id)] = pipe.last_slice
 
     def describe(self) -> str:
@@ -133,17 +142,16 @@ class QueueFreeFlag(SetFlag):
 class WaitFlag(Instruction):
     """``WaitFlag<src_dst>(event_id)``: runs on the destination pipe and blocks it until set."""
 
-    __slots__ = ("src", "dst", "event_id")
+    # ``pipe`` is a slot (the destination pipe), not a property, as in SetFlag
+    __slots__ = ("src", "dst", "event_id", "pipe")
     busy = False
     name = "WAIT_FLAG"
 
     def __init__(self, src: str, dst: str, event_id: int) -> None:
-        super().__init__()
+        self.tile = -1
+        self.origin = None
         self.src, self.dst, self.event_id = src, dst, event_id
-
-    @property
-    def pipe(self) -> str:  # type: ignore[override]
-        return self.dst
+        self.pipe = dst     # type: ignore[misc]
 
     def issue(self, pipe: "Pipe") -> simpy.Event | None:
         return pipe.core.wait_flag((self.src, self.dst, self.event_id))

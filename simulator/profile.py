@@ -43,23 +43,38 @@ class Profiler:
     # it only adds up its calls: the fast-forward may make them for the instructions of the
     # rounds it skips, in simulated-time order (simulator/fastforward.py)
     fast_forward_safe = True
+    # it counts busy instructions only: the pipes do not call it for flags (Core.record)
+    busy_only = True
 
     def __init__(self) -> None:
         self.rows: dict[tuple, list[int]] = {}
         self.on_chip: dict[str, int] = {}             # "L1->L0A", "UB->UB": bytes moved
         self.stores: dict[int, array] = {}            # id(launch) -> GM addresses stored to
+        self._launch: Any = None
+        self._lid = id(None)
 
     def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
         if not instr.busy:
             return
         launch = core.launch
-        lid = id(launch)
+        if launch is self._launch:      # the id of the launch seen last (one call less)
+            lid = self._lid
+        else:
+            self._launch, lid = launch, id(launch)
+            self._lid = lid
         name = instr.name
         pname = pipe.name
-        key = (lid, core.name, pname, name, getattr(instr, "origin", None))
-        row = self.rows.get(key)
-        if row is None:
-            row = self.rows[key] = [0, 0, 0]
+        # (subscripts and try, not getattr/dict.get: no Python call on the common path)
+        try:
+            origin = instr.origin
+        except AttributeError:      # an instruction class that never set it
+            origin = None
+        key = (lid, core.name, pname, name, origin)
+        rows = self.rows
+        try:
+            row = rows[key]
+        except KeyError:
+            row = rows[key] = [0, 0, 0]
         row[0] += 1
         row[1] += end - start
         if pname in COPY_PIPES or name == "Copy":
@@ -67,8 +82,13 @@ class Profiler:
             row[2] += nbytes
             if pname == "MTE1" or name == "Copy":
                 # on-chip moves: L1 -> L0A/L0B (LoadData), UB -> UB (Copy)
-                path = _l1_path(instr.dst.region.name) if pname == "MTE1" else "UB->UB"
-                self.on_chip[path] = self.on_chip.get(path, 0) + nbytes
+                if pname == "MTE1":
+                    region = instr.dst.region.name
+                    path = _L1_PATHS[region] if region in _L1_PATHS else _l1_path(region)
+                else:
+                    path = "UB->UB"
+                on_chip = self.on_chip
+                on_chip[path] = on_chip[path] + nbytes if path in on_chip else nbytes
             elif addr >= 0 and (pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False))):
                 self.stores.setdefault(lid, array("q")).append(addr)
 

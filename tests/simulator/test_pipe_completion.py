@@ -1,0 +1,119 @@
+"""What a pipe does for each instruction it completes (simulator/core.py Pipe._run, Core.record):
+observers see every completion in simulated-time order, except that an observer with
+``busy_only = True`` (the profiler) is not shown flags and other non-busy instructions; and an
+instruction class's base-class no-op issue/complete is known per class, so the pipe can skip it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import opsim
+from opsim import api
+from opsim.simulator import isa
+from opsim.simulator.profile import Profiler
+
+
+class Calls:
+    """An observer that keeps every call it gets."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, bool, int, int]] = []
+
+    def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
+        self.calls.append((core.name, pipe.name, instr.name, instr.busy, start, end))
+
+
+class BusyCalls(Calls):
+    busy_only = True
+
+
+class JoinsLate(Calls):
+    """Appends ``late`` to the device's observers at its first call (during the run)."""
+
+    def __init__(self, device_observers: list, late: Calls) -> None:
+        super().__init__()
+        self.observers, self.late = device_observers, late
+
+    def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
+        if not self.calls:
+            self.observers.append(self.late)
+        super().on_instruction(core, pipe, instr, start, end)
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, trace: str, make: Any) -> None:
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(5000).astype(np.float32) for _ in range(2))
+    real = api.Device
+
+    def device(*a: Any, **kw: Any) -> Any:
+        dev = real(*a, **kw)
+        make(dev)
+        return dev
+
+    with monkeypatch.context() as m:
+        m.setattr(api, "Device", device)
+        opsim.run("mse_loss_backward", device="atlas-a2", grad_output=np.float32(1.0), self=x, target=y,
+                  reduction="none", trace=trace)
+
+
+@pytest.mark.parametrize("trace", ["off", "instruction"])
+def test_busy_only_observer_sees_the_busy_completions_of_a_plain_one(monkeypatch: pytest.MonkeyPatch,
+                                                                      trace: str) -> None:
+    plain, busy = Calls(), BusyCalls()
+    _run(monkeypatch, trace, lambda dev: dev.observers.extend([plain, busy]))
+    names = {c[2] for c in plain.calls}
+    assert {"SET_FLAG", "WAIT_FLAG"} <= names           # flags are completions too
+    assert any(not c[3] for c in plain.calls)
+    assert busy.calls == [c for c in plain.calls if c[3]]
+    assert busy.calls and all(c[3] for c in busy.calls)
+
+
+def test_an_observer_added_during_a_run_is_shown_flags_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    late = Calls()
+    first: list[JoinsLate] = []
+
+    def make(dev: Any) -> None:
+        # a busy_only observer first, so the pipes note the observers before ``late`` joins
+        dev.observers.append(BusyCalls())
+        first.append(JoinsLate(dev.observers, late))
+        dev.observers.append(first[0])
+
+    _run(monkeypatch, "off", make)
+    whole = first[0].calls
+    assert late.calls and any(not c[3] for c in late.calls)
+    # from the completion after the one that added it, ``late`` sees exactly what the first saw
+    assert late.calls == whole[len(whole) - len(late.calls):]
+    assert len(late.calls) == len(whole) - 1
+
+
+def test_profiler_is_busy_only_and_still_ignores_flags_when_called() -> None:
+    prof = Profiler()
+    assert prof.busy_only is True
+    # the fast-forward shows every observer every instruction of a skipped round
+    prof.on_instruction(None, None, isa.SetFlag("MTE2", "VECTOR", 0), 0, 0)
+    assert prof.rows == {}
+
+
+def test_instruction_classes_know_which_base_no_ops_they_keep() -> None:
+    assert not isa.SetFlag.issues and isa.SetFlag.completes
+    assert not isa.QueueFreeFlag.issues and isa.QueueFreeFlag.completes
+    assert isa.WaitFlag.issues and not isa.WaitFlag.completes
+    assert isa.DataCopy.issues and isa.DataCopy.completes
+    assert not isa.Instruction.issues and not isa.Instruction.completes
+
+    class Custom(isa.SetFlag):
+        __slots__ = ()
+
+        def issue(self, pipe: Any) -> int:
+            return 3
+
+    assert Custom.issues and Custom.completes
+
+
+def test_flag_pipes_are_their_source_and_destination() -> None:
+    s, w = isa.SetFlag("MTE2", "VECTOR", 1), isa.WaitFlag("MTE2", "VECTOR", 1)
+    assert (s.pipe, w.pipe) == ("MTE2", "VECTOR")
+    assert (s.tile, s.origin, w.tile, w.origin) == (-1, None, -1, None)
