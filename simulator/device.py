@@ -381,7 +381,10 @@ class Device:
             if self.ff is not None:
                 self.ff.reason = f"{self.drawing.core.name}'s program reads device data while it runs (data-dependent)"
         if np_dtype is not None:
-            return self.space.region_of(addr, nbytes).typed_view(addr, nbytes, np_dtype, write=write)
+            region = self.gm     # nearly every access; the address space finds any other region
+            if not (nbytes > 0 and region.base <= addr and addr + nbytes <= region.end):
+                region = self.space.region_of(addr, nbytes)
+            return region.typed_view(addr, nbytes, np_dtype, write=write)
         return self.space.view(addr, nbytes, write=write)
 
     # -- DMA timing ----------------------------------------------------------------------------

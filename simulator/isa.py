@@ -345,15 +345,22 @@ class DataCopy(Instruction):
         core = pipe.core
         if not core.device.functional:
             return
+        n = self.count
+        # the operands directly, not through the local/glob properties nor typing.cast (a call
+        # each per copy); one is local and one global (__init__)
+        local: LocalTensor
+        glob: GlobalSlice
         if self._to_gm:
-            values = self.local.array(self.count)
+            local, glob = self.src, self.dst
+            values = local.array(n)
             if self._atomic:
                 # applied at this cycle; simultaneous commits in a seeded order (simulator/atomics.py)
-                core.device.atomics.commit(self.glob, values)
+                core.device.atomics.commit(glob, values)
             else:
-                self.glob.write(values)
+                glob.write(values)
         else:
-            self.local.array(self.count)[...] = self.glob.read(self.count)
+            glob, local = self.src, self.dst
+            local.array(n)[...] = glob.read(n)
 
     def trace_args(self) -> tuple[int, int, int, str]:
         # the detail is the dtype, as for vector instructions (an atomic store says so instead)
@@ -445,9 +452,17 @@ class VectorOp(Instruction):
         out = self.dst.array(n)
         if fp32:
             type(self).fn(*args, out=out)
+            return
+        first = args[0] if args else None
+        if type(first) is np.ndarray and first.base is None and first.dtype == np.float32:
+            # the fp32 result into the widened copy of the first operand (fresh, owned here): an
+            # element-wise fp32 ufunc gives the same bits in place, without another temporary
+            type(self).fn(*args, out=first)
+            result = first
         else:
-            # the one rounding to the destination dtype (round_to), converted straight into it
-            nx.cast_into(out, type(self).fn(*args).astype(np.float32, copy=False), dt, "rint")
+            result = type(self).fn(*args).astype(np.float32, copy=False)
+        # the one rounding to the destination dtype (round_to), converted straight into it
+        nx.cast_into(out, result, dt, "rint")
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         n = self.count

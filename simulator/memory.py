@@ -80,6 +80,9 @@ _MAX_RESERVE = 256 << 20
 
 _U8 = np.uint8
 
+# Bound on a region's cache of typed views (Region.typed_view); a kernel uses a few dozen.
+_MAX_VIEWS = 4096
+
 
 def align_up(x: int, a: int) -> int:
     """Smallest multiple of ``a`` that is >= ``x`` (``a`` > 0, need not be a power of two)."""
@@ -359,6 +362,10 @@ class Region:
         self._freed: dict[int, Allocation] = {}
         self.allocated_bytes = 0
         self._store: _SegmentStore | None = None
+        # (addr, nbytes, numpy dtype) -> typed view, for "flat" regions backed densely (see
+        # typed_view): their one array never moves until reset, which starts a new dict.  Read
+        # by hot callers (LocalTensor.array) before they call typed_view; written only here.
+        self.views: dict[tuple[int, int, np.dtype], np.ndarray] = {}
         if self.backing == "sparse":
             self._store = _SegmentStore(self.base, self.end, PAGE, self.capacity, self.name)
         elif self.backing == "flat":
@@ -570,25 +577,47 @@ class Region:
         """``view(addr, nbytes, write=write).view(np_dtype)``, with the common case -- a backed
         range of one segment, in bounds (of a live allocation for "allocation" backing) --
         checked and sliced in this one call: the numerics of every instruction take two to four
-        of these.  Everything else, faults included, goes through :meth:`view`."""
-        if nbytes > 0 and not (write and self.read_only):
-            store: _SegmentStore | None = None
-            if self._store is not None:        # "flat" / "sparse": any in-range address
-                if self.base <= addr and addr + nbytes <= self.end:
-                    store = self._store
-            else:
-                i = bisect_right(self._alloc_starts, addr) - 1
-                if i >= 0:
-                    alloc = self._allocs[i]
-                    if addr + nbytes <= alloc.addr + alloc.nbytes and not (write and alloc.read_only):
-                        store = alloc._store
-            if store is not None and not (write and store.shared):
+        of these.  Everything else, faults included, goes through :meth:`view`.
+
+        Views of a writable "flat" region backed by one dense array (a core's UB, L1, L0*) are
+        cached: any in-range address is legal there and the array never moves until
+        :meth:`reset` (which drops the cache), so the same buffer of the next tile costs one dict
+        lookup (``views``, which a caller may consult first).  A cached view is writable, as
+        the uncached one of backed memory is."""
+        store = self._store
+        if store is not None:                  # "flat" / "sparse": any in-range address
+            key = (addr, nbytes, np_dtype)
+            hit = self.views.get(key)
+            if hit is not None:                # cached only when legal to read and write
+                return hit
+            if (nbytes > 0 and self.base <= addr and addr + nbytes <= self.end
+                    and not self.read_only and not store.shared):
                 i = bisect_right(store._starts, addr) - 1
                 if i >= 0:
                     seg = store._segs[i]
                     if addr + nbytes <= seg.end:
                         off = addr - seg.start
-                        return seg.data[off:off + nbytes].view(np_dtype)
+                        view = seg.data[off:off + nbytes].view(np_dtype)
+                        if store.granule is None:   # dense: the one array of the whole region
+                            views = self.views
+                            if len(views) >= _MAX_VIEWS:
+                                views.clear()
+                            views[key] = view
+                        return view
+        elif nbytes > 0:
+            i = bisect_right(self._alloc_starts, addr) - 1
+            if i >= 0:
+                alloc = self._allocs[i]
+                if addr + nbytes <= alloc.addr + alloc.nbytes and not (
+                        write and (alloc.read_only or self.read_only)):
+                    astore = alloc._store
+                    if astore is not None and not (write and astore.shared):
+                        i = bisect_right(astore._starts, addr) - 1
+                        if i >= 0:
+                            seg = astore._segs[i]
+                            if addr + nbytes <= seg.end:
+                                off = addr - seg.start
+                                return seg.data[off:off + nbytes].view(np_dtype)
         return self.view(addr, nbytes, write=write).view(np_dtype)
 
     def ensure_backed(self, addr: int, nbytes: int) -> None:

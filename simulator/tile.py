@@ -196,6 +196,11 @@ class GlobalSlice:
 
     def read(self, count: int) -> np.ndarray:
         t = self.tensor
+        if t.is_contiguous:     # the common case, in one call: byte_range without _offsets
+            dt = t.dtype
+            item = dt.itemsize
+            return t.device.global_view(t.addr + (t.offset + self.start) * item, count * item,
+                                        np_dtype=dt.np_dtype)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
         raw = t.device.global_view(lo, hi - lo, np_dtype=t.dtype.np_dtype)
@@ -207,6 +212,12 @@ class GlobalSlice:
     def write(self, values: np.ndarray) -> None:
         t = self.tensor
         count = len(values)
+        if t.is_contiguous:     # the common case: straight into the destination's bytes
+            dt = t.dtype
+            item = dt.itemsize
+            t.device.global_view(t.addr + (t.offset + self.start) * item, count * item, write=True,
+                                 np_dtype=dt.np_dtype)[...] = values
+            return
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
         raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
@@ -221,7 +232,7 @@ class GlobalSlice:
         count = len(values)
         lo, hi = self.byte_range(count)
         offs = self._offsets(count)
-        raw = t.device.global_view(lo, hi - lo, write=True).view(t.dtype.np_dtype)
+        raw = t.device.global_view(lo, hi - lo, write=True, np_dtype=t.dtype.np_dtype)
         sel = slice(None) if offs is None else offs - (lo - t.addr) // t.dtype.itemsize
         if t.dtype == nx.FP32:
             if offs is None:
@@ -286,7 +297,13 @@ class LocalTensor:
 
     def array(self, count: int | None = None) -> np.ndarray:
         n = self.count if count is None else count
-        return self.region.typed_view(self.addr, n * self.dtype.itemsize, self.dtype.np_dtype, write=True)
+        dt = self.dtype
+        region = self.region
+        # the region's view cache first: a buffer of the last tile again, one call fewer
+        hit = region.views.get((self.addr, n * dt.itemsize, dt.np_dtype))
+        if hit is not None:
+            return hit
+        return region.typed_view(self.addr, n * dt.itemsize, dt.np_dtype, write=True)
 
 
 # ---------------------------------------------------------------------------------------------

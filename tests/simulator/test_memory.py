@@ -315,6 +315,34 @@ def test_flat_region_allows_any_in_range_access_and_keeps_bookkeeping():
     assert l1.allocated_bytes == 1024 and a.alive
 
 
+def test_flat_typed_views_alias_the_memory_until_reset():
+    ub = Region("UB", 0, 192 * KiB, backing="flat")
+    unbacked = ub.typed_view(256, 32, np.dtype(np.float32))
+    assert not unbacked.any() and not unbacked.flags.writeable   # a read does not back it
+    out = ub.typed_view(256, 32, np.dtype(np.float32), write=True)
+    out[...] = np.arange(8, dtype=np.float32)
+    again = ub.typed_view(256, 32, np.dtype(np.float32))          # the same buffer, next tile
+    assert again.flags.writeable and again.tolist() == list(range(8))
+    ub.write(256, np.float32([-1.0]))                             # a write by another path shows
+    assert again[0] == -1.0 and ub.typed_view(256, 32, np.dtype(np.float32))[0] == -1.0
+    assert ub.typed_view(256, 32, np.dtype(np.int32))[1] == np.float32(1.0).view(np.int32)
+    ub.reset()                                                    # bytes discarded: zeros again
+    fresh = ub.typed_view(256, 32, np.dtype(np.float32), write=True)
+    assert not fresh.any()
+    fresh[0] = 5.0
+    assert again[0] == -1.0 and ub.read(256, 4).view(np.float32)[0] == 5.0
+
+
+def test_read_only_flat_typed_view_still_faults_on_write():
+    rom = Region("ROM", 0, 4 * KiB, backing="flat", read_only=True)
+    assert not rom.typed_view(0, 16, np.dtype(np.float32)).any()
+    for _ in range(2):
+        with pytest.raises(MemoryFault, match="read-only"):
+            rom.typed_view(0, 16, np.dtype(np.float32), write=True)
+    with pytest.raises(MemoryFault, match="outside"):
+        Region("UB", 0, 4 * KiB, backing="flat").typed_view(4 * KiB - 8, 16, np.dtype(np.float32))
+
+
 # --- sparse (address-based DSP) memory --------------------------------------------------------
 
 def test_sparse_window_accepts_writes_anywhere_without_allocation():
