@@ -53,7 +53,7 @@ import operator
 from array import array
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import simpy
@@ -111,6 +111,32 @@ def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) 
     return cap
 
 
+_INF = math.inf
+
+
+def _checked(nbytes: Any, base_rate: Any, startup: Any) -> tuple[int, float, int]:
+    """``transfer``'s arguments converted and checked: (nbytes, base_rate, startup)."""
+    try:
+        nb = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
+    if nb < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    try:
+        base = float(base_rate)
+    except (TypeError, ValueError):
+        raise TypeError(f"base_rate must be a number, got {base_rate!r}") from None
+    if not (math.isfinite(base) and base > 0.0):
+        raise ValueError(f"base_rate must be finite and > 0, got {base_rate!r}")
+    try:
+        st = operator.index(startup)
+    except TypeError:
+        raise TypeError(f"startup must be an integer number of cycles, got {startup!r}") from None
+    if st < 0:
+        raise ValueError(f"startup must be >= 0, got {startup!r}")
+    return nb, base, st
+
+
 class Link:
     """A shared physical link, ``capacity`` bytes per cycle, shared max-min fairly.
 
@@ -150,6 +176,13 @@ class Link:
         self.history_start: int = 0
         self.bytes_forgotten: float = 0.0
         self._peak_forgotten: float = 0.0
+        # Scratch of LinkNetwork._recompute: the recompute that last shared this link out
+        # (_stamp) and last started or finished a transfer on it (_touched), and what the
+        # sharing found: transfers (_share_n) and aggregate allocated rate (_share_sum).
+        self._stamp: int = -1
+        self._touched: int = -1
+        self._share_n: int = 0
+        self._share_sum: float = 0.0
 
     def __repr__(self) -> str:
         return f"Link({self.name!r}, capacity={self.capacity:g}, rate={self.rate:g})"
@@ -288,6 +321,11 @@ class Pool:
         self.active: int = 0
         self.bytes_carried: float = 0.0
         self._alloc: float = 0.0  # sum of the rates of its active transfers
+        # Scratch of LinkNetwork._recompute (see Link): the recompute that last counted the
+        # pool, its transfers and their aggregate rate found then.
+        self._stamp: int = -1
+        self._share_n: int = 0
+        self._share_rate: float = 0.0
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
@@ -447,9 +485,16 @@ class LinkNetwork:
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
-        # Links and pools with active transfers, as returned by _allocate.
-        self._busy: dict[Link, list] = {}
-        self._busy_pools: dict[Pool, list] = {}
+        # Links and pools with active transfers, in the order _share found them.
+        self._busy: list[Link] = []
+        self._busy_pools: list[Pool] = []
+        # The classes of _classes in the order of their earliest active member (see _first_rank),
+        # kept up to date instead of sorted at every recompute.
+        self._ordered: list[_Class] = []
+        # Numbers each recompute, so that a link or pool can be marked as seen in this one
+        # (Link._stamp, Link._touched, Pool._stamp) without a set or dict built per recompute.
+        self._stamp = 0
+        self._timeout = env.timeout     # bound once: a wake-up is scheduled at every recompute
         # (base rate, pool, links) keys already validated, each to itself: a transfer carries
         # the stored tuple, so that its rate class is found by the tuple's id (hashing a nested
         # tuple at every admission cost more than the lookup)
@@ -484,24 +529,13 @@ class LinkNetwork:
         if given, adds an equal share of the pool's capacity.  ``startup`` is a latency in whole
         cycles before any byte moves.  A zero-byte transfer completes right after its startup.
         """
-        try:
-            nb = operator.index(nbytes)
-        except TypeError:
-            raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
-        if nb < 0:
-            raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
-        try:
-            base = float(base_rate)
-        except (TypeError, ValueError):
-            raise TypeError(f"base_rate must be a number, got {base_rate!r}") from None
-        if not (math.isfinite(base) and base > 0.0):
-            raise ValueError(f"base_rate must be finite and > 0, got {base_rate!r}")
-        try:
-            st = operator.index(startup)
-        except TypeError:
-            raise TypeError(f"startup must be an integer number of cycles, got {startup!r}") from None
-        if st < 0:
-            raise ValueError(f"startup must be >= 0, got {startup!r}")
+        # The usual types are accepted at once (this runs once per transfer); anything else
+        # goes through the conversions and checks, which name the bad value.
+        if type(nbytes) is int and nbytes >= 0 and type(base_rate) is float and 0.0 < base_rate < _INF \
+                and type(startup) is int and startup >= 0:
+            nb, base, st = nbytes, base_rate, startup
+        else:
+            nb, base, st = _checked(nbytes, base_rate, startup)
         path = tuple(links)
         key = (base, pool, path)
         try:
@@ -522,15 +556,21 @@ class LinkNetwork:
             # uses a handful of routes for thousands of transfers)
             self._keys[key] = key
 
-        now = self._now()
-        event = _Completion(self.env)
+        env = self.env
+        now = env.now
+        if type(now) is not int:
+            now = self._now()
+        event = _Completion(env)
         seq = self._seq
-        self._seq += 1
-        t = _Transfer(seq, tag, nb, now, now + st, key, path, event)
+        self._seq = seq + 1
+        start = now + st
+        t = _Transfer(seq, tag, nb, now, start, key, path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
-        heapq.heappush(self._pending, (t.start, seq, t))
-        self._schedule(t.start)
+        heapq.heappush(self._pending, (start, seq, t))
+        wake_at = self._wake_at
+        if wake_at is None or wake_at > start:
+            self._schedule(start, now)
         return event
 
     @property
@@ -601,33 +641,34 @@ class LinkNetwork:
             raise ValueError(f"LinkNetwork needs integer simulation time, env.now = {now!r}")
         return int(now)
 
-    def _schedule(self, when: int) -> None:
-        """Ensure a wake-up at ``when`` or earlier.  An earlier wake-up recomputes the next one."""
-        if self._wake_at is not None and self._wake_at <= when:
-            return
-        self._gen += 1
-        gen = self._gen
+    def _schedule(self, when: int, now: int) -> None:
+        """Wake up at ``when``.  Callers checked that no wake-up at or before it is due; the one
+        due later, if any, is superseded (its generation is old, so it is a no-op when it fires).
+        ``now`` is the current cycle."""
+        self._gen = gen = self._gen + 1
         self._wake_at = when
-        timer = self.env.timeout(when - self._now())
-        timer.callbacks.append(lambda _ev: self._wake(gen))
+        timer = self._timeout(when - now)
 
-    def _wake(self, gen: int) -> None:
-        if gen != self._gen:
-            return  # superseded by an earlier wake-up, which rescheduled
-        self._wake_at = None
-        self._recompute(self._now())
+        def wake(_ev: simpy.Event) -> None:
+            # the wake-up itself, inline (it runs once per recompute); fastforward.py finds the
+            # generation in this closure
+            if gen == self._gen:
+                self._wake_at = None
+                now = self.env.now
+                self._recompute(now if type(now) is int else self._now())
+        timer.callbacks.append(wake)
 
     def _recompute(self, now: int) -> None:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
         self.recompute_count += 1
         elapsed = now - self._last
         self._last = now
+        self._stamp = stamp = self._stamp + 1
         finished: list[_Transfer] = []
-        # Links whose open segment must close now even if their rate stays the same, because
-        # a transfer on them finished or started.  A segment then covers one set of transfers,
-        # and the shortfall of a transfer finishing mid-cycle is charged to the segment it
-        # finished in, not averaged over a longer span.
-        touched: dict[Link, None] = {}
+        # A link on which a transfer finishes or starts gets ``_touched = stamp``: its open
+        # segment must close now even if its rate stays the same.  A segment then covers one
+        # set of transfers, and the shortfall of a transfer finishing mid-cycle is charged to
+        # the segment it finished in, not averaged over a longer span.
 
         # 1. Credit bytes moved since the last recompute.  Per link and pool this is the
         #    aggregate rate times the elapsed time.  Each finished transfer then corrects it
@@ -644,12 +685,16 @@ class LinkNetwork:
         #    within tolerance, or whose completion cycle predicted at the last recompute has
         #    come.  Both tests are monotone in the heap key, so the done members are a prefix
         #    of the heap.  The prediction is redone here from the state of the last recompute
-        #    (``served`` and ``rate`` have not changed since), exactly as step 5 made it.
+        #    (``served`` and ``rate`` have not changed since), exactly as step 6 made it.
+        #    Classes go in creation order (the order of _classes): the corrections of classes
+        #    sharing a link are added to it in that order.
         classes = self._classes
+        ordered = self._ordered
         active = self._active
         ceil = math.ceil
         heappop = heapq.heappop
         emptied = False
+        resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
             heap = c.heap
@@ -673,23 +718,35 @@ class LinkNetwork:
                 else:
                     break
             if k:
-                c.n -= k
+                c.n = n = c.n - k
                 for link in c.links:
                     link._open_bytes += fix
                     link.bytes_carried += fix
-                    touched[link] = None
+                    link._touched = stamp
                 if c.pool is not None:
                     c.pool.bytes_carried += fix
-                if not c.n:
+                if not n:
                     emptied = True
                     continue
+                # Drop the finished members from the front of the activation order (and
+                # compact it when they pile up behind active ones).
+                order = c.order
+                if order[0].done:
+                    resort = True
+                    order.popleft()
+                    while order[0].done:
+                        order.popleft()
+                if len(order) > 2 * n + 32:
+                    c.order = deque([t for t in order if not t.done])
             if s >= _REBASE:
                 c.rebase()
         if emptied:
             for empty in [k for k, c in classes.items() if not c.n]:
                 del classes[empty]
+            self._ordered = ordered = [c for c in ordered if c.n]
 
-        # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
+        # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
+        #    new class comes last in ``ordered``: its first member is the latest activated.
         pending = self._pending
         while pending and pending[0][0] <= now:
             t = heapq.heappop(pending)[2]
@@ -699,6 +756,7 @@ class LinkNetwork:
             c = classes.get(id(t.key))
             if c is None:
                 c = classes[id(t.key)] = _Class(*t.key)
+                ordered.append(c)
             t.cls = c
             t.rank = self._rank
             self._rank += 1
@@ -708,53 +766,56 @@ class LinkNetwork:
             c.n += 1
             active[t.seq] = t
             for link in t.links:
-                touched[link] = None
+                link._touched = stamp
 
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
-        ordered = []
-        for c in classes.values():
-            order = c.order
-            while order[0].done:
-                order.popleft()
-            if len(order) > 2 * c.n + 32:
-                c.order = order = deque([t for t in order if not t.done])
-            ordered.append(c)
-        if len(ordered) > 1:
+        if resort and len(ordered) > 1:
             ordered.sort(key=_first_rank)
-        alloc, pool_alloc = self._allocate(ordered)
+        links, pools = self._share(ordered, stamp)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
         #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
-        #    rate, except in a segment where a transfer finished mid-cycle.
-        changed: dict[str, float] = {}
+        #    rate, except in a segment where a transfer finished mid-cycle.  ``changed`` (the
+        #    links whose rate changed, for on_change) is only built when someone listens.
+        changed: dict[str, float] | None = None if self._on_change is None else {}
         for link in self._busy:
-            if link not in alloc:
-                link._close(now)
+            if link._stamp != stamp:
+                if link._open_start is not None:
+                    link._close(now)
                 link._alloc = 0.0
                 link.rate = 0.0
                 link.active = 0
-                changed[link.name] = 0.0
-        for link, (_, _, rate, n, _) in alloc.items():
-            link.active = n
-            if rate != link._alloc or link in touched or link._open_start is None:
-                link._close(now)
-                link._open(now)
-                if rate != link._alloc:
-                    link._alloc = rate
-                    # Water-filling keeps the sum within float rounding of capacity; report
-                    # it clamped so that "rate <= capacity" holds exactly for observers.
-                    link.rate = rate if rate < link.capacity else link.capacity
+                if changed is not None:
+                    changed[link.name] = 0.0
+        for link in links:
+            link.active = link._share_n
+            rate = link._share_sum
+            if rate != link._alloc:
+                if link._open_start is not None:
+                    link._close(now)
+                link._open_start = now
+                link._open_bytes = 0.0
+                link._alloc = rate
+                # Water-filling keeps the sum within float rounding of capacity; report
+                # it clamped so that "rate <= capacity" holds exactly for observers.
+                link.rate = rate if rate < link.capacity else link.capacity
+                if changed is not None:
                     changed[link.name] = link.rate
-        self._busy = alloc
+            elif link._touched == stamp or link._open_start is None:
+                if link._open_start is not None:
+                    link._close(now)
+                link._open_start = now
+                link._open_bytes = 0.0
+        self._busy = links
         for pool in self._busy_pools:
-            if pool not in pool_alloc:
+            if pool._stamp != stamp:
                 pool._alloc = 0.0
                 pool.active = 0
-        for pool, (rate, n) in pool_alloc.items():
-            pool._alloc = rate
-            pool.active = n
-        self._busy_pools = pool_alloc
+        for pool in pools:
+            pool._alloc = pool._share_rate
+            pool.active = pool._share_n
+        self._busy_pools = pools
 
         # 6. Predict completions; wake at the earliest completion or startup end.  A class's
         #    next completion is its heap head: the first integer cycle by which the head's
@@ -767,7 +828,9 @@ class LinkNetwork:
             if next_wake is None or due < next_wake:
                 next_wake = due
         if next_wake is not None:
-            self._schedule(next_wake)
+            wake_at = self._wake_at
+            if wake_at is None or wake_at > next_wake:
+                self._schedule(next_wake, now)
 
         # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
@@ -777,8 +840,7 @@ class LinkNetwork:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
-            if not (queue and queue[0][0] <= now) and (
-                    not changed or self._on_change is None or self.on_change_passive):
+            if not (queue and queue[0][0] <= now) and (not changed or self.on_change_passive):
                 t = finished[0]
                 self.completed += 1
                 t.cls = None
@@ -799,6 +861,68 @@ class LinkNetwork:
                     event.succeed(None)
         if changed and self._on_change is not None:
             self._on_change(now, changed)
+
+    def _share(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
+        """Set ``demand`` and ``rate`` of every class, and the aggregates of the links and pools
+        they use: ``_share_n`` and ``_share_sum`` of each link, ``_share_n`` and ``_share_rate``
+        of each pool, each marked with ``_stamp = stamp``.  Returns the links and the pools in
+        the order of ``classes``.
+
+        This is the usual case of :meth:`_allocate`, inline: no link is asked for more than its
+        capacity, so every class runs at its demand.  It makes the same float operations in the
+        same order.  When a link is oversubscribed, it hands over to :meth:`_allocate`.
+        """
+        pools: list[Pool] = []
+        for c in classes:
+            p = c.pool
+            if p is not None:
+                if p._stamp != stamp:
+                    p._stamp = stamp
+                    p._share_n = c.n
+                    p._share_rate = 0.0
+                    pools.append(p)
+                else:
+                    p._share_n += c.n
+        links: list[Link] = []
+        for c in classes:
+            p = c.pool
+            m = c.n
+            d = c.base if p is None else c.base + p.capacity / p._share_n
+            c.demand = d
+            if not c.links:
+                c.rate = d  # nothing to share with
+                if p is not None:
+                    p._share_rate += d * m
+                continue
+            dm = d * m
+            for link in c.links:
+                if link._stamp != stamp:
+                    link._stamp = stamp
+                    link._share_n = m
+                    link._share_sum = dm
+                    links.append(link)
+                else:
+                    link._share_n += m
+                    link._share_sum += dm
+        for link in links:
+            if link._share_sum > link.capacity:
+                break
+        else:
+            for c in classes:
+                if c.links:
+                    c.rate = d = c.demand
+                    if c.pool is not None:
+                        c.pool._share_rate += d * c.n
+            return links, pools
+        # Oversubscribed: progressive filling.
+        info, pool_info = self._allocate(classes)
+        for link, (_, _, rate, n, _) in info.items():
+            link._share_n = n
+            link._share_sum = rate
+        for pool, (rate, n) in pool_info.items():
+            pool._share_rate = rate
+            pool._share_n = n
+        return links, pools
 
     def _allocate(self, classes: list[_Class]) -> tuple[dict[Link, list], dict[Pool, list]]:
         """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling.
