@@ -177,12 +177,14 @@ class Link:
         self.bytes_forgotten: float = 0.0
         self._peak_forgotten: float = 0.0
         # Scratch of LinkNetwork._recompute: the recompute that last shared this link out
-        # (_stamp) and last started or finished a transfer on it (_touched), and what the
-        # sharing found: transfers (_share_n) and aggregate allocated rate (_share_sum).
+        # (_stamp) and last started or finished a transfer on it (_touched), and the aggregate
+        # rate the sharing found (_share_sum).
         self._stamp: int = -1
         self._touched: int = -1
-        self._share_n: int = 0
         self._share_sum: float = 0.0
+        self._left: float = 0.0         # and, while it fills (_allocate), the capacity left,
+        self._unfrozen: int = 0         # the transfers not frozen yet,
+        self._saturated: bool = False   # and whether the link saturated in this round
 
     def __repr__(self) -> str:
         return f"Link({self.name!r}, capacity={self.capacity:g}, rate={self.rate:g})"
@@ -321,11 +323,8 @@ class Pool:
         self.active: int = 0
         self.bytes_carried: float = 0.0
         self._alloc: float = 0.0  # sum of the rates of its active transfers
-        # Scratch of LinkNetwork._recompute (see Link): the recompute that last counted the
-        # pool, its transfers and their aggregate rate found then.
+        # The recompute that last shared out the pool (scratch of LinkNetwork._recompute).
         self._stamp: int = -1
-        self._share_n: int = 0
-        self._share_rate: float = 0.0
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
@@ -485,7 +484,7 @@ class LinkNetwork:
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
-        # Links and pools with active transfers, in the order _share found them.
+        # Links and pools with active transfers, in the order _allocate found them.
         self._busy: list[Link] = []
         self._busy_pools: list[Pool] = []
         # The classes of _classes in the order of their earliest active member (see _first_rank),
@@ -723,8 +722,10 @@ class LinkNetwork:
                     link._open_bytes += fix
                     link.bytes_carried += fix
                     link._touched = stamp
+                    link.active -= k
                 if c.pool is not None:
                     c.pool.bytes_carried += fix
+                    c.pool.active -= k
                 if not n:
                     emptied = True
                     continue
@@ -767,12 +768,17 @@ class LinkNetwork:
             active[t.seq] = t
             for link in t.links:
                 link._touched = stamp
+                link.active += 1
+            if c.pool is not None:
+                c.pool.active += 1
 
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
+        #    (``active`` of each link and pool, its number of active transfers, was kept up to
+        #    date by steps 2 and 3.)
         if resort and len(ordered) > 1:
             ordered.sort(key=_first_rank)
-        links, pools = self._share(ordered, stamp)
+        links, pools = self._allocate(ordered, stamp)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
         #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
@@ -785,11 +791,9 @@ class LinkNetwork:
                     link._close(now)
                 link._alloc = 0.0
                 link.rate = 0.0
-                link.active = 0
                 if changed is not None:
                     changed[link.name] = 0.0
         for link in links:
-            link.active = link._share_n
             rate = link._share_sum
             if rate != link._alloc:
                 if link._open_start is not None:
@@ -811,10 +815,6 @@ class LinkNetwork:
         for pool in self._busy_pools:
             if pool._stamp != stamp:
                 pool._alloc = 0.0
-                pool.active = 0
-        for pool in pools:
-            pool._alloc = pool._share_rate
-            pool.active = pool._share_n
         self._busy_pools = pools
 
         # 6. Predict completions; wake at the earliest completion or startup end.  A class's
@@ -862,70 +862,11 @@ class LinkNetwork:
         if changed and self._on_change is not None:
             self._on_change(now, changed)
 
-    def _share(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
-        """Set ``demand`` and ``rate`` of every class, and the aggregates of the links and pools
-        they use: ``_share_n`` and ``_share_sum`` of each link, ``_share_n`` and ``_share_rate``
-        of each pool, each marked with ``_stamp = stamp``.  Returns the links and the pools in
-        the order of ``classes``.
-
-        This is the usual case of :meth:`_allocate`, inline: no link is asked for more than its
-        capacity, so every class runs at its demand.  It makes the same float operations in the
-        same order.  When a link is oversubscribed, it hands over to :meth:`_allocate`.
-        """
-        pools: list[Pool] = []
-        for c in classes:
-            p = c.pool
-            if p is not None:
-                if p._stamp != stamp:
-                    p._stamp = stamp
-                    p._share_n = c.n
-                    p._share_rate = 0.0
-                    pools.append(p)
-                else:
-                    p._share_n += c.n
-        links: list[Link] = []
-        for c in classes:
-            p = c.pool
-            m = c.n
-            d = c.base if p is None else c.base + p.capacity / p._share_n
-            c.demand = d
-            if not c.links:
-                c.rate = d  # nothing to share with
-                if p is not None:
-                    p._share_rate += d * m
-                continue
-            dm = d * m
-            for link in c.links:
-                if link._stamp != stamp:
-                    link._stamp = stamp
-                    link._share_n = m
-                    link._share_sum = dm
-                    links.append(link)
-                else:
-                    link._share_n += m
-                    link._share_sum += dm
-        for link in links:
-            if link._share_sum > link.capacity:
-                break
-        else:
-            for c in classes:
-                if c.links:
-                    c.rate = d = c.demand
-                    if c.pool is not None:
-                        c.pool._share_rate += d * c.n
-            return links, pools
-        # Oversubscribed: progressive filling.
-        info, pool_info = self._allocate(classes)
-        for link, (_, _, rate, n, _) in info.items():
-            link._share_n = n
-            link._share_sum = rate
-        for pool, (rate, n) in pool_info.items():
-            pool._share_rate = rate
-            pool._share_n = n
-        return links, pools
-
-    def _allocate(self, classes: list[_Class]) -> tuple[dict[Link, list], dict[Pool, list]]:
-        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling.
+    def _allocate(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
+        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling, and
+        the aggregate rates of the links (``_share_sum``) and pools (``_alloc``) they use, each
+        marked with ``_stamp = stamp``.  Returns the links and the pools in the order of
+        ``classes``.  The demands depend on ``active`` of the pools, which must be up to date.
 
         All unfrozen transfers share one fill level.  Each round raises the level to the
         smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
@@ -935,76 +876,76 @@ class LinkNetwork:
         filling runs over classes, each counted with its number of members.  Each round
         freezes at least one class.
 
-        Returns ``{link: [left, unfrozen, aggregate rate, transfers, aggregate demand]}`` and
-        ``{pool: [aggregate rate, transfers]}``, both in the order of ``classes``.
+        A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
+        the order of ``classes``), then those of the others as they freeze.
         """
-        # Pool membership first: demands depend on the number of active transfers per pool.
-        pools: dict[Pool, list] = {}
+        # Demands, and at once the usual outcome: every class runs at its demand.  Per link,
+        # _share_sum adds up the demands; per pool, _alloc adds up the rates.
+        pools: list[Pool] = []
+        links: list[Link] = []
+        linkless = False
         for c in classes:
             p = c.pool
-            if p is not None:
-                if p in pools:
-                    pools[p][1] += c.n
-                else:
-                    pools[p] = [0.0, c.n]
-
-        unfrozen: list[_Class] = []
-        info: dict[Link, list] = {}
-        for c in classes:
-            p = c.pool
-            m = c.n
             if p is None:
-                d = c.base
+                c.rate = c.demand = d = c.base
+                dm = d * c.n
             else:
-                rec = pools[p]
-                d = c.base + p.capacity / rec[1]
-            c.demand = d
-            if not c.links:
-                c.rate = d  # nothing to share with
-                if p is not None:
-                    rec[0] += d * m
-                continue
-            unfrozen.append(c)
-            dm = d * m
-            for link in c.links:
-                lrec = info.get(link)
-                if lrec is None:
-                    info[link] = [link.capacity, m, 0.0, m, dm]
+                c.rate = c.demand = d = c.base + p.capacity / p.active
+                dm = d * c.n
+                if p._stamp != stamp:
+                    p._stamp = stamp
+                    p._alloc = dm           # 0.0 + dm
+                    pools.append(p)
                 else:
-                    lrec[1] += m
-                    lrec[3] += m
-                    lrec[4] += dm
+                    p._alloc += dm
+            if not c.links:
+                linkless = True         # nothing to share with
+                continue
+            for link in c.links:
+                if link._stamp != stamp:
+                    link._stamp = stamp
+                    link._share_sum = dm
+                    links.append(link)
+                else:
+                    link._share_sum += dm
 
         # Fast path: when no link is asked for more than its capacity, every transfer simply
         # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
-        # (a loop, not all() over a generator: this runs at every recompute)
-        for rec in info.values():
-            if rec[4] > rec[0]:
+        for link in links:
+            if link._share_sum > link.capacity:
                 break
         else:
-            for c in unfrozen:
-                c.rate = c.demand
-                if c.pool is not None:
-                    pools[c.pool][0] += c.demand * c.n
-            for rec in info.values():
-                rec[2] = rec[4]
-                rec[0] -= rec[4]
-                rec[1] = 0
-            return info, pools
+            if linkless and pools:
+                # The pools' sums went in class order: redo them in the documented order.
+                self._pool_sums(classes, pools, with_links=True)
+            return links, pools
+        self._pool_sums(classes, pools, with_links=False)
 
+        # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
+        # (_unfrozen), saturated in this round (_saturated); _share_sum now adds up the rates.
+        unfrozen = [c for c in classes if c.links]
+        for link in links:
+            link._left = link.capacity
+            link._unfrozen = link.active
+            link._share_sum = 0.0
         while unfrozen:
             level = min([c.demand for c in unfrozen])
-            for rec in info.values():
-                n = rec[1]
-                if n and rec[0] < level * n:
-                    level = rec[0] / n
+            for link in links:
+                n = link._unfrozen
+                if n and link._left < level * n:
+                    level = link._left / n
             thresh = level * (1.0 + _LEVEL_SLACK)
-            saturated = {link for link, rec in info.items() if rec[1] and rec[0] <= thresh * rec[1]}
+            saturated = False
+            for link in links:
+                n = link._unfrozen
+                link._saturated = sat = bool(n) and link._left <= thresh * n
+                saturated = saturated or sat
             still: list[_Class] = []
             for c in unfrozen:
-                if c.demand <= thresh:
-                    rate = c.demand if c.demand < level else level
-                elif saturated and not saturated.isdisjoint(c.links):
+                d = c.demand
+                if d <= thresh:
+                    rate = d if d < level else level
+                elif saturated and any([link._saturated for link in c.links]):
                     rate = level
                 else:
                     still.append(c)
@@ -1013,11 +954,24 @@ class LinkNetwork:
                 m = c.n
                 total = rate * m
                 for link in c.links:
-                    rec = info[link]
-                    rec[0] -= total
-                    rec[1] -= m
-                    rec[2] += total
+                    link._left -= total
+                    link._unfrozen -= m
+                    link._share_sum += total
                 if c.pool is not None:
-                    pools[c.pool][0] += total
+                    c.pool._alloc += total
             unfrozen = still
-        return info, pools
+        return links, pools
+
+    @staticmethod
+    def _pool_sums(classes: list[_Class], pools: list[Pool], *, with_links: bool) -> None:
+        """Set each pool's ``_alloc`` to 0.0 plus the rates of its classes that cross no link,
+        then (``with_links``) plus those of the others, each in the order of ``classes``."""
+        for p in pools:
+            p._alloc = 0.0
+        for c in classes:
+            if not c.links and c.pool is not None:
+                c.pool._alloc += c.rate * c.n
+        if with_links:
+            for c in classes:
+                if c.links and c.pool is not None:
+                    c.pool._alloc += c.rate * c.n
