@@ -409,7 +409,8 @@ class _Class:
     the next member to finish, and a recompute touches only the members that finish.
     """
 
-    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "demand", "rate")
+    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "demand", "rate", "pred_key",
+                 "pred")
 
     def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
         self.base = base
@@ -423,6 +424,11 @@ class _Class:
         self.order: deque[_Transfer] = deque()
         self.demand = 0.0
         self.rate = 0.0
+        # The completion prediction of the last recompute: ceil((pred_key - served) / rate)
+        # for the heap head's key then (``served`` and ``rate`` stay as they were until the
+        # next recompute, which can reuse it if the head's key is still pred_key).
+        self.pred_key: float | None = None
+        self.pred = 0
 
     def rebase(self) -> None:
         """Move the origin of ``served`` to now, so it stays small and precise on long runs."""
@@ -683,8 +689,9 @@ class LinkNetwork:
         # 2. Advance each class and retire its members that are done: those whose remainder is
         #    within tolerance, or whose completion cycle predicted at the last recompute has
         #    come.  Both tests are monotone in the heap key, so the done members are a prefix
-        #    of the heap.  The prediction is redone here from the state of the last recompute
-        #    (``served`` and ``rate`` have not changed since), exactly as step 6 made it.
+        #    of the heap.  The prediction is the one step 6 made from the state of the last
+        #    recompute (``served`` and ``rate`` have not changed since): kept for the head then
+        #    (pred), redone the same way for another key.
         #    Classes go in creation order (the order of _classes): the corrections of classes
         #    sharing a link are added to it in that order.
         classes = self._classes
@@ -696,16 +703,16 @@ class LinkNetwork:
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
-            heap = c.heap
+            heap = c.heap                       # never empty: the class has members
             s_last = c.served
             rate = c.rate
-            s = s_last + rate * elapsed
-            c.served = s
-            fix = 0.0
-            k = 0
-            while heap:
-                key = heap[0][0]
-                if key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed):
+            c.served = s = s_last + rate * elapsed
+            key = heap[0][0]
+            if key <= s or (elapsed > 0 and (c.pred if key == c.pred_key
+                                             else ceil((key - s_last) / rate)) <= elapsed):
+                fix = 0.0
+                k = 0
+                while True:
                     t = heappop(heap)[2]
                     # Credit exactly what was left (it is <= 0 if the last byte arrived before
                     # now), so each transfer's credits add up to nbytes.
@@ -714,9 +721,11 @@ class LinkNetwork:
                     finished.append(t)
                     del active[t.seq]
                     k += 1
-                else:
-                    break
-            if k:
+                    if not heap:
+                        break
+                    key = heap[0][0]
+                    if not (key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed)):
+                        break
                 c.n = n = c.n - k
                 for link in c.links:
                     link._open_bytes += fix
@@ -823,7 +832,8 @@ class LinkNetwork:
         #    which absorbs rounding error that would add a cycle.
         next_wake: int | None = pending[0][0] if pending else None
         for c in ordered:
-            cycles = ceil((c.heap[0][0] - c.served) / c.rate)
+            c.pred_key = key = c.heap[0][0]
+            c.pred = cycles = ceil((key - c.served) / c.rate)
             due = now + (cycles if cycles > 1 else 1)
             if next_wake is None or due < next_wake:
                 next_wake = due
