@@ -562,7 +562,7 @@ class LinkNetwork:
             self._keys[key] = key
 
         env = self.env
-        now = env.now
+        now = env._now                  # simpy.Environment.now without the property call
         if type(now) is not int:
             now = self._now()
         event = _Completion(env)
@@ -659,7 +659,7 @@ class LinkNetwork:
             # generation in this closure
             if gen == self._gen:
                 self._wake_at = None
-                now = self.env.now
+                now = self.env._now     # simpy.Environment.now without the property call
                 self._recompute(now if type(now) is int else self._now())
         timer.callbacks.append(wake)
 
