@@ -57,6 +57,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import simpy
+from simpy.events import PENDING as _PENDING
 
 __all__ = ["Link", "Pool", "LinkNetwork", "TransferRecord"]
 
@@ -346,7 +347,8 @@ class _Transfer:
         self.key = key  # (base rate, pool, links): the rate class
         self.links = links
         self.event = event
-        self.tol = max(_ABS_TOL, _REL_TOL * nbytes)
+        tol = _REL_TOL * nbytes
+        self.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
         self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
         self.rank = 0  # activation order
         self.done = False
@@ -606,12 +608,15 @@ class LinkNetwork:
         env = self.env
         legs: list[_Completion] = []
         for ev in events:
-            if isinstance(ev, _Completion) and ev.parent is not None:
+            if not isinstance(ev, _Completion):
+                return simpy.AllOf(env, events)
+            if ev.parent is not None:
                 raise ValueError("all_of: an event of this network is joined already; wait on its join")
-            if not isinstance(ev, _Completion) or ev.env is not env or ev.callbacks or ev.triggered:
+            if ev.env is not env or ev.callbacks or ev._value is not _PENDING:   # (not ev.triggered)
                 return simpy.AllOf(env, events)
             legs.append(ev)
-        if not legs or len(set(map(id, legs))) != len(legs):
+        n = len(legs)
+        if not n or (legs[0] is legs[1] if n == 2 else len(set(map(id, legs))) != n):
             return simpy.AllOf(env, events)      # nothing to wait for, or an event twice
         join = _Join(env, len(legs))
         fire = join.fire
