@@ -411,8 +411,8 @@ class _Class:
     the next member to finish, and a recompute touches only the members that finish.
     """
 
-    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "demand", "rate", "pred_key",
-                 "pred")
+    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
+                 "pred_key", "pred")
 
     def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
         self.base = base
@@ -424,6 +424,7 @@ class _Class:
         # Members in activation order.  Finished ones are dropped lazily from the front (and by
         # a compaction when they pile up), so order[0] is the earliest active member.
         self.order: deque[_Transfer] = deque()
+        self.first = 0  # activation rank of order[0], the earliest active member (sort key)
         self.demand = 0.0
         self.rate = 0.0
         # The completion prediction of the last recompute: ceil((pred_key - served) / rate)
@@ -443,9 +444,8 @@ class _Class:
         self.heap = heap
 
 
-def _first_rank(c: _Class) -> int:
-    """Sort key of a rate class: the activation rank of its earliest active member."""
-    return c.order[0].rank
+#: Sort key of a rate class: the activation rank of its earliest active member.
+_first_rank = operator.attrgetter("first")
 
 
 class LinkNetwork:
@@ -751,6 +751,7 @@ class LinkNetwork:
                     order.popleft()
                     while order[0].done:
                         order.popleft()
+                    c.first = order[0].rank
                 if len(order) > 2 * n + 32:
                     c.order = deque([t for t in order if not t.done])
             if s >= _REBASE:
@@ -768,13 +769,15 @@ class LinkNetwork:
             if t.nbytes == 0:
                 finished.append(t)
                 continue
+            rank = self._rank
+            self._rank = rank + 1
             c = classes.get(id(t.key))
             if c is None:
                 c = classes[id(t.key)] = _Class(*t.key)
+                c.first = rank
                 ordered.append(c)
             t.cls = c
-            t.rank = self._rank
-            self._rank += 1
+            t.rank = rank
             t.threshold = threshold = c.served + t.nbytes
             heapq.heappush(c.heap, (threshold - t.tol, t.seq, t))
             c.order.append(t)
@@ -950,21 +953,22 @@ class LinkNetwork:
                 if n and link._left < level * n:
                     level = link._left / n
             thresh = level * (1.0 + _LEVEL_SLACK)
-            saturated = False
             for link in links:
                 n = link._unfrozen
-                link._saturated = sat = bool(n) and link._left <= thresh * n
-                saturated = saturated or sat
+                link._saturated = bool(n) and link._left <= thresh * n
             still: list[_Class] = []
             for c in unfrozen:
                 d = c.demand
                 if d <= thresh:
                     rate = d if d < level else level
-                elif saturated and any([link._saturated for link in c.links]):
-                    rate = level
                 else:
-                    still.append(c)
-                    continue
+                    for link in c.links:        # frozen if one of its links saturated
+                        if link._saturated:
+                            break
+                    else:
+                        still.append(c)
+                        continue
+                    rate = level
                 c.rate = rate
                 m = c.n
                 total = rate * m
