@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from heapq import heappush
 import operator
 from array import array
 from collections import deque
@@ -57,7 +58,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import simpy
-from simpy.events import PENDING as _PENDING
+from simpy.events import NORMAL as _NORMAL, PENDING as _PENDING
 
 __all__ = ["Link", "Pool", "LinkNetwork", "TransferRecord"]
 
@@ -367,6 +368,18 @@ class _Completion(simpy.Event):
         self.parent: _Join | None = None
 
 
+class _WakeUp(simpy.Event):
+    """The timer of a wake-up of :class:`LinkNetwork` (not part of the API): what
+    ``env.timeout(delay)`` makes, already triggered with the value None, with ``callback``."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
+        # simpy.Timeout.__init__ sets these, inline: one is made per recompute
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
+
+
 class _Join(_Completion):
     """A completion of several transfers or joins (:meth:`LinkNetwork.all_of`), not part of the API.
 
@@ -501,7 +514,6 @@ class LinkNetwork:
         # Numbers each recompute, so that a link or pool can be marked as seen in this one
         # (Link._stamp, Link._touched, Pool._stamp) without a set or dict built per recompute.
         self._stamp = 0
-        self._timeout = env.timeout     # bound once: a wake-up is scheduled at every recompute
         # (base rate, pool, links) keys already validated, each to itself: a transfer carries
         # the stored tuple, so that its rate class is found by the tuple's id (hashing a nested
         # tuple at every admission cost more than the lookup)
@@ -657,7 +669,6 @@ class LinkNetwork:
         ``now`` is the current cycle."""
         self._gen = gen = self._gen + 1
         self._wake_at = when
-        timer = self._timeout(when - now)
 
         def wake(_ev: simpy.Event) -> None:
             # the wake-up itself, inline (it runs once per recompute); fastforward.py finds the
@@ -666,7 +677,10 @@ class LinkNetwork:
                 self._wake_at = None
                 now = self.env._now     # simpy.Environment.now without the property call
                 self._recompute(now if type(now) is int else self._now())
-        timer.callbacks.append(wake)
+        # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
+        # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
+        env = self.env
+        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), _WakeUp(env, wake)))
 
     def _recompute(self, now: int) -> None:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
