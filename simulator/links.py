@@ -880,17 +880,28 @@ class LinkNetwork:
                 if not parent.remaining:
                     _scheduled(parent, None)
                 finished = []
-        for t in finished:
-            self.completed += 1
-            t.cls = None
-            event = t.event
-            parent = event.parent
-            if parent is None:
-                event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
-            else:                       # a leg of a join: only the last one relays (_scheduled)
-                parent.remaining -= 1
-                if not parent.remaining:
-                    event.succeed(None)
+        if finished:
+            # event.succeed(value), inline: the queue entry env.schedule(event) makes
+            env = self.env
+            queue = env._queue
+            eid = env._eid
+            for t in finished:
+                self.completed += 1
+                t.cls = None
+                event = t.event
+                parent = event.parent
+                if parent is None:
+                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
+                else:                   # a leg of a join: only the last one relays (_scheduled)
+                    parent.remaining -= 1
+                    if parent.remaining:
+                        continue
+                    value = None
+                if event._value is not _PENDING:
+                    raise RuntimeError(f"{event} has already been triggered")
+                event._ok = True
+                event._value = value
+                heappush(queue, (env._now, _NORMAL, next(eid), event))
         if changed and self._on_change is not None:
             self._on_change(now, changed)
 
