@@ -853,10 +853,14 @@ class LinkNetwork:
         #    remainder is within tolerance.  The key already has the tolerance subtracted,
         #    which absorbs rounding error that would add a cycle.
         next_wake: int | None = pending[0][0] if pending else None
+        soonest: int | None = None      # the fewest cycles to a completion
         for c in ordered:
             c.pred_key = key = c.heap[0][0]
             c.pred = cycles = ceil((key - c.served) / c.rate)
-            due = now + (cycles if cycles > 1 else 1)
+            if soonest is None or cycles < soonest:
+                soonest = cycles
+        if soonest is not None:
+            due = now + (soonest if soonest > 1 else 1)     # at least one cycle on
             if next_wake is None or due < next_wake:
                 next_wake = due
         if next_wake is not None:
