@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from heapq import heappush
 import operator
 from array import array
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappush
 from typing import Any, Callable, Sequence
 
 import numpy as np
