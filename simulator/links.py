@@ -586,7 +586,7 @@ class LinkNetwork:
         t = _Transfer(seq, tag, nb, now, start, key, path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
-        heapq.heappush(self._pending, (start, seq, t))
+        heappush(self._pending, (start, seq, t))
         wake_at = self._wake_at
         if wake_at is None or wake_at > start:
             self._schedule(start, now)
@@ -779,7 +779,7 @@ class LinkNetwork:
         #    new class comes last in ``ordered``: its first member is the latest activated.
         pending = self._pending
         while pending and pending[0][0] <= now:
-            t = heapq.heappop(pending)[2]
+            t = heappop(pending)[2]
             if t.nbytes == 0:
                 finished.append(t)
                 continue
@@ -793,7 +793,7 @@ class LinkNetwork:
             t.cls = c
             t.rank = rank
             t.threshold = threshold = c.served + t.nbytes
-            heapq.heappush(c.heap, (threshold - t.tol, t.seq, t))
+            heappush(c.heap, (threshold - t.tol, t.seq, t))
             c.order.append(t)
             c.n += 1
             active[t.seq] = t
