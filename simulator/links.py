@@ -686,6 +686,10 @@ class LinkNetwork:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
         self.recompute_count += 1
         elapsed = now - self._last
+        # The same number as a float, for the products below: float * int converts the int
+        # with PyLong_AsDouble, as float() does, so the products are the same bits, and a
+        # float * float product takes the interpreter's specialised path.
+        span = float(elapsed)
         self._last = now
         self._stamp = stamp = self._stamp + 1
         finished: list[_Transfer] = []
@@ -699,11 +703,11 @@ class LinkNetwork:
         #    by the difference between what it had left and what its rate would have moved.
         if elapsed > 0:
             for link in self._busy:
-                moved = link._alloc * elapsed
+                moved = link._alloc * span
                 link._open_bytes += moved
                 link.bytes_carried += moved
             for pool in self._busy_pools:
-                pool.bytes_carried += pool._alloc * elapsed
+                pool.bytes_carried += pool._alloc * span
 
         # 2. Advance each class and retire its members that are done: those whose remainder is
         #    within tolerance, or whose completion cycle predicted at the last recompute has
@@ -725,7 +729,7 @@ class LinkNetwork:
             heap = c.heap                       # never empty: the class has members
             s_last = c.served
             rate = c.rate
-            c.served = s = s_last + rate * elapsed
+            c.served = s = s_last + rate * span
             key = heap[0][0]
             if key <= s or (elapsed > 0 and (c.pred if key == c.pred_key
                                              else ceil((key - s_last) / rate)) <= elapsed):
