@@ -53,10 +53,12 @@ import operator
 from array import array
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from heapq import heappush
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL as _NORMAL, PENDING as _PENDING
 
 __all__ = ["Link", "Pool", "LinkNetwork", "TransferRecord"]
 
@@ -111,6 +113,32 @@ def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) 
     return cap
 
 
+_INF = math.inf
+
+
+def _checked(nbytes: Any, base_rate: Any, startup: Any) -> tuple[int, float, int]:
+    """``transfer``'s arguments converted and checked: (nbytes, base_rate, startup)."""
+    try:
+        nb = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
+    if nb < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
+    try:
+        base = float(base_rate)
+    except (TypeError, ValueError):
+        raise TypeError(f"base_rate must be a number, got {base_rate!r}") from None
+    if not (math.isfinite(base) and base > 0.0):
+        raise ValueError(f"base_rate must be finite and > 0, got {base_rate!r}")
+    try:
+        st = operator.index(startup)
+    except TypeError:
+        raise TypeError(f"startup must be an integer number of cycles, got {startup!r}") from None
+    if st < 0:
+        raise ValueError(f"startup must be >= 0, got {startup!r}")
+    return nb, base, st
+
+
 class Link:
     """A shared physical link, ``capacity`` bytes per cycle, shared max-min fairly.
 
@@ -150,6 +178,15 @@ class Link:
         self.history_start: int = 0
         self.bytes_forgotten: float = 0.0
         self._peak_forgotten: float = 0.0
+        # Scratch of LinkNetwork._recompute: the recompute that last shared this link out
+        # (_stamp) and last started or finished a transfer on it (_touched), and the aggregate
+        # rate the sharing found (_share_sum).
+        self._stamp: int = -1
+        self._touched: int = -1
+        self._share_sum: float = 0.0
+        self._left: float = 0.0         # and, while it fills (_allocate), the capacity left,
+        self._unfrozen: int = 0         # the transfers not frozen yet,
+        self._saturated: bool = False   # and whether the link saturated in this round
 
     def __repr__(self) -> str:
         return f"Link({self.name!r}, capacity={self.capacity:g}, rate={self.rate:g})"
@@ -288,6 +325,8 @@ class Pool:
         self.active: int = 0
         self.bytes_carried: float = 0.0
         self._alloc: float = 0.0  # sum of the rates of its active transfers
+        # The recompute that last shared out the pool (scratch of LinkNetwork._recompute).
+        self._stamp: int = -1
 
     def __repr__(self) -> str:
         return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
@@ -309,7 +348,8 @@ class _Transfer:
         self.key = key  # (base rate, pool, links): the rate class
         self.links = links
         self.event = event
-        self.tol = max(_ABS_TOL, _REL_TOL * nbytes)
+        tol = _REL_TOL * nbytes
+        self.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
         self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
         self.rank = 0  # activation order
         self.done = False
@@ -326,6 +366,18 @@ class _Completion(simpy.Event):
         self.env = env
         self.callbacks = []
         self.parent: _Join | None = None
+
+
+class _WakeUp(simpy.Event):
+    """The timer of a wake-up of :class:`LinkNetwork` (not part of the API): what
+    ``env.timeout(delay)`` makes, already triggered with the value None, with ``callback``."""
+
+    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
+        # simpy.Timeout.__init__ sets these, inline: one is made per recompute
+        self.env = env
+        self.callbacks = [callback]
+        self._value = None
+        self._ok = True
 
 
 class _Join(_Completion):
@@ -372,7 +424,8 @@ class _Class:
     the next member to finish, and a recompute touches only the members that finish.
     """
 
-    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "demand", "rate")
+    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
+                 "pred_key", "pred")
 
     def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
         self.base = base
@@ -384,8 +437,14 @@ class _Class:
         # Members in activation order.  Finished ones are dropped lazily from the front (and by
         # a compaction when they pile up), so order[0] is the earliest active member.
         self.order: deque[_Transfer] = deque()
+        self.first = 0  # activation rank of order[0], the earliest active member (sort key)
         self.demand = 0.0
         self.rate = 0.0
+        # The completion prediction of the last recompute: ceil((pred_key - served) / rate)
+        # for the heap head's key then (``served`` and ``rate`` stay as they were until the
+        # next recompute, which can reuse it if the head's key is still pred_key).
+        self.pred_key: float | None = None
+        self.pred = 0
 
     def rebase(self) -> None:
         """Move the origin of ``served`` to now, so it stays small and precise on long runs."""
@@ -398,9 +457,8 @@ class _Class:
         self.heap = heap
 
 
-def _first_rank(c: _Class) -> int:
-    """Sort key of a rate class: the activation rank of its earliest active member."""
-    return c.order[0].rank
+#: Sort key of a rate class: the activation rank of its earliest active member.
+_first_rank = operator.attrgetter("first")
 
 
 class LinkNetwork:
@@ -447,9 +505,15 @@ class LinkNetwork:
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
-        # Links and pools with active transfers, as returned by _allocate.
-        self._busy: dict[Link, list] = {}
-        self._busy_pools: dict[Pool, list] = {}
+        # Links and pools with active transfers, in the order _allocate found them.
+        self._busy: list[Link] = []
+        self._busy_pools: list[Pool] = []
+        # The classes of _classes in the order of their earliest active member (see _first_rank),
+        # kept up to date instead of sorted at every recompute.
+        self._ordered: list[_Class] = []
+        # Numbers each recompute, so that a link or pool can be marked as seen in this one
+        # (Link._stamp, Link._touched, Pool._stamp) without a set or dict built per recompute.
+        self._stamp = 0
         # (base rate, pool, links) keys already validated, each to itself: a transfer carries
         # the stored tuple, so that its rate class is found by the tuple's id (hashing a nested
         # tuple at every admission cost more than the lookup)
@@ -484,24 +548,13 @@ class LinkNetwork:
         if given, adds an equal share of the pool's capacity.  ``startup`` is a latency in whole
         cycles before any byte moves.  A zero-byte transfer completes right after its startup.
         """
-        try:
-            nb = operator.index(nbytes)
-        except TypeError:
-            raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
-        if nb < 0:
-            raise ValueError(f"nbytes must be >= 0, got {nbytes!r}")
-        try:
-            base = float(base_rate)
-        except (TypeError, ValueError):
-            raise TypeError(f"base_rate must be a number, got {base_rate!r}") from None
-        if not (math.isfinite(base) and base > 0.0):
-            raise ValueError(f"base_rate must be finite and > 0, got {base_rate!r}")
-        try:
-            st = operator.index(startup)
-        except TypeError:
-            raise TypeError(f"startup must be an integer number of cycles, got {startup!r}") from None
-        if st < 0:
-            raise ValueError(f"startup must be >= 0, got {startup!r}")
+        # The usual types are accepted at once (this runs once per transfer); anything else
+        # goes through the conversions and checks, which name the bad value.
+        if type(nbytes) is int and nbytes >= 0 and type(base_rate) is float and 0.0 < base_rate < _INF \
+                and type(startup) is int and startup >= 0:
+            nb, base, st = nbytes, base_rate, startup
+        else:
+            nb, base, st = _checked(nbytes, base_rate, startup)
         path = tuple(links)
         key = (base, pool, path)
         try:
@@ -522,15 +575,21 @@ class LinkNetwork:
             # uses a handful of routes for thousands of transfers)
             self._keys[key] = key
 
-        now = self._now()
-        event = _Completion(self.env)
+        env = self.env
+        now = env._now                  # simpy.Environment.now without the property call
+        if type(now) is not int:
+            now = self._now()
+        event = _Completion(env)
         seq = self._seq
-        self._seq += 1
-        t = _Transfer(seq, tag, nb, now, now + st, key, path, event)
+        self._seq = seq + 1
+        start = now + st
+        t = _Transfer(seq, tag, nb, now, start, key, path, event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
-        heapq.heappush(self._pending, (t.start, seq, t))
-        self._schedule(t.start)
+        heappush(self._pending, (start, seq, t))
+        wake_at = self._wake_at
+        if wake_at is None or wake_at > start:
+            self._schedule(start, now)
         return event
 
     @property
@@ -561,12 +620,15 @@ class LinkNetwork:
         env = self.env
         legs: list[_Completion] = []
         for ev in events:
-            if isinstance(ev, _Completion) and ev.parent is not None:
+            if not isinstance(ev, _Completion):
+                return simpy.AllOf(env, events)
+            if ev.parent is not None:
                 raise ValueError("all_of: an event of this network is joined already; wait on its join")
-            if not isinstance(ev, _Completion) or ev.env is not env or ev.callbacks or ev.triggered:
+            if ev.env is not env or ev.callbacks or ev._value is not _PENDING:   # (not ev.triggered)
                 return simpy.AllOf(env, events)
             legs.append(ev)
-        if not legs or len(set(map(id, legs))) != len(legs):
+        n = len(legs)
+        if not n or (legs[0] is legs[1] if n == 2 else len(set(map(id, legs))) != n):
             return simpy.AllOf(env, events)      # nothing to wait for, or an event twice
         join = _Join(env, len(legs))
         fire = join.fire
@@ -601,67 +663,79 @@ class LinkNetwork:
             raise ValueError(f"LinkNetwork needs integer simulation time, env.now = {now!r}")
         return int(now)
 
-    def _schedule(self, when: int) -> None:
-        """Ensure a wake-up at ``when`` or earlier.  An earlier wake-up recomputes the next one."""
-        if self._wake_at is not None and self._wake_at <= when:
-            return
-        self._gen += 1
-        gen = self._gen
+    def _schedule(self, when: int, now: int) -> None:
+        """Wake up at ``when``.  Callers checked that no wake-up at or before it is due; the one
+        due later, if any, is superseded (its generation is old, so it is a no-op when it fires).
+        ``now`` is the current cycle."""
+        self._gen = gen = self._gen + 1
         self._wake_at = when
-        timer = self.env.timeout(when - self._now())
-        timer.callbacks.append(lambda _ev: self._wake(gen))
 
-    def _wake(self, gen: int) -> None:
-        if gen != self._gen:
-            return  # superseded by an earlier wake-up, which rescheduled
-        self._wake_at = None
-        self._recompute(self._now())
+        def wake(_ev: simpy.Event) -> None:
+            # the wake-up itself, inline (it runs once per recompute); fastforward.py finds the
+            # generation in this closure
+            if gen == self._gen:
+                self._wake_at = None
+                now = self.env._now     # simpy.Environment.now without the property call
+                self._recompute(now if type(now) is int else self._now())
+        # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
+        # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
+        env = self.env
+        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), _WakeUp(env, wake)))
 
     def _recompute(self, now: int) -> None:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
         self.recompute_count += 1
         elapsed = now - self._last
+        # The same number as a float, for the products below: float * int converts the int
+        # with PyLong_AsDouble, as float() does, so the products are the same bits, and a
+        # float * float product takes the interpreter's specialised path.
+        span = float(elapsed)
         self._last = now
+        self._stamp = stamp = self._stamp + 1
         finished: list[_Transfer] = []
-        # Links whose open segment must close now even if their rate stays the same, because
-        # a transfer on them finished or started.  A segment then covers one set of transfers,
-        # and the shortfall of a transfer finishing mid-cycle is charged to the segment it
-        # finished in, not averaged over a longer span.
-        touched: dict[Link, None] = {}
+        # A link on which a transfer finishes or starts gets ``_touched = stamp``: its open
+        # segment must close now even if its rate stays the same.  A segment then covers one
+        # set of transfers, and the shortfall of a transfer finishing mid-cycle is charged to
+        # the segment it finished in, not averaged over a longer span.
 
         # 1. Credit bytes moved since the last recompute.  Per link and pool this is the
         #    aggregate rate times the elapsed time.  Each finished transfer then corrects it
         #    by the difference between what it had left and what its rate would have moved.
         if elapsed > 0:
             for link in self._busy:
-                moved = link._alloc * elapsed
+                moved = link._alloc * span
                 link._open_bytes += moved
                 link.bytes_carried += moved
             for pool in self._busy_pools:
-                pool.bytes_carried += pool._alloc * elapsed
+                pool.bytes_carried += pool._alloc * span
 
         # 2. Advance each class and retire its members that are done: those whose remainder is
         #    within tolerance, or whose completion cycle predicted at the last recompute has
         #    come.  Both tests are monotone in the heap key, so the done members are a prefix
-        #    of the heap.  The prediction is redone here from the state of the last recompute
-        #    (``served`` and ``rate`` have not changed since), exactly as step 5 made it.
+        #    of the heap.  The prediction is the one step 6 made from the state of the last
+        #    recompute (``served`` and ``rate`` have not changed since): kept for the head then
+        #    (pred), redone the same way for another key.
+        #    Classes go in creation order (the order of _classes): the corrections of classes
+        #    sharing a link are added to it in that order.
         classes = self._classes
+        ordered = self._ordered
         active = self._active
         ceil = math.ceil
         heappop = heapq.heappop
         emptied = False
+        resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
-            heap = c.heap
+            heap = c.heap                       # never empty: the class has members
             s_last = c.served
             rate = c.rate
-            s = s_last + rate * elapsed
-            c.served = s
-            fix = 0.0
-            k = 0
-            while heap:
-                key = heap[0][0]
-                if key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed):
+            c.served = s = s_last + rate * span
+            key = heap[0][0]
+            if key <= s or (elapsed > 0 and (c.pred if key == c.pred_key
+                                             else ceil((key - s_last) / rate)) <= elapsed):
+                fix = 0.0
+                k = 0
+                while True:
                     t = heappop(heap)[2]
                     # Credit exactly what was left (it is <= 0 if the last byte arrived before
                     # now), so each transfer's credits add up to nbytes.
@@ -670,104 +744,133 @@ class LinkNetwork:
                     finished.append(t)
                     del active[t.seq]
                     k += 1
-                else:
-                    break
-            if k:
-                c.n -= k
+                    if not heap:
+                        break
+                    key = heap[0][0]
+                    if not (key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed)):
+                        break
+                c.n = n = c.n - k
                 for link in c.links:
                     link._open_bytes += fix
                     link.bytes_carried += fix
-                    touched[link] = None
+                    link._touched = stamp
+                    link.active -= k
                 if c.pool is not None:
                     c.pool.bytes_carried += fix
-                if not c.n:
+                    c.pool.active -= k
+                if not n:
                     emptied = True
                     continue
+                # Drop the finished members from the front of the activation order (and
+                # compact it when they pile up behind active ones).
+                order = c.order
+                if order[0].done:
+                    resort = True
+                    order.popleft()
+                    while order[0].done:
+                        order.popleft()
+                    c.first = order[0].rank
+                if len(order) > 2 * n + 32:
+                    c.order = deque([t for t in order if not t.done])
             if s >= _REBASE:
                 c.rebase()
         if emptied:
             for empty in [k for k, c in classes.items() if not c.n]:
                 del classes[empty]
+            self._ordered = ordered = [c for c in ordered if c.n]
 
-        # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.
+        # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
+        #    new class comes last in ``ordered``: its first member is the latest activated.
         pending = self._pending
         while pending and pending[0][0] <= now:
-            t = heapq.heappop(pending)[2]
+            t = heappop(pending)[2]
             if t.nbytes == 0:
                 finished.append(t)
                 continue
+            rank = self._rank
+            self._rank = rank + 1
             c = classes.get(id(t.key))
             if c is None:
                 c = classes[id(t.key)] = _Class(*t.key)
+                c.first = rank
+                ordered.append(c)
             t.cls = c
-            t.rank = self._rank
-            self._rank += 1
+            t.rank = rank
             t.threshold = threshold = c.served + t.nbytes
-            heapq.heappush(c.heap, (threshold - t.tol, t.seq, t))
+            heappush(c.heap, (threshold - t.tol, t.seq, t))
             c.order.append(t)
             c.n += 1
             active[t.seq] = t
             for link in t.links:
-                touched[link] = None
+                link._touched = stamp
+                link.active += 1
+            if c.pool is not None:
+                c.pool.active += 1
 
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
-        ordered = []
-        for c in classes.values():
-            order = c.order
-            while order[0].done:
-                order.popleft()
-            if len(order) > 2 * c.n + 32:
-                c.order = order = deque([t for t in order if not t.done])
-            ordered.append(c)
-        if len(ordered) > 1:
+        #    (``active`` of each link and pool, its number of active transfers, was kept up to
+        #    date by steps 2 and 3.)
+        if resort and len(ordered) > 1:
             ordered.sort(key=_first_rank)
-        alloc, pool_alloc = self._allocate(ordered)
+        links, pools = self._allocate(ordered, stamp)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
         #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
-        #    rate, except in a segment where a transfer finished mid-cycle.
-        changed: dict[str, float] = {}
+        #    rate, except in a segment where a transfer finished mid-cycle.  ``changed`` (the
+        #    links whose rate changed, for on_change) is only built when someone listens.
+        changed: dict[str, float] | None = None if self._on_change is None else {}
         for link in self._busy:
-            if link not in alloc:
-                link._close(now)
+            if link._stamp != stamp:
+                if link._open_start is not None:
+                    link._close(now)
                 link._alloc = 0.0
                 link.rate = 0.0
-                link.active = 0
-                changed[link.name] = 0.0
-        for link, (_, _, rate, n, _) in alloc.items():
-            link.active = n
-            if rate != link._alloc or link in touched or link._open_start is None:
-                link._close(now)
-                link._open(now)
-                if rate != link._alloc:
-                    link._alloc = rate
-                    # Water-filling keeps the sum within float rounding of capacity; report
-                    # it clamped so that "rate <= capacity" holds exactly for observers.
-                    link.rate = rate if rate < link.capacity else link.capacity
+                if changed is not None:
+                    changed[link.name] = 0.0
+        for link in links:
+            rate = link._share_sum
+            if rate != link._alloc:
+                if link._open_start is not None:
+                    link._close(now)
+                link._open_start = now
+                link._open_bytes = 0.0
+                link._alloc = rate
+                # Water-filling keeps the sum within float rounding of capacity; report
+                # it clamped so that "rate <= capacity" holds exactly for observers.
+                link.rate = rate if rate < link.capacity else link.capacity
+                if changed is not None:
                     changed[link.name] = link.rate
-        self._busy = alloc
+            elif link._touched == stamp or link._open_start is None:
+                if link._open_start is not None:
+                    link._close(now)
+                link._open_start = now
+                link._open_bytes = 0.0
+        self._busy = links
         for pool in self._busy_pools:
-            if pool not in pool_alloc:
+            if pool._stamp != stamp:
                 pool._alloc = 0.0
-                pool.active = 0
-        for pool, (rate, n) in pool_alloc.items():
-            pool._alloc = rate
-            pool.active = n
-        self._busy_pools = pool_alloc
+        self._busy_pools = pools
 
         # 6. Predict completions; wake at the earliest completion or startup end.  A class's
         #    next completion is its heap head: the first integer cycle by which the head's
         #    remainder is within tolerance.  The key already has the tolerance subtracted,
         #    which absorbs rounding error that would add a cycle.
         next_wake: int | None = pending[0][0] if pending else None
+        soonest: int | None = None      # the fewest cycles to a completion
         for c in ordered:
-            cycles = ceil((c.heap[0][0] - c.served) / c.rate)
-            due = now + (cycles if cycles > 1 else 1)
+            c.pred_key = key = c.heap[0][0]
+            c.pred = cycles = ceil((key - c.served) / c.rate)
+            if soonest is None or cycles < soonest:
+                soonest = cycles
+        if soonest is not None:
+            due = now + (soonest if soonest > 1 else 1)     # at least one cycle on
             if next_wake is None or due < next_wake:
                 next_wake = due
         if next_wake is not None:
-            self._schedule(next_wake)
+            wake_at = self._wake_at
+            if wake_at is None or wake_at > next_wake:
+                self._schedule(next_wake, now)
 
         # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
@@ -777,8 +880,7 @@ class LinkNetwork:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
-            if not (queue and queue[0][0] <= now) and (
-                    not changed or self._on_change is None or self.on_change_passive):
+            if not (queue and queue[0][0] <= now) and (not changed or self.on_change_passive):
                 t = finished[0]
                 self.completed += 1
                 t.cls = None
@@ -786,22 +888,36 @@ class LinkNetwork:
                 if not parent.remaining:
                     _scheduled(parent, None)
                 finished = []
-        for t in finished:
-            self.completed += 1
-            t.cls = None
-            event = t.event
-            parent = event.parent
-            if parent is None:
-                event.succeed(TransferRecord(t.tag, t.nbytes, t.issue, t.start, now))
-            else:                       # a leg of a join: only the last one relays (_scheduled)
-                parent.remaining -= 1
-                if not parent.remaining:
-                    event.succeed(None)
+        if finished:
+            # event.succeed(value), inline: the queue entry env.schedule(event) makes
+            env = self.env
+            queue = env._queue
+            eid = env._eid
+            for t in finished:
+                self.completed += 1
+                t.cls = None
+                event = t.event
+                parent = event.parent
+                if parent is None:
+                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
+                else:                   # a leg of a join: only the last one relays (_scheduled)
+                    parent.remaining -= 1
+                    if parent.remaining:
+                        continue
+                    value = None
+                if event._value is not _PENDING:
+                    raise RuntimeError(f"{event} has already been triggered")
+                event._ok = True
+                event._value = value
+                heappush(queue, (env._now, _NORMAL, next(eid), event))
         if changed and self._on_change is not None:
             self._on_change(now, changed)
 
-    def _allocate(self, classes: list[_Class]) -> tuple[dict[Link, list], dict[Pool, list]]:
-        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling.
+    def _allocate(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
+        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling, and
+        the aggregate rates of the links (``_share_sum``) and pools (``_alloc``) they use, each
+        marked with ``_stamp = stamp``.  Returns the links and the pools in the order of
+        ``classes``.  The demands depend on ``active`` of the pools, which must be up to date.
 
         All unfrozen transfers share one fill level.  Each round raises the level to the
         smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
@@ -811,89 +927,103 @@ class LinkNetwork:
         filling runs over classes, each counted with its number of members.  Each round
         freezes at least one class.
 
-        Returns ``{link: [left, unfrozen, aggregate rate, transfers, aggregate demand]}`` and
-        ``{pool: [aggregate rate, transfers]}``, both in the order of ``classes``.
+        A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
+        the order of ``classes``), then those of the others as they freeze.
         """
-        # Pool membership first: demands depend on the number of active transfers per pool.
-        pools: dict[Pool, list] = {}
+        # Demands, and at once the usual outcome: every class runs at its demand.  Per link,
+        # _share_sum adds up the demands; per pool, _alloc adds up the rates.
+        pools: list[Pool] = []
+        links: list[Link] = []
+        linkless = False
         for c in classes:
             p = c.pool
-            if p is not None:
-                if p in pools:
-                    pools[p][1] += c.n
-                else:
-                    pools[p] = [0.0, c.n]
-
-        unfrozen: list[_Class] = []
-        info: dict[Link, list] = {}
-        for c in classes:
-            p = c.pool
-            m = c.n
             if p is None:
-                d = c.base
+                c.rate = c.demand = d = c.base
+                dm = d * c.n
             else:
-                rec = pools[p]
-                d = c.base + p.capacity / rec[1]
-            c.demand = d
-            if not c.links:
-                c.rate = d  # nothing to share with
-                if p is not None:
-                    rec[0] += d * m
-                continue
-            unfrozen.append(c)
-            dm = d * m
-            for link in c.links:
-                lrec = info.get(link)
-                if lrec is None:
-                    info[link] = [link.capacity, m, 0.0, m, dm]
+                c.rate = c.demand = d = c.base + p.capacity / p.active
+                dm = d * c.n
+                if p._stamp != stamp:
+                    p._stamp = stamp
+                    p._alloc = dm           # 0.0 + dm
+                    pools.append(p)
                 else:
-                    lrec[1] += m
-                    lrec[3] += m
-                    lrec[4] += dm
+                    p._alloc += dm
+            if not c.links:
+                linkless = True         # nothing to share with
+                continue
+            for link in c.links:
+                if link._stamp != stamp:
+                    link._stamp = stamp
+                    link._share_sum = dm
+                    links.append(link)
+                else:
+                    link._share_sum += dm
 
         # Fast path: when no link is asked for more than its capacity, every transfer simply
         # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
-        # (a loop, not all() over a generator: this runs at every recompute)
-        for rec in info.values():
-            if rec[4] > rec[0]:
+        for link in links:
+            if link._share_sum > link.capacity:
                 break
         else:
-            for c in unfrozen:
-                c.rate = c.demand
-                if c.pool is not None:
-                    pools[c.pool][0] += c.demand * c.n
-            for rec in info.values():
-                rec[2] = rec[4]
-                rec[0] -= rec[4]
-                rec[1] = 0
-            return info, pools
+            if linkless and pools:
+                # The pools' sums went in class order: redo them in the documented order.
+                self._pool_sums(classes, pools, with_links=True)
+            return links, pools
+        self._pool_sums(classes, pools, with_links=False)
 
+        # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
+        # (_unfrozen), saturated in this round (_saturated); _share_sum now adds up the rates.
+        unfrozen = [c for c in classes if c.links]
+        for link in links:
+            link._left = link.capacity
+            link._unfrozen = link.active
+            link._share_sum = 0.0
         while unfrozen:
             level = min([c.demand for c in unfrozen])
-            for rec in info.values():
-                n = rec[1]
-                if n and rec[0] < level * n:
-                    level = rec[0] / n
+            for link in links:
+                n = link._unfrozen
+                if n and link._left < level * n:
+                    level = link._left / n
             thresh = level * (1.0 + _LEVEL_SLACK)
-            saturated = {link for link, rec in info.items() if rec[1] and rec[0] <= thresh * rec[1]}
+            for link in links:
+                n = link._unfrozen
+                link._saturated = bool(n) and link._left <= thresh * n
             still: list[_Class] = []
             for c in unfrozen:
-                if c.demand <= thresh:
-                    rate = c.demand if c.demand < level else level
-                elif saturated and not saturated.isdisjoint(c.links):
-                    rate = level
+                d = c.demand
+                if d <= thresh:
+                    rate = d if d < level else level
                 else:
-                    still.append(c)
-                    continue
+                    for link in c.links:        # frozen if one of its links saturated
+                        if link._saturated:
+                            break
+                    else:
+                        still.append(c)
+                        continue
+                    rate = level
                 c.rate = rate
                 m = c.n
                 total = rate * m
                 for link in c.links:
-                    rec = info[link]
-                    rec[0] -= total
-                    rec[1] -= m
-                    rec[2] += total
+                    link._left -= total
+                    link._unfrozen -= m
+                    link._share_sum += total
                 if c.pool is not None:
-                    pools[c.pool][0] += total
+                    c.pool._alloc += total
             unfrozen = still
-        return info, pools
+        return links, pools
+
+    @staticmethod
+    def _pool_sums(classes: list[_Class], pools: list[Pool], *, with_links: bool) -> None:
+        """Set each pool's ``_alloc`` to 0.0 plus the rates of its classes that cross no link,
+        then (``with_links``) plus those of the others, each in the order of ``classes``."""
+        for p in pools:
+            p._alloc = 0.0
+        for c in classes:
+            if not c.links and c.pool is not None:
+                c.pool._alloc += c.rate * c.n
+        if with_links:
+            for c in classes:
+                if c.links and c.pool is not None:
+                    c.pool._alloc += c.rate * c.n

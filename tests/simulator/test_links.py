@@ -449,3 +449,47 @@ def test_bandwidth_series_mid_run_ends_with_the_open_allocated_rate():
     assert times.tolist() == [0, 13, 20, 33]
     assert rates.tolist() == pytest.approx([50 / 13, 0.0, 100 / 13, 0.0])
     assert integral(hbm) == pytest.approx(150.0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    cap_x=st.floats(1.0, 80.0),
+    cap_y=st.floats(1.0, 80.0),
+    pool_cap=st.floats(0.0, 30.0),
+    specs=st.lists(transfer_st, min_size=1, max_size=14),
+)
+def test_link_and_pool_counts_and_rates_follow_the_active_transfers(cap_x, cap_y, pool_cap, specs):
+    # The network keeps each link's and pool's ``active`` count up to date as transfers start
+    # and finish, and sums rates per link and pool; recount both from the transfers themselves.
+    env = simpy.Environment()
+    net = LinkNetwork(env)
+    x = net.add_link("x", cap_x)
+    y = net.add_link("y", cap_y)
+    pool = net.add_pool("p", pool_cap)
+    paths = [[], [x], [y], [x, y]]
+    for i, (issue, nbytes, base, p, use_pool, startup) in enumerate(specs):
+        issue_at(env, net, issue, nbytes, base_rate=base, links=paths[p],
+                 pool=pool if use_pool else None, startup=startup, tag=i)
+    checked = []
+
+    def check(now=None, changed=None):
+        rates = dict(net.active_rates())
+        for link in (x, y):
+            mine = [r for i, r in rates.items() if link in paths[specs[i][3]]]
+            assert link.active == len(mine)
+            assert link.rate <= link.capacity
+            assert link.rate == pytest.approx(min(sum(mine), link.capacity), rel=1e-9, abs=1e-12)
+        assert pool.active == len([r for i, r in rates.items() if specs[i][4]])
+        checked.append(len(rates))
+
+    def probe():                # between recomputes too, every few cycles
+        while net.active_count() or net.pending_count() or env.peek() < math.inf:
+            check()
+            yield env.timeout(37)
+
+    net.on_change = check       # at the end of each recompute that changed a link's rate
+    env.process(probe())
+    env.run()
+    assert net.completed == len(specs)
+    assert x.active == y.active == pool.active == 0 and x.rate == y.rate == 0.0
+    assert checked
