@@ -347,11 +347,12 @@ class DataCopy(Instruction):
             return
         n = self.count
         # the operands directly, not through the local/glob properties nor typing.cast (a call
-        # each per copy); one is local and one global (__init__)
+        # each per copy); one is local and one global (__init__ checked which), so the narrowing
+        # below is known to hold though mypy cannot see it
         local: LocalTensor
         glob: GlobalSlice
         if self._to_gm:
-            local, glob = self.src, self.dst
+            local, glob = self.src, self.dst  # type: ignore[assignment]
             values = local.array(n)
             if self._atomic:
                 # applied at this cycle; simultaneous commits in a seeded order (simulator/atomics.py)
@@ -359,7 +360,7 @@ class DataCopy(Instruction):
             else:
                 glob.write(values)
         else:
-            glob, local = self.src, self.dst
+            glob, local = self.src, self.dst  # type: ignore[assignment]
             local.array(n)[...] = glob.read(n)
 
     def trace_args(self) -> tuple[int, int, int, str]:
