@@ -352,6 +352,16 @@ transfer_st = st.tuples(
 )
 
 
+def _two_link_network(cap_x, cap_y, pool_cap):
+    """The property tests' network: links x and y, one pool; paths index what transfer_st draws."""
+    env = simpy.Environment()
+    net = LinkNetwork(env)
+    x = net.add_link("x", cap_x)
+    y = net.add_link("y", cap_y)
+    pool = net.add_pool("p", pool_cap)
+    return env, net, x, y, pool, [[], [x], [y], [x, y]]
+
+
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     cap_x=st.floats(1.0, 80.0),
@@ -360,12 +370,7 @@ transfer_st = st.tuples(
     specs=st.lists(transfer_st, min_size=1, max_size=14),
 )
 def test_bytes_are_conserved_and_links_never_exceed_capacity(cap_x, cap_y, pool_cap, specs):
-    env = simpy.Environment()
-    net = LinkNetwork(env)
-    x = net.add_link("x", cap_x)
-    y = net.add_link("y", cap_y)
-    pool = net.add_pool("p", pool_cap)
-    paths = [[], [x], [y], [x, y]]
+    env, net, x, y, pool, paths = _two_link_network(cap_x, cap_y, pool_cap)
     peaks = {"x": 0.0, "y": 0.0}
 
     def watch(now, rates):
@@ -461,12 +466,7 @@ def test_bandwidth_series_mid_run_ends_with_the_open_allocated_rate():
 def test_link_and_pool_counts_and_rates_follow_the_active_transfers(cap_x, cap_y, pool_cap, specs):
     # The network keeps each link's and pool's ``active`` count up to date as transfers start
     # and finish, and sums rates per link and pool; recount both from the transfers themselves.
-    env = simpy.Environment()
-    net = LinkNetwork(env)
-    x = net.add_link("x", cap_x)
-    y = net.add_link("y", cap_y)
-    pool = net.add_pool("p", pool_cap)
-    paths = [[], [x], [y], [x, y]]
+    env, net, x, y, pool, paths = _two_link_network(cap_x, cap_y, pool_cap)
     for i, (issue, nbytes, base, p, use_pool, startup) in enumerate(specs):
         issue_at(env, net, issue, nbytes, base_rate=base, links=paths[p],
                  pool=pool if use_pool else None, startup=startup, tag=i)
