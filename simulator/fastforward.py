@@ -161,7 +161,9 @@ class ProgramStream:
                 device.drawing = None
             if item is None:
                 if not pending:
-                    return
+                    if self.done:
+                        return
+                    continue                     # a bare ``yield`` (None) is skipped, as _draw does
                 batch: Any = [*pending]
             else:
                 cls = type(item)

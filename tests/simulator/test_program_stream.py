@@ -142,3 +142,36 @@ def test_an_error_of_the_queue_framework_stops_the_block_at_its_point(ff: bool) 
 def test_flags_are_plain_instructions_of_their_pipes() -> None:
     s, w = SetFlag("MTE2", "VECTOR", 3), WaitFlag("MTE2", "VECTOR", 3)
     assert (s.pipe, w.pipe, s.tile, w.tile, s.origin, w.origin) == ("MTE2", "VECTOR", -1, -1, None, None)
+
+
+@pytest.mark.parametrize("ff", [False, True])
+def test_a_bare_yield_is_skipped_and_the_program_goes_on(ff: bool) -> None:
+    # ``yield`` / ``yield None`` with no flag pending (first thing, and right after an instruction)
+    # is not the end of the program: everything after it still runs
+    dev = Device(devices.load("atlas-a2"), fast_forward=ff)
+    n = TILE
+    x = GlobalTensor.contiguous(dev, dev.malloc(n * 4), nx.FP32, (n,))
+    y = GlobalTensor.contiguous(dev, dev.malloc(n * 4), nx.FP32, (n,))
+    dev.write(x.addr, np.arange(n, dtype=np.float32))
+
+    def kernel(ctx: Any) -> Any:
+        inq = ctx.queue("VECIN", 1, n * 4)
+        outq = ctx.queue("VECOUT", 1, n * 4)
+        yield None
+        a = inq.alloc()
+        yield DataCopyPad(a, x[0:n], n)
+        yield
+        inq.enque(a)
+        a = inq.deque()
+        b = outq.alloc()
+        yield Adds(b, a, scalar=1.0, count=n)
+        inq.free(a)
+        outq.enque(b)
+        b = outq.deque()
+        yield DataCopyPad(y[0:n], b, n)
+        outq.free(b)
+
+    stream = dev.create_stream()
+    dev.launch(stream, kernel, 1)
+    dev.synchronize(stream)
+    assert np.array_equal(dev.read(y.addr, n * 4).view(np.float32), np.arange(n, dtype=np.float32) + 1)
