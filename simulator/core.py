@@ -159,12 +159,13 @@ class Pipe:
                 # flags; in default runs that is the profiler, the only observer)
                 observers = device.observers
                 if observers:
-                    if not instr.busy:
-                        if observers != core._observers_seen:
-                            core._sort_observers()
-                        observers = core._flag_observers
-                    for ob in observers:
-                        ob.on_instruction(core, self, instr, start, end)
+                    if instr.busy:
+                        for ob in observers:
+                            ob.on_instruction(core, self, instr, start, end)
+                    else:
+                        for ob in observers:
+                            if not getattr(ob, "busy_only", False):
+                                ob.on_instruction(core, self, instr, start, end)
             ff = device.ff
             if ff is not None:
                 ff.on_complete(self, instr, start, end)
@@ -211,9 +212,6 @@ class Core:
         self.pipes: dict[str, Pipe] = {p: Pipe(self, p, depth) for p in pipes}
         self.flags: dict[tuple[str, str, int], int] = {}
         self.flag_waiters: dict[tuple[str, str, int], simpy.Event] = {}
-        # device.observers as last seen, and those of them shown non-busy completions (record)
-        self._observers_seen: list[Any] = []
-        self._flag_observers: list[Any] = []
         self.atomic: Any = None            # the dtype of SetAtomicAdd<T> while in effect (MTE3/DMA)
         self.launch: "Launch | None" = None
         self.context: "KernelContext | None" = None   # the running block's (KernelContext sets it)
@@ -268,24 +266,20 @@ class Core:
         return ev
 
     # -- observers and trace ---------------------------------------------------------------------
-    def _sort_observers(self) -> None:
-        """Note the device's observers and those of them that want non-busy completions (flags):
-        an observer whose ``busy_only`` is true is shown busy instructions only."""
-        observers = self.device.observers
-        self._observers_seen = list(observers)
-        self._flag_observers = [ob for ob in observers if not getattr(ob, "busy_only", False)]
-
     def record(self, pipe: Pipe, instr: "Instruction", start: int, end: int) -> None:
         """Show a completed instruction to the device's observers and trace (Pipe._run calls it
         for every completion; without a trace it does the observer part inline)."""
         observers = self.device.observers
         if observers:
-            if not instr.busy:
-                if observers != self._observers_seen:
-                    self._sort_observers()
-                observers = self._flag_observers
-            for ob in observers:
-                ob.on_instruction(self, pipe, instr, start, end)
+            # an observer whose ``busy_only`` is true is shown busy instructions only (asked per
+            # completion: the list and the attribute may change during a run)
+            if instr.busy:
+                for ob in observers:
+                    ob.on_instruction(self, pipe, instr, start, end)
+            else:
+                for ob in observers:
+                    if not getattr(ob, "busy_only", False):
+                        ob.on_instruction(self, pipe, instr, start, end)
         trace = self.device.trace
         if trace is None or pipe.track < 0:
             return
