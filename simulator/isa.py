@@ -15,7 +15,7 @@ dtype the product's vector unit does not compute in (bf16 on Atlas A2/A3) raises
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, ClassVar, cast
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, cast
 
 import numpy as np
 import simpy
@@ -29,7 +29,30 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Pipe
 
 
-class Instruction:
+class _InstructionType(type):
+    """Keeps ``issues`` / ``completes`` true to the class when ``issue`` or ``complete`` is
+    assigned after the class statement (a monkeypatch), for the class and its subclasses."""
+
+    def __setattr__(cls, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name in ("issue", "complete"):
+            cls._reflag()
+
+    def __delattr__(cls, name: str) -> None:
+        super().__delattr__(name)
+        if name in ("issue", "complete"):
+            cls._reflag()
+
+    def _reflag(cls) -> None:
+        # every class of this type is Instruction or a subclass of it
+        todo: list[Any] = [cls]
+        while todo:
+            c = todo.pop()
+            c._flags()
+            todo.extend(c.__subclasses__())
+
+
+class Instruction(metaclass=_InstructionType):
     """Base class. Subclasses set ``pipe`` and ``name`` and override issue/complete."""
 
     # ``origin``: "file.py:line" of the kernel source that issued it, stamped by the dispatcher
@@ -48,8 +71,13 @@ class Instruction:
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        cls.issues = cls.issue is not Instruction.issue
-        cls.completes = cls.complete is not Instruction.complete
+        cls._flags()
+
+    @classmethod
+    def _flags(cls) -> None:
+        # type.__setattr__, not cls.x = ...: the metaclass watches assignments to issue/complete
+        type.__setattr__(cls, "issues", cls.issue is not Instruction.issue)
+        type.__setattr__(cls, "completes", cls.complete is not Instruction.complete)
 
     def __init__(self) -> None:
         self.tile = -1

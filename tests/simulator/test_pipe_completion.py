@@ -113,6 +113,37 @@ def test_instruction_classes_know_which_base_no_ops_they_keep() -> None:
     assert Custom.issues and Custom.completes
 
 
+def test_an_issue_assigned_after_the_class_statement_is_called() -> None:
+    from opsim import devices
+    from opsim.simulator.device import Device
+
+    class Busy(isa.Instruction):
+        __slots__ = ()
+        pipe = "VECTOR"
+        name = "Busy"
+
+    class Busier(Busy):
+        __slots__ = ()
+
+    def run() -> int:
+        dev = Device(devices.load("atlas-a2"))
+
+        def kernel(ctx: Any) -> Any:
+            yield Busier()
+        stream = dev.create_stream()
+        dev.launch(stream, kernel, 1)
+        dev.synchronize(stream)
+        return int(dev.env.now)
+
+    plain = run()
+    Busy.issue = lambda self, pipe: 500          # type: ignore[method-assign]   (a monkeypatch)
+    assert Busy.issues and Busier.issues
+    assert run() == plain + 500
+    del Busy.issue
+    assert not Busy.issues and not Busier.issues
+    assert run() == plain
+
+
 def test_flag_pipes_are_their_source_and_destination() -> None:
     s, w = isa.SetFlag("MTE2", "VECTOR", 1), isa.WaitFlag("MTE2", "VECTOR", 1)
     assert (s.pipe, w.pipe) == ("MTE2", "VECTOR")
