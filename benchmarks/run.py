@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
         return opsim.run("mse_loss_backward", device="atlas-a2", fast_forward=ff, grad_output=g, self=x,
                          target=y, reduction="mean", trace="off")
     t_full, res = best_of(lambda: full(False), args.repeat)
-    t_full_ff, res_ff = best_of(lambda: full(True), 1)
+    t_full_ff, res_ff = best_of(lambda: full(True), args.repeat)
     assert res_ff.cycles == res.cycles and np.array_equal(res_ff.outputs["out"], ref)
     assert np.array_equal(res.outputs["out"], ref), "opsim result differs from numpy"
     t_timing, tres = best_of(lambda: mse_timing(n, fast_forward=False), args.repeat)
