@@ -12,7 +12,6 @@ compiler inserts, so a kernel reads like Ascend C and double buffering falls out
 from __future__ import annotations
 
 import functools
-from collections import deque as _deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
@@ -331,10 +330,16 @@ class TQue:
         self.nbytes = align_up(int(nbytes), self.region.alignment)
         self.buffers = [ctx.allocate(self.region, self.nbytes, f"{position}[{i}]") for i in range(depth)]
         self.event_ids = [ctx.next_event_id(producer, consumer) for _ in range(depth)]
-        self._free = _deque(range(depth))
+        # free buffer indices, the next to allocate first, and the enqueued (index, tensor) pairs,
+        # oldest first: lists taken from the front by index and ``del`` (a queue holds a few
+        # buffers; a deque's popleft is a call per queue operation, four per buffer moved)
+        self._free: list[int] = list(range(depth))
         self._used_before = [False] * depth
-        self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
+        self._fifo: list[tuple[int, LocalTensor]] = []
         self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
+        # the tensor alloc() last returned for each buffer: returned again for the same dtype
+        # (a LocalTensor is a value that nothing modifies; one object fewer per alloc)
+        self._tensors: list[LocalTensor | None] = [None] * depth
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
         isa = _isa()
         self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
@@ -345,7 +350,9 @@ class TQue:
         if not self._free:
             raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
                                  f"(free() one first)", core=self.ctx.core.name)
-        i = self._free.popleft()
+        free = self._free
+        i = free[0]
+        del free[0]
         ctx = self.ctx
         # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
         # the four queue calls for every buffer it moves, and FLCE's cube side moves ten buffers
@@ -358,7 +365,9 @@ class TQue:
             ctx.pending.append(flag)
         self._used_before[i] = True
         dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
-        t = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+        t = self._tensors[i]
+        if t is None or t.dtype is not dt:
+            t = self._tensors[i] = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
         if lines:
             self._alloc_origin[t.addr] = _caller_line()
@@ -376,8 +385,9 @@ class TQue:
         return i
 
     def enque(self, t: LocalTensor) -> None:
-        i = self._out.get(t.addr)
-        if i is None:
+        try:
+            i = self._out[t.addr]
+        except KeyError:
             i = self._index(t)           # raises
         ctx = self.ctx
         flag = self._set_flag(self.producer, self.consumer, self.event_ids[i])
@@ -387,9 +397,11 @@ class TQue:
         self._fifo.append((i, t))
 
     def deque(self) -> LocalTensor:
-        if not self._fifo:
+        fifo = self._fifo
+        if not fifo:
             raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
-        i, t = self._fifo.popleft()
+        i, t = fifo[0]
+        del fifo[0]
         ctx = self.ctx
         flag = self._wait_flag(self.producer, self.consumer, self.event_ids[i])
         if ctx.device.source_lines:
@@ -398,9 +410,13 @@ class TQue:
         return t
 
     def free(self, t: LocalTensor) -> None:
-        i = self._out.pop(t.addr, None)
-        if i is None:
-            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
+        out = self._out
+        addr = t.addr
+        try:
+            i = out[addr]
+        except KeyError:
+            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here") from None
+        del out[addr]
         ctx = self.ctx
         flag = self._free_flag(self.consumer, self.producer, self.event_ids[i])
         if ctx.device.source_lines:
