@@ -596,35 +596,73 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
     inq = ctx.queue("VECIN", buffer_num, slot * in_dt.itemsize * len(inputs))
     outq = ctx.queue("VECOUT", buffer_num, tile_length * output.dtype.itemsize)
     ntiles = -(-length // tile_length)
+    # Per tile this loop runs a few dozen Python operations for a few instructions, so it is
+    # written flat: the CopyIn inline (no sub-generator to resume per copy), the core's tile set
+    # directly (the ctx.tile setter), and the operand views made without __getitem__ where the
+    # slice is known to be in range -- the same views (bounds as slice.indices gives them).
+    core = ctx.core
+    copy_pad = (_ISA or _isa()).DataCopyPad
+    end = start + length
+    n_in = len(inputs)
+    # (input buffer address, elements) -> the inputs' slots in that buffer: the same few
+    # (buffers x {tile, tail}) every tile; compute gets a fresh list of them each time
+    slots: dict[tuple[int, int], tuple[LocalTensor, ...]] = {}
 
-    def span(t: int) -> tuple[int, int]:
-        off = start + t * tile_length
-        return off, min(tile_length, start + length - off)
+    def views(buf: LocalTensor, n: int) -> tuple[LocalTensor, ...]:
+        v = slots[buf.addr, n] = tuple(buf[j * slot: j * slot + n] for j in range(n_in))
+        return v
 
-    def copy_in(t: int) -> Iterator[Any]:
-        ctx.tile = t
-        off, n = span(t)
-        buf = inq.alloc(in_dt)
-        for j, g in enumerate(inputs):
-            yield _copy_in(buf[j * slot: j * slot + n], g[off:off + n], n)
-        inq.enque(buf)
-
+    # g[off:off + n] is GlobalSlice(g, off, n) when 0 <= off and off + n <= g.numel (slice.indices
+    # changes nothing then); the copies below build it directly there
     if prefetch:
-        yield from copy_in(0)
+        # the CopyIn of tile 0 (as in the loop below)
+        core.tile = 0
+        n = tile_length if tile_length < length else length
+        buf = inq.alloc(in_dt)
+        try:
+            v = slots[buf.addr, n]
+        except KeyError:
+            v = views(buf, n)
+        for dst, g in zip(v, inputs):
+            yield copy_pad(dst, GlobalSlice(g, start, n) if 0 <= start and start + n <= g.numel
+                           else g[start:start + n], n)
+        inq.enque(buf)
     for t in ctx.tiles(ntiles):
-        if not prefetch:
-            yield from copy_in(t)
-        elif t + 1 < ntiles:
-            yield from copy_in(t + 1)
-        ctx.tile = t
-        off, n = span(t)
+        # CopyIn of tile t, or of tile t + 1 with prefetch
+        c = t + 1 if prefetch else t
+        if not prefetch or c < ntiles:
+            core.tile = c
+            off = start + c * tile_length
+            n = end - off
+            if n > tile_length:
+                n = tile_length
+            buf = inq.alloc(in_dt)
+            try:
+                v = slots[buf.addr, n]
+            except KeyError:
+                v = views(buf, n)
+            for dst, g in zip(v, inputs):
+                yield copy_pad(dst, GlobalSlice(g, off, n) if 0 <= off and off + n <= g.numel
+                               else g[off:off + n], n)
+            inq.enque(buf)
+        # Compute and CopyOut of tile t
+        core.tile = t
+        off = start + t * tile_length
+        n = end - off
+        if n > tile_length:
+            n = tile_length
         buf = inq.deque()
         out = outq.alloc(output.dtype)
-        yield from compute(ctx, [buf[j * slot: j * slot + n] for j in range(len(inputs))], out, n)
+        try:
+            v = slots[buf.addr, n]
+        except KeyError:
+            v = views(buf, n)
+        yield from compute(ctx, list(v), out, n)
         inq.free(buf)
         outq.enque(out)
         out = outq.deque()
-        yield _copy_out(output[off:off + n], out, n)
+        yield copy_pad(GlobalSlice(output, off, n) if 0 <= off and off + n <= output.numel
+                       else output[off:off + n], out, n)
         outq.free(out)
 
 
@@ -635,11 +673,3 @@ def _caller_line() -> str | None:
     while frame is not None and frame.f_code.co_filename == __file__:
         frame = frame.f_back
     return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    return (_ISA or _isa()).DataCopyPad(dst, src, n)
-
-
-def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    return (_ISA or _isa()).DataCopyPad(dst, src, n)
