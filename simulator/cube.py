@@ -377,7 +377,7 @@ class CopyGmToL1(CubeInstruction):
         self.dst, self.src = dst, src
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
         self.repeat_axis = repeat_axis
-        self._nbytes = self.nr * self.nc * src.itemsize
+        self._nbytes = self.nr * self.nc * src.dtype.itemsize
 
     def piece(self) -> tuple[int, int]:
         """Rows x cols of one repeat."""
@@ -389,13 +389,17 @@ class CopyGmToL1(CubeInstruction):
         _timing_only(pipe, self)
         dst, src = self.dst, self.src
         _need_region(dst, ("L1",), "DataCopy GM->L1 destination")
-        if dst.dtype.itemsize != src.itemsize:
+        if dst.dtype.itemsize != src.dtype.itemsize:
             raise SimulatorError(f"DataCopy between {src.dtype} and {dst.dtype}: DMA does not convert")
         src._check_block(self.r0, self.nr, self.c0, self.nc)
         pr, pc = self.piece()
-        need = nz_bytes(pr, pc, src.itemsize)
+        need = nz_bytes(pr, pc, src.dtype.itemsize)
         _fit(dst, need, "DataCopy of a {} x {} {} block", pr, pc, src.dtype)
-        dst.check(need // dst.dtype.itemsize, write=True)
+        # LocalTensor.check, inline where it would pass (as in Mmad.issue; _fit: the count fits)
+        reg, addr = dst.region, dst.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + need > reg.end
+                or reg.read_only):
+            dst.check(need // dst.dtype.itemsize, write=True)
         device = pipe.core.device
         lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
         device.check_global(lo, hi - lo, write=False)
@@ -493,12 +497,19 @@ class LoadData(CubeInstruction):
                 or plan[0] > dreg.size or plan[0] > dst.count * item):
             return self._issue_checked(pipe)
         need, have, cost = plan
-        dst.check(need // item, write=True)
+        # LocalTensor.check of both tiles, inline where it would pass (as in Mmad.issue)
+        addr = dst.addr
+        if (dreg.backing == "allocation" or addr % dreg.alignment or addr < dreg.base or addr + need > dreg.end
+                or dreg.read_only):
+            dst.check(need // item, write=True)
         if self.repeat == 1:
+            sreg = src.region
             if (self.r0 < 0 or self.c0 < 0 or self.r0 + self.nr > self.src_rows
-                    or self.c0 + self.nc > self.src_cols or have > src.region.size or have > src.count * item):
+                    or self.c0 + self.nc > self.src_cols or have > sreg.size or have > src.count * item):
                 return self._issue_checked(pipe)
-            src.check(have // item, write=False)
+            addr = src.addr
+            if sreg.backing == "allocation" or addr % sreg.alignment or addr < sreg.base or addr + have > sreg.end:
+                src.check(have // item, write=False)
         return cost + pipe.head_cycles()
 
     def _plan(self, spec: Any, dname: str, item: int) -> tuple[int, int, int]:
@@ -649,9 +660,20 @@ class Mmad(CubeInstruction):
                 or b_bytes > b.region.size or b_bytes > b.count * b.dtype.itemsize
                 or c_bytes > c.region.size or c_bytes > c.count * 4):
             return self._issue_checked(pipe)
-        a.check(a_bytes // item, write=False)
-        b.check(b_bytes // item, write=False)
-        c.check(c_bytes // 4, write=True)
+        # LocalTensor.check of the three tiles, inline: its verdict for a flat or sparse local
+        # region (the counts fit, tested above); whatever it would not pass through -- an
+        # allocation-backed or read-only region, a misaligned or out-of-range tile -- takes the
+        # call, which raises (or checks the allocation) as before, in the same order
+        reg, addr = a.region, a.addr
+        if reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + a_bytes > reg.end:
+            a.check(a_bytes // item, write=False)
+        reg, addr = b.region, b.addr
+        if reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + b_bytes > reg.end:
+            b.check(b_bytes // item, write=False)
+        reg, addr = c.region, c.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + c_bytes > reg.end
+                or reg.read_only):
+            c.check(c_bytes // 4, write=True)
         return cycles
 
     def _plan(self, spec: Any) -> tuple[int, int, int, int]:
@@ -744,13 +766,13 @@ class Fixpipe(CubeInstruction):
 
     def __init__(self, dst: GmMatrix, r0: int, c0: int, src: LocalTensor, m: int, n: int, *,
                  round_mode: str = "rint") -> None:
-        super().__init__(1)
+        self.tile, self.origin, self.repeat = -1, None, 1     # CubeInstruction.__init__(1) inline
         if round_mode not in nx.ROUND_MODES:
             raise SimulatorError(f"Fixpipe round mode {round_mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
         self.dst, self.src = dst, src
         self.r0, self.c0, self.m, self.n = int(r0), int(c0), int(m), int(n)
         self.round_mode = round_mode
-        self._nbytes = self.m * self.n * dst.itemsize
+        self._nbytes = self.m * self.n * dst.dtype.itemsize
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
         src, dst = self.src, self.dst
@@ -816,10 +838,10 @@ class CopyUbToNz(Instruction):
 
     def __init__(self, dst: GmMatrix, row: int, c0: int, src: LocalTensor, n: int, *,
                  l2_rows: int = 1) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None     # Instruction.__init__ inline: one per row chunk
         self.dst, self.row, self.c0, self.src, self.n = dst, int(row), int(c0), src, int(n)
         self.l2_rows = int(l2_rows)
-        self._nbytes = align16(self.n) * dst.itemsize
+        self._nbytes = -(-self.n // FRACTAL) * FRACTAL * dst.dtype.itemsize   # align16(n) x itemsize
 
     @property
     def pipe(self) -> str:  # type: ignore[override]

@@ -42,7 +42,7 @@ from opsim.simulator.device import MixKernel
 from opsim.simulator.errors import MemoryFault
 from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, VectorOp, vector_cost
 from opsim.simulator.memory import align_up
-from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor
+from opsim.simulator.tile import GlobalSlice, GlobalTensor, KernelContext, LocalTensor
 
 NAME = "fused_linear_cross_entropy_loss_grad"
 API = "aclnnFusedLinearCrossEntropyLossGrad"
@@ -582,7 +582,7 @@ class TargetUpdate(Instruction):
 
     def __init__(self, buf: LocalTensor, count: int, col0: int, v: int, target: ScalarRef, mask: MaskBitRef,
                  row: int) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None     # Instruction.__init__ inline (one per row chunk)
         self.buf, self.count, self.col0, self.v = buf, int(count), int(col0), int(v)
         self.target, self.mask, self.row = target, mask, int(row)
 
@@ -687,6 +687,10 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
     used = [False, False]
     slot = 0
+    rows, rows_numel = ops.rows, ops.rows.numel
+    # (slot, n) -> (buf[0:n], the buffer as the output dtype, its first n): the same few views
+    # every row chunk, made once (a view is a value: sharing it changes no instruction)
+    views: dict[tuple[int, int], tuple[LocalTensor, LocalTensor, LocalTensor]] = {}
     for b0 in range(r0, r0 + nrows, META_ROWS):
         nb = min(META_ROWS, r0 + nrows - b0)
         meta = meta_q.alloc(nx.UINT8)
@@ -717,10 +721,16 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
             for c0 in range(0, v, chunk):
                 n = min(chunk, v - c0)
                 buf = bufs[slot]
+                try:
+                    buf_n, out, out_n = views[slot, n]
+                except KeyError:
+                    out = buf.reinterpret(dt)
+                    buf_n, out, out_n = views[slot, n] = (buf[0:n], out, out[0:n])
                 if used[slot]:
                     ctx.emit_wait("MTE3", "MTE2", ev_free[slot])
                 used[slot] = True
-                yield DataCopyPad(buf[0:n], ops.rows[row * v + c0:row * v + c0 + n], n)
+                off = row * v + c0      # rows[off:off + n], built directly when in range
+                yield DataCopyPad(buf_n, GlobalSlice(rows, off, n) if off + n <= rows_numel else rows[off:off + n], n)
                 ctx.emit_set("MTE2", "VECTOR", ev_in[slot])
                 ctx.emit_wait("MTE2", "VECTOR", ev_in[slot])
                 if ms:
@@ -729,8 +739,7 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
                     yield DivRef(buf, buf, ScalarRef(sum_t, i), n)
                 yield TargetUpdate(buf, n, c0, v, target, mask, row)
                 yield MulsRef(buf, buf, ScalarRef(grad_t, i), n)
-                out = buf.reinterpret(dt)
-                yield Cast(out[0:n], buf[0:n], "rint", n)
+                yield Cast(out_n, buf_n, "rint", n)
                 ctx.emit_set("VECTOR", "MTE3", ev_out[slot])
                 ctx.emit_wait("VECTOR", "MTE3", ev_out[slot])
                 # the L2 model sees the batch's NZ blocks with its last row (one run per column block)
