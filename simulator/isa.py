@@ -304,8 +304,10 @@ class DataCopy(Instruction):
                  count: int | None = None) -> None:
         # Instruction.__init__ and the ``local`` property inline: one DataCopy per tile and operand
         self.tile, self.origin = -1, None
-        to_gm = self._to_gm = isinstance(dst, GlobalSlice)
-        from_gm = isinstance(src, GlobalSlice)
+        # the exact types first (what kernels pass), isinstance only for anything else
+        tdst, tsrc = type(dst), type(src)
+        to_gm = self._to_gm = tdst is GlobalSlice or (tdst is not LocalTensor and isinstance(dst, GlobalSlice))
+        from_gm = tsrc is GlobalSlice or (tsrc is not LocalTensor and isinstance(src, GlobalSlice))
         if to_gm == from_gm:
             raise SimulatorError(f"{self.name} needs one global and one local operand, got "
                                  f"{type(dst).__name__} <- {type(src).__name__}")
