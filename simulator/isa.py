@@ -469,10 +469,27 @@ class VectorOp(Instruction):
         n = self.count
         dt = self.dst.dtype
         fp32 = dt is nx.FP32 or dt == nx.FP32
+        scalar = self.scalar
+        if fp32 and not isinstance(scalar, LocalTensor):
+            # the common cases, one call each with the operands spelled out (a call with *args
+            # costs numpy twice as much): two tensors (Sub, Mul), a tensor and a constant
+            # (Muls, Adds), one tensor (Exp, Abs); the same ufunc on the same views as below
+            srcs = self.srcs
+            fn = type(self).fn
+            if len(srcs) == 2 and scalar is None:
+                a, b = srcs
+                fn(a.array(n), b.array(n), out=self.dst.array(n))
+                return
+            if len(srcs) == 1:
+                a = srcs[0].array(n)
+                if scalar is None:
+                    fn(a, out=self.dst.array(n))
+                else:
+                    fn(a, _scalar_f32(scalar, dt), out=self.dst.array(n))
+                return
         # fp32 operands need no widening: the views themselves go into the one ufunc call
         args: list[np.ndarray | np.float32] = ([s.array(n) for s in self.srcs] if fp32 else
                                                [nx.to_f32(s.array(n)) for s in self.srcs])
-        scalar = self.scalar
         if isinstance(scalar, LocalTensor):
             args.append(np.float32(nx.to_f32(scalar.array(1))[0]))
         elif scalar is not None:
