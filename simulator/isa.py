@@ -544,6 +544,24 @@ def _scalar_f32(value: float, dt: nx.DType) -> np.float32:
     return hit
 
 
+# (float value, its sign, dtype name) -> nx.const(value, dtype), for Duplicate: the same fill
+# value for every tile (ones, a zeroed accumulator), and nx.const costs more than filling the
+# tile. The sign tells 0.0 from -0.0 (equal keys otherwise); cleared when full (NaN keys).
+_CONSTS: dict[tuple[float, float, str], np.generic] = {}
+
+
+def _const(value: float, dt: nx.DType) -> np.generic:
+    if type(value) is not float:     # ints, numpy scalars, 0-d arrays
+        return nx.const(value, dt)
+    key = (value, math.copysign(1.0, value), dt.name)
+    hit = _CONSTS.get(key)
+    if hit is None:
+        if len(_CONSTS) >= 1024:
+            _CONSTS.clear()
+        hit = _CONSTS[key] = nx.const(value, dt)
+    return hit
+
+
 def _op(name: str, fn: Callable[..., np.ndarray], doc: str) -> type[VectorOp]:
     cls = type(name, (VectorOp,), {"__slots__": (), "name": name, "fn": staticmethod(fn), "__doc__": doc})
     return cls
@@ -603,7 +621,7 @@ class Duplicate(VectorOp):
 
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
-            self.dst.array(self.count)[...] = nx.const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
+            self.dst.array(self.count)[...] = _const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         return (self.dst.access(self.count, True),)
