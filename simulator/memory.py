@@ -280,11 +280,12 @@ class TypedWindow:
     ``array`` None: the allocation is backed page-wise and has no window (see Region.window).
     """
 
-    __slots__ = ("array", "alloc", "store", "seg", "data", "writable")
+    __slots__ = ("array", "count", "alloc", "store", "seg", "data", "writable")
 
     def __init__(self, array: np.ndarray | None, alloc: "Allocation", store: _SegmentStore,
                  seg: _Segment, data: np.ndarray | None, writable: bool) -> None:
         self.array, self.alloc, self.store, self.seg, self.data = array, alloc, store, seg, data
+        self.count = 0 if array is None else array.size     # elements
         self.writable = writable
 
     def valid(self) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections import deque as _deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class GlobalTensor:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
     offset: int = 0           # elements from addr to the first view element
+    _win: ClassVar[list[Any]]  # set per instance by __post_init__
 
     @staticmethod
     def contiguous(device: "Device", addr: int, dtype: nx.DType, shape: Sequence[int]) -> "GlobalTensor":
@@ -86,11 +87,11 @@ class GlobalTensor:
     def is_contiguous(self) -> bool:
         return self.strides == contiguous_strides(self.shape) or self.numel <= 1
 
-    @functools.cached_property
-    def _win(self) -> list[Any]:
-        # [this view's TypedWindow, or None before the first ask]: a one-element list, so the
-        # cached property is found in the instance dict and its slot rewritten in place
-        return [None]
+    def __post_init__(self) -> None:
+        # [this view's TypedWindow, or None before the first ask]: a one-element list whose slot
+        # is rewritten in place (the dataclass is frozen); a plain instance attribute, not a
+        # cached_property, whose lookup through the class descriptor costs more than a slice
+        object.__setattr__(self, "_win", [None])
 
     def window(self) -> "TypedWindow | None":
         """A valid :class:`~opsim.simulator.memory.TypedWindow` with an array on this view's
@@ -248,7 +249,7 @@ class GlobalSlice:
             w = t._window_entry()
         if w is not None:
             array, start = w.array, self.start
-            if array is not None and start + count <= t.numel and t.device.drawing is None:
+            if array is not None and start + count <= w.count and t.device.drawing is None:
                 return array[start:start + count]
         if t.is_contiguous:     # in one call: byte_range without _offsets
             dt = t.dtype
@@ -274,7 +275,7 @@ class GlobalSlice:
             w = t._window_entry()
         if w is not None and w.writable:     # never without array
             start = self.start
-            if start + count <= t.numel and t.device.drawing is None:
+            if start + count <= w.count and t.device.drawing is None:
                 w.array[start:start + count] = values
                 return
         if t.is_contiguous:     # straight into the destination's bytes
