@@ -477,8 +477,8 @@ class VectorOp(Instruction):
             srcs = self.srcs
             fn = type(self).fn
             if len(srcs) == 2 and scalar is None:
-                a, b = srcs
-                fn(a.array(n), b.array(n), out=self.dst.array(n))
+                s0, s1 = srcs
+                fn(s0.array(n), s1.array(n), out=self.dst.array(n))
                 return
             if len(srcs) == 1:
                 a = srcs[0].array(n)
