@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError
-from opsim.simulator.memory import align_up
+from opsim.simulator.memory import NO_WINDOW, align_up
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Core
     from opsim.simulator.device import Device
-    from opsim.simulator.memory import Region
+    from opsim.simulator.memory import Region, TypedWindow
 
 _ISA: Any = None
 
@@ -44,6 +44,11 @@ def _isa() -> Any:
 # Global memory views
 # ---------------------------------------------------------------------------------------------
 
+# GlobalTensor._win's window of a view that never has one (strided, or not in an allocation):
+# valid for good, without array
+_NO_WINDOW = NO_WINDOW
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
@@ -62,6 +67,7 @@ class GlobalTensor:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
     offset: int = 0           # elements from addr to the first view element
+    _win: ClassVar[list[Any]]  # set per instance by __post_init__
 
     @staticmethod
     def contiguous(device: "Device", addr: int, dtype: nx.DType, shape: Sequence[int]) -> "GlobalTensor":
@@ -79,6 +85,45 @@ class GlobalTensor:
     @functools.cached_property
     def is_contiguous(self) -> bool:
         return self.strides == contiguous_strides(self.shape) or self.numel <= 1
+
+    def __post_init__(self) -> None:
+        # [this view's TypedWindow, or None before the first ask]: a one-element list whose slot
+        # is rewritten in place (the dataclass is frozen); a plain instance attribute, not a
+        # cached_property, whose lookup through the class descriptor costs more than a slice
+        object.__setattr__(self, "_win", [None])
+
+    def window(self) -> "TypedWindow | None":
+        """A valid :class:`~opsim.simulator.memory.TypedWindow` with an array on this view's
+        elements, kept for the next call; None when there is none (a strided or broadcast view,
+        memory not backed yet, not an allocation of device memory, ...): the caller then takes
+        the general path."""
+        w = self._window_entry()
+        return w if w is not None and w.array is not None else None
+
+    def _window_entry(self) -> "TypedWindow | None":
+        # the slot's window when still valid, else a new one (or None while there is none; a
+        # window without array when there never will be: _NO_WINDOW stays valid for good)
+        slot = self._win
+        w = slot[0]
+        if w is not None and w.alloc._store is w.store and w.seg.data is w.data:
+            return w
+        if not self.is_contiguous:
+            slot[0] = _NO_WINDOW
+            return _NO_WINDOW
+        item = self.dtype.itemsize
+        lo, nbytes = self.addr + self.offset * item, self.numel * item
+        dev = self.device
+        region = dev.gm
+        if not (nbytes > 0 and region.base <= lo and lo + nbytes <= region.end):
+            try:
+                region = dev.space.region_of(lo, nbytes)
+            except MemoryFault:
+                return None
+        if region.backing != "allocation":
+            slot[0] = _NO_WINDOW      # a DSP's flat or sparse memory: Region.typed_view serves it
+            return _NO_WINDOW
+        w = slot[0] = region.window(lo, nbytes, self.dtype.np_dtype)
+        return w
 
     def broadcast_to(self, shape: Sequence[int]) -> "GlobalTensor":
         """NumPy-style broadcast view (stride 0 on the expanded axes)."""
@@ -195,7 +240,17 @@ class GlobalSlice:
 
     def read(self, count: int) -> np.ndarray:
         t = self.tensor
-        if t.is_contiguous:     # the common case, in one call: byte_range without _offsets
+        # the common case: a slice of the tensor's window (its allocation's bytes, typed), valid
+        # while the allocation lives and its array is the same; no data read while a program is
+        # drawn (Device.global_view notes such a read for the fast-forward)
+        w = t._win[0]
+        if w is None or not (w.alloc._store is w.store and w.seg.data is w.data):
+            w = t._window_entry()
+        if w is not None:
+            array, start = w.array, self.start
+            if array is not None and start + count <= w.count and t.device.drawing is None:
+                return array[start:start + count]
+        if t.is_contiguous:     # in one call: byte_range without _offsets
             dt = t.dtype
             item = dt.itemsize
             return t.device.global_view(t.addr + (t.offset + self.start) * item, count * item,
@@ -211,7 +266,18 @@ class GlobalSlice:
     def write(self, values: np.ndarray) -> None:
         t = self.tensor
         count = len(values)
-        if t.is_contiguous:     # the common case: straight into the destination's bytes
+        # the common case: straight into a slice of the tensor's window (as read); a window that
+        # may not be written (a host array lent to the device, read-only memory) goes the long
+        # way, which copies the lent bytes first or faults
+        w = t._win[0]
+        if w is None or not (w.alloc._store is w.store and w.seg.data is w.data):
+            w = t._window_entry()
+        if w is not None and w.writable:     # never without array
+            start = self.start
+            if start + count <= w.count and t.device.drawing is None:
+                w.array[start:start + count] = values
+                return
+        if t.is_contiguous:     # straight into the destination's bytes
             dt = t.dtype
             item = dt.itemsize
             t.device.global_view(t.addr + (t.offset + self.start) * item, count * item, write=True,
