@@ -184,7 +184,7 @@ class Link:
         self._stamp: int = -1
         self._touched: int = -1
         self._share_sum: float = 0.0
-        self._left: float = 0.0         # and, while it fills (_allocate), the capacity left,
+        self._left: float = 0.0         # and, while it fills (_fill), the capacity left,
         self._unfrozen: int = 0         # the transfers not frozen yet,
         self._saturated: bool = False   # and whether the link saturated in this round
 
@@ -505,7 +505,7 @@ class LinkNetwork:
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
-        # Links and pools with active transfers, in the order _allocate found them.
+        # Links and pools with active transfers, in the order step 4 of _recompute found them.
         self._busy: list[Link] = []
         self._busy_pools: list[Pool] = []
         # The classes of _classes in the order of their earliest active member (see _first_rank),
@@ -810,59 +810,102 @@ class LinkNetwork:
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
         #    (``active`` of each link and pool, its number of active transfers, was kept up to
-        #    date by steps 2 and 3.)
+        #    date by steps 2 and 3.)  The pass over the classes sets the demands and, at once,
+        #    the usual outcome: every class runs at its demand (no link is asked for more than
+        #    its capacity: calibrated per-core rates sit below the HBM cap).  Per link,
+        #    _share_sum adds up the demands; per pool, _alloc adds up the rates; each is marked
+        #    with ``_stamp = stamp``.  In the same pass, step 6's completion prediction from that
+        #    rate (redone below if a link is oversubscribed and _fill lowers the rates).
         if resort and len(ordered) > 1:
             ordered.sort(key=_first_rank)
-        links, pools = self._allocate(ordered, stamp)
+        links: list[Link] = []
+        pools: list[Pool] = []
+        linkless = False
+        soonest: int | None = None      # the fewest cycles to a completion
+        for c in ordered:
+            p = c.pool
+            if p is None:
+                c.rate = c.demand = d = c.base
+                dm = d * c.n
+            else:
+                c.rate = c.demand = d = c.base + p.capacity / p.active
+                dm = d * c.n
+                if p._stamp != stamp:
+                    p._stamp = stamp
+                    p._alloc = dm           # 0.0 + dm
+                    pools.append(p)
+                else:
+                    p._alloc += dm
+            # 6. (in advance) A class's next completion is its heap head: the first integer
+            #    cycle by which the head's remainder is within tolerance.  The key already has
+            #    the tolerance subtracted, which absorbs rounding error that would add a cycle.
+            c.pred_key = key = c.heap[0][0]
+            c.pred = cycles = ceil((key - c.served) / d)
+            if soonest is None or cycles < soonest:
+                soonest = cycles
+            if not c.links:
+                linkless = True         # nothing to share with
+                continue
+            for link in c.links:
+                if link._stamp != stamp:
+                    link._stamp = stamp
+                    link._share_sum = dm
+                    links.append(link)
+                else:
+                    link._share_sum += dm
+        for link in links:
+            if link._share_sum > link.capacity:
+                self._fill(ordered, links, pools)
+                soonest = None
+                for c in ordered:
+                    c.pred = cycles = ceil((c.pred_key - c.served) / c.rate)
+                    if soonest is None or cycles < soonest:
+                        soonest = cycles
+                break
+        else:
+            if linkless and pools:
+                # The pools' sums went in class order: redo them in the documented order.
+                self._pool_sums(ordered, pools, with_links=True)
 
         # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
         #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
         #    rate, except in a segment where a transfer finished mid-cycle.  ``changed`` (the
         #    links whose rate changed, for on_change) is only built when someone listens.
+        #    A link or pool can only have gone idle (be busy before and not now) if a class
+        #    emptied in step 2.
         changed: dict[str, float] | None = None if self._on_change is None else {}
-        for link in self._busy:
-            if link._stamp != stamp:
-                if link._open_start is not None:
-                    link._close(now)
-                link._alloc = 0.0
-                link.rate = 0.0
-                if changed is not None:
-                    changed[link.name] = 0.0
+        if emptied:
+            for link in self._busy:
+                if link._stamp != stamp:
+                    if link._open_start is not None:
+                        link._close(now)
+                    link._alloc = 0.0
+                    link.rate = 0.0
+                    if changed is not None:
+                        changed[link.name] = 0.0
+            for pool in self._busy_pools:
+                if pool._stamp != stamp:
+                    pool._alloc = 0.0
         for link in links:
             rate = link._share_sum
             if rate != link._alloc:
-                if link._open_start is not None:
-                    link._close(now)
-                link._open_start = now
-                link._open_bytes = 0.0
                 link._alloc = rate
                 # Water-filling keeps the sum within float rounding of capacity; report
                 # it clamped so that "rate <= capacity" holds exactly for observers.
                 link.rate = rate if rate < link.capacity else link.capacity
                 if changed is not None:
                     changed[link.name] = link.rate
-            elif link._touched == stamp or link._open_start is None:
-                if link._open_start is not None:
-                    link._close(now)
-                link._open_start = now
-                link._open_bytes = 0.0
+            elif link._touched != stamp and link._open_start is not None:
+                continue
+            if link._open_start is not None:
+                link._close(now)
+            link._open_start = now
+            link._open_bytes = 0.0
         self._busy = links
-        for pool in self._busy_pools:
-            if pool._stamp != stamp:
-                pool._alloc = 0.0
         self._busy_pools = pools
 
-        # 6. Predict completions; wake at the earliest completion or startup end.  A class's
-        #    next completion is its heap head: the first integer cycle by which the head's
-        #    remainder is within tolerance.  The key already has the tolerance subtracted,
-        #    which absorbs rounding error that would add a cycle.
+        # 6. Wake at the earliest completion (predicted in step 4) or startup end.
         next_wake: int | None = pending[0][0] if pending else None
-        soonest: int | None = None      # the fewest cycles to a completion
-        for c in ordered:
-            c.pred_key = key = c.heap[0][0]
-            c.pred = cycles = ceil((key - c.served) / c.rate)
-            if soonest is None or cycles < soonest:
-                soonest = cycles
         if soonest is not None:
             due = now + (soonest if soonest > 1 else 1)     # at least one cycle on
             if next_wake is None or due < next_wake:
@@ -913,11 +956,12 @@ class LinkNetwork:
         if changed and self._on_change is not None:
             self._on_change(now, changed)
 
-    def _allocate(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
-        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling, and
-        the aggregate rates of the links (``_share_sum``) and pools (``_alloc``) they use, each
-        marked with ``_stamp = stamp``.  Returns the links and the pools in the order of
-        ``classes``.  The demands depend on ``active`` of the pools, which must be up to date.
+    def _fill(self, classes: list[_Class], links: list[Link], pools: list[Pool]) -> None:
+        """Lower the rates of ``classes`` to max-min fair progressive filling, because a link of
+        ``links`` is asked for more than its capacity.  Step 4 of :meth:`_recompute` has set
+        each class's ``demand`` and found the links and pools the classes use (in the order of
+        ``classes``); this sets each class's ``rate``, the aggregate rates of the links
+        (``_share_sum``) and of the pools (``_alloc``).
 
         All unfrozen transfers share one fill level.  Each round raises the level to the
         smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
@@ -930,46 +974,6 @@ class LinkNetwork:
         A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
         the order of ``classes``), then those of the others as they freeze.
         """
-        # Demands, and at once the usual outcome: every class runs at its demand.  Per link,
-        # _share_sum adds up the demands; per pool, _alloc adds up the rates.
-        pools: list[Pool] = []
-        links: list[Link] = []
-        linkless = False
-        for c in classes:
-            p = c.pool
-            if p is None:
-                c.rate = c.demand = d = c.base
-                dm = d * c.n
-            else:
-                c.rate = c.demand = d = c.base + p.capacity / p.active
-                dm = d * c.n
-                if p._stamp != stamp:
-                    p._stamp = stamp
-                    p._alloc = dm           # 0.0 + dm
-                    pools.append(p)
-                else:
-                    p._alloc += dm
-            if not c.links:
-                linkless = True         # nothing to share with
-                continue
-            for link in c.links:
-                if link._stamp != stamp:
-                    link._stamp = stamp
-                    link._share_sum = dm
-                    links.append(link)
-                else:
-                    link._share_sum += dm
-
-        # Fast path: when no link is asked for more than its capacity, every transfer simply
-        # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
-        for link in links:
-            if link._share_sum > link.capacity:
-                break
-        else:
-            if linkless and pools:
-                # The pools' sums went in class order: redo them in the documented order.
-                self._pool_sums(classes, pools, with_links=True)
-            return links, pools
         self._pool_sums(classes, pools, with_links=False)
 
         # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
@@ -1012,7 +1016,6 @@ class LinkNetwork:
                 if c.pool is not None:
                     c.pool._alloc += total
             unfrozen = still
-        return links, pools
 
     @staticmethod
     def _pool_sums(classes: list[_Class], pools: list[Pool], *, with_links: bool) -> None:
