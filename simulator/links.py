@@ -555,26 +555,38 @@ class LinkNetwork:
             nb, base, st = nbytes, base_rate, startup
         else:
             nb, base, st = _checked(nbytes, base_rate, startup)
+        return self._start(nb, self._route(base, links, pool), st, tag)
+
+    def _route(self, base_rate: float, links: Sequence[Link], pool: Pool | None) -> tuple:
+        """The rate-class key ``(base rate, pool, links)`` of a transfer, checked: the stored
+        tuple, the same object for every transfer of that class (its rate class is found by the
+        key's id; hashing a nested tuple at every admission cost more than the lookup).
+        ``base_rate`` is a checked float (see :meth:`transfer`).  The device gets the keys of
+        its usual routes once (Device._gm_transfer) and starts its transfers with
+        :meth:`_start`, without these look-ups."""
         path = tuple(links)
-        key = (base, pool, path)
+        key = (base_rate, pool, path)
         try:
             known = self._keys.get(key)
         except TypeError:  # an unhashable stand-in for a link: refused below, with its name
             known = None
         if known is not None:
-            key = known
-        else:
-            for link in path:
-                if not isinstance(link, Link) or self.links.get(link.name) is not link:
-                    raise ValueError(f"{link!r} is not a link of this network")
-            if len(set(map(id, path))) != len(path):
-                raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
-            if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
-                raise ValueError(f"{pool!r} is not a pool of this network")
-            # links and pools are never removed, so a route checked once stays valid (a device
-            # uses a handful of routes for thousands of transfers)
-            self._keys[key] = key
+            return known
+        for link in path:
+            if not isinstance(link, Link) or self.links.get(link.name) is not link:
+                raise ValueError(f"{link!r} is not a link of this network")
+        if len(set(map(id, path))) != len(path):
+            raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
+        if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
+            raise ValueError(f"{pool!r} is not a pool of this network")
+        # links and pools are never removed, so a route checked once stays valid (a device
+        # uses a handful of routes for thousands of transfers)
+        self._keys[key] = key
+        return key
 
+    def _start(self, nbytes: int, key: tuple, startup: int, tag: object) -> _Completion:
+        """:meth:`transfer` of checked arguments: ``nbytes`` and ``startup`` ints >= 0, ``key``
+        from :meth:`_route`."""
         env = self.env
         now = env._now                  # simpy.Environment.now without the property call
         if type(now) is not int:
@@ -582,8 +594,8 @@ class LinkNetwork:
         event = _Completion(env)
         seq = self._seq
         self._seq = seq + 1
-        start = now + st
-        t = _Transfer(seq, tag, nb, now, start, key, path, event)
+        start = now + startup
+        t = _Transfer(seq, tag, nbytes, now, start, key, key[2], event)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
@@ -635,6 +647,18 @@ class LinkNetwork:
         for ev in legs:
             ev.parent = join
             ev.callbacks.append(fire)
+        return join
+
+    def _join(self, first: _Completion, second: _Completion) -> _Join:
+        """:meth:`all_of` of two distinct events of this network (:meth:`_start` or
+        :meth:`_join`) that nothing has joined or waited on yet: what a device's DMA of two
+        parts just started asks for, without the checks."""
+        join = _Join(self.env, 2)
+        fire = join.fire
+        first.parent = join
+        first.callbacks.append(fire)
+        second.parent = join
+        second.callbacks.append(fire)
         return join
 
     def active_count(self) -> int:
@@ -858,7 +882,7 @@ class LinkNetwork:
                 self._fill(ordered, links, pools)
                 soonest = None
                 for c in ordered:
-                    c.pred = cycles = ceil((c.pred_key - c.served) / c.rate)
+                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)   # (key = pred_key)
                     if soonest is None or cycles < soonest:
                         soonest = cycles
                 break
