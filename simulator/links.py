@@ -425,7 +425,7 @@ class _Class:
     """
 
     __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred_key", "pred")
+                 "pred")
 
     def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
         self.base = base
@@ -440,10 +440,10 @@ class _Class:
         self.first = 0  # activation rank of order[0], the earliest active member (sort key)
         self.demand = 0.0
         self.rate = 0.0
-        # The completion prediction of the last recompute: ceil((pred_key - served) / rate)
-        # for the heap head's key then (``served`` and ``rate`` stay as they were until the
-        # next recompute, which can reuse it if the head's key is still pred_key).
-        self.pred_key: float | None = None
+        # The completion prediction of the last recompute: ceil((key - served) / rate) for the
+        # heap head's key then.  ``served``, ``rate`` and the heap stay as they were until the
+        # next recompute (only a recompute admits, retires or rebases), so that recompute's
+        # head is the one predicted for, and it reuses the prediction.
         self.pred = 0
 
     def rebase(self) -> None:
@@ -736,9 +736,9 @@ class LinkNetwork:
         # 2. Advance each class and retire its members that are done: those whose remainder is
         #    within tolerance, or whose completion cycle predicted at the last recompute has
         #    come.  Both tests are monotone in the heap key, so the done members are a prefix
-        #    of the heap.  The prediction is the one step 6 made from the state of the last
-        #    recompute (``served`` and ``rate`` have not changed since): kept for the head then
-        #    (pred), redone the same way for another key.
+        #    of the heap.  The prediction is the one step 4 made from the state of the last
+        #    recompute (``served``, ``rate`` and the heap have not changed since): kept for the
+        #    head (pred), redone the same way for the next keys.
         #    Classes go in creation order (the order of _classes): the corrections of classes
         #    sharing a link are added to it in that order.
         classes = self._classes
@@ -755,8 +755,7 @@ class LinkNetwork:
             rate = c.rate
             c.served = s = s_last + rate * span
             key = heap[0][0]
-            if key <= s or (elapsed > 0 and (c.pred if key == c.pred_key
-                                             else ceil((key - s_last) / rate)) <= elapsed):
+            if key <= s or (elapsed > 0 and c.pred <= elapsed):
                 fix = 0.0
                 k = 0
                 while True:
@@ -806,30 +805,34 @@ class LinkNetwork:
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
         #    new class comes last in ``ordered``: its first member is the latest activated.
         pending = self._pending
-        while pending and pending[0][0] <= now:
-            t = heappop(pending)[2]
-            if t.nbytes == 0:
-                finished.append(t)
-                continue
+        if pending and pending[0][0] <= now:
             rank = self._rank
-            self._rank = rank + 1
-            c = classes.get(id(t.key))
-            if c is None:
-                c = classes[id(t.key)] = _Class(*t.key)
-                c.first = rank
-                ordered.append(c)
-            t.cls = c
-            t.rank = rank
-            t.threshold = threshold = c.served + t.nbytes
-            heappush(c.heap, (threshold - t.tol, t.seq, t))
-            c.order.append(t)
-            c.n += 1
-            active[t.seq] = t
-            for link in t.links:
-                link._touched = stamp
-                link.active += 1
-            if c.pool is not None:
-                c.pool.active += 1
+            while True:
+                t = heappop(pending)[2]
+                if t.nbytes:
+                    c = classes.get(id(t.key))
+                    if c is None:
+                        c = classes[id(t.key)] = _Class(*t.key)
+                        c.first = rank
+                        ordered.append(c)
+                    t.cls = c
+                    t.rank = rank
+                    rank += 1
+                    t.threshold = threshold = c.served + t.nbytes
+                    heappush(c.heap, (threshold - t.tol, t.seq, t))
+                    c.order.append(t)
+                    c.n += 1
+                    active[t.seq] = t
+                    for link in c.links:
+                        link._touched = stamp
+                        link.active += 1
+                    if c.pool is not None:
+                        c.pool.active += 1
+                else:
+                    finished.append(t)
+                if not (pending and pending[0][0] <= now):
+                    break
+            self._rank = rank
 
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
@@ -863,8 +866,7 @@ class LinkNetwork:
             # 6. (in advance) A class's next completion is its heap head: the first integer
             #    cycle by which the head's remainder is within tolerance.  The key already has
             #    the tolerance subtracted, which absorbs rounding error that would add a cycle.
-            c.pred_key = key = c.heap[0][0]
-            c.pred = cycles = ceil((key - c.served) / d)
+            c.pred = cycles = ceil((c.heap[0][0] - c.served) / d)
             if soonest is None or cycles < soonest:
                 soonest = cycles
             if not c.links:
@@ -882,7 +884,7 @@ class LinkNetwork:
                 self._fill(ordered, links, pools)
                 soonest = None
                 for c in ordered:
-                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)   # (key = pred_key)
+                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)
                     if soonest is None or cycles < soonest:
                         soonest = cycles
                 break
