@@ -332,40 +332,44 @@ class Pool:
         return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
 
 
-class _Transfer:
-    """Mutable state of one transfer inside the network (not part of the API)."""
+class _Completion(simpy.Event):
+    """The event of a transfer (:class:`_Transfer`) or of a joined completion (:class:`_Join`).
+    ``parent`` is the join it is part of, if any (the join holds no reference to its parts,
+    so joining makes no reference cycle: the garbage collector would have to find each one)."""
 
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "event", "tol",
+    def __init__(self, env: simpy.Environment) -> None:
+        # simpy.Event.__init__ sets these two, inline
+        self.env = env
+        self.callbacks = []
+        self.parent: _Join | None = None
+
+
+class _Transfer(_Completion):
+    """Mutable state of one transfer inside the network, and the event :meth:`LinkNetwork.transfer`
+    returns (one object per transfer, not two; not part of the API)."""
+
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "tol",
                  "threshold", "rank", "done", "cls")
 
-    def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
-                 links: tuple[Link, ...], event: _Completion) -> None:
+    def __init__(self, env: simpy.Environment, seq: int, tag: object, nbytes: int, issue: int,
+                 start: int, key: tuple) -> None:
+        # _Completion.__init__ inline: one is made per transfer
+        self.env = env
+        self.callbacks = []
+        self.parent = None
         self.seq = seq
         self.tag = tag
         self.nbytes = nbytes
         self.issue = issue
         self.start = start
         self.key = key  # (base rate, pool, links): the rate class
-        self.links = links
-        self.event = event
+        self.links = key[2]
         tol = _REL_TOL * nbytes
         self.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
         self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
         self.rank = 0  # activation order
         self.done = False
         self.cls: _Class | None = None
-
-
-class _Completion(simpy.Event):
-    """The event of a transfer or of a joined completion (:class:`_Join`).  ``parent`` is the
-    join it is part of, if any (the link to the join is on the event, not on the transfer, so no
-    reference cycle is made: the garbage collector would have to find each one)."""
-
-    def __init__(self, env: simpy.Environment) -> None:
-        # simpy.Event.__init__ sets these two, inline: one is made per transfer
-        self.env = env
-        self.callbacks = []
-        self.parent: _Join | None = None
 
 
 class _WakeUp(simpy.Event):
@@ -591,18 +595,17 @@ class LinkNetwork:
         now = env._now                  # simpy.Environment.now without the property call
         if type(now) is not int:
             now = self._now()
-        event = _Completion(env)
         seq = self._seq
         self._seq = seq + 1
         start = now + startup
-        t = _Transfer(seq, tag, nbytes, now, start, key, key[2], event)
+        t = _Transfer(env, seq, tag, nbytes, now, start, key)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
         wake_at = self._wake_at
         if wake_at is None or wake_at > start:
             self._schedule(start, now)
-        return event
+        return t
 
     @property
     def on_change(self) -> OnChange | None:
@@ -945,7 +948,7 @@ class LinkNetwork:
         #    consistent if they issue new transfers.
         if len(finished) > 1:
             finished.sort(key=lambda tr: tr.seq)
-        elif finished and (parent := finished[0].event.parent) is not None:
+        elif finished and (parent := finished[0].parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
@@ -965,8 +968,7 @@ class LinkNetwork:
             for t in finished:
                 self.completed += 1
                 t.cls = None
-                event = t.event
-                parent = event.parent
+                parent = t.parent
                 if parent is None:
                     value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
                 else:                   # a leg of a join: only the last one relays (_scheduled)
@@ -974,11 +976,11 @@ class LinkNetwork:
                     if parent.remaining:
                         continue
                     value = None
-                if event._value is not _PENDING:
-                    raise RuntimeError(f"{event} has already been triggered")
-                event._ok = True
-                event._value = value
-                heappush(queue, (env._now, _NORMAL, next(eid), event))
+                if t._value is not _PENDING:
+                    raise RuntimeError(f"{t} has already been triggered")
+                t._ok = True
+                t._value = value
+                heappush(queue, (env._now, _NORMAL, next(eid), t))
         if changed and self._on_change is not None:
             self._on_change(now, changed)
 
