@@ -376,12 +376,14 @@ class _WakeUp(simpy.Event):
     """The timer of a wake-up of :class:`LinkNetwork` (not part of the API): what
     ``env.timeout(delay)`` makes, already triggered with the value None, with ``callback``."""
 
+    # triggered already, with the value None: the same for every wake-up (never set per instance)
+    _value = None
+    _ok = True
+
     def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
-        # simpy.Timeout.__init__ sets these, inline: one is made per recompute
+        # what simpy.Timeout.__init__ sets per instance, inline: one is made per recompute
         self.env = env
         self.callbacks = [callback]
-        self._value = None
-        self._ok = True
 
 
 class _Join(_Completion):
@@ -429,12 +431,11 @@ class _Class:
     """
 
     __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred")
+                 "pred", "kid")
 
-    def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
-        self.base = base
-        self.pool = pool
-        self.links = links
+    def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
+        self.base, self.pool, self.links = key
+        self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
         self.served = 0.0
         self.heap: list[tuple[float, int, _Transfer]] = []
@@ -748,8 +749,9 @@ class LinkNetwork:
         ordered = self._ordered
         active = self._active
         ceil = math.ceil
+        isclose = math.isclose
         heappop = heapq.heappop
-        emptied = False
+        emptied: list[_Class] | None = None     # the classes that lost their last member
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
@@ -785,7 +787,10 @@ class LinkNetwork:
                     c.pool.bytes_carried += fix
                     c.pool.active -= k
                 if not n:
-                    emptied = True
+                    if emptied is None:
+                        emptied = [c]
+                    else:
+                        emptied.append(c)
                     continue
                 # Drop the finished members from the front of the activation order (and
                 # compact it when they pile up behind active ones).
@@ -801,9 +806,9 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
-            for empty in [k for k, c in classes.items() if not c.n]:
-                del classes[empty]
-            self._ordered = ordered = [c for c in ordered if c.n]
+            for c in emptied:
+                del classes[c.kid]
+                ordered.remove(c)
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
         #    new class comes last in ``ordered``: its first member is the latest activated.
@@ -815,7 +820,7 @@ class LinkNetwork:
                 if t.nbytes:
                     c = classes.get(id(t.key))
                     if c is None:
-                        c = classes[id(t.key)] = _Class(*t.key)
+                        c = classes[id(t.key)] = _Class(t.key)
                         c.first = rank
                         ordered.append(c)
                     t.cls = c
@@ -926,8 +931,30 @@ class LinkNetwork:
                     changed[link.name] = link.rate
             elif link._touched != stamp and link._open_start is not None:
                 continue
-            if link._open_start is not None:
-                link._close(now)
+            start = link._open_start
+            if start is not None and start < now:
+                # Link._close(now), inline (once per segment; a segment of no length carried
+                # nothing and leaves no step)
+                nbytes = link._open_bytes
+                times = link._times
+                steps = link._bytes
+                if not times:
+                    times.append(start)
+                    steps.append(nbytes)
+                elif link._end != start:
+                    times.append(link._end)     # idle gap since the last segment
+                    steps.append(0.0)
+                    times.append(start)
+                    steps.append(nbytes)
+                else:
+                    prev = steps[-1]
+                    if prev > 0.0 and isclose(nbytes / (now - start), prev / (start - times[-1]),
+                                              rel_tol=_MERGE_REL, abs_tol=0.0):
+                        steps[-1] = prev + nbytes
+                    else:
+                        times.append(start)
+                        steps.append(nbytes)
+                link._end = now
             link._open_start = now
             link._open_bytes = 0.0
         self._busy = links
