@@ -1038,8 +1038,9 @@ class LinkNetwork:
             link._left = link.capacity
             link._unfrozen = link.active
             link._share_sum = 0.0
+        low = min([c.demand for c in unfrozen])     # the smallest unfrozen demand
         while unfrozen:
-            level = min([c.demand for c in unfrozen])
+            level = low
             for link in links:
                 n = link._unfrozen
                 if n and link._left < level * n:
@@ -1047,8 +1048,9 @@ class LinkNetwork:
             thresh = level * (1.0 + _LEVEL_SLACK)
             for link in links:
                 n = link._unfrozen
-                link._saturated = bool(n) and link._left <= thresh * n
+                link._saturated = n > 0 and link._left <= thresh * n
             still: list[_Class] = []
+            low = _INF          # of the classes still unfrozen, found as they stay (min() as well)
             for c in unfrozen:
                 d = c.demand
                 if d <= thresh:
@@ -1059,6 +1061,8 @@ class LinkNetwork:
                             break
                     else:
                         still.append(c)
+                        if d < low:
+                            low = d
                         continue
                     rate = level
                 c.rate = rate
