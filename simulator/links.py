@@ -346,30 +346,29 @@ class _Completion(simpy.Event):
 
 class _Transfer(_Completion):
     """Mutable state of one transfer inside the network, and the event :meth:`LinkNetwork.transfer`
-    returns (one object per transfer, not two; not part of the API)."""
+    returns (one object per transfer, not two; not part of the API).  Made by
+    :meth:`LinkNetwork._start` only, which sets every field (without an ``__init__`` frame):
+
+    ``seq`` (issue order), ``tag``, ``nbytes``, ``issue`` (cycle), ``start`` (cycle its startup
+    ends), ``key`` ((base rate, pool, links): its rate class), ``links``, ``tol`` (remaining bytes
+    that count as delivered), ``threshold`` (the class's ``served`` at which its last byte has
+    arrived), ``rank`` (activation order), ``done``, ``cls`` (its class while active).
+    """
 
     __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "tol",
                  "threshold", "rank", "done", "cls")
-
-    def __init__(self, env: simpy.Environment, seq: int, tag: object, nbytes: int, issue: int,
-                 start: int, key: tuple) -> None:
-        # _Completion.__init__ inline: one is made per transfer
-        self.env = env
-        self.callbacks = []
-        self.parent = None
-        self.seq = seq
-        self.tag = tag
-        self.nbytes = nbytes
-        self.issue = issue
-        self.start = start
-        self.key = key  # (base rate, pool, links): the rate class
-        self.links = key[2]
-        tol = _REL_TOL * nbytes
-        self.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
-        self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
-        self.rank = 0  # activation order
-        self.done = False
-        self.cls: _Class | None = None
+    seq: int
+    tag: object
+    nbytes: int
+    issue: int
+    start: int
+    key: tuple
+    links: tuple[Link, ...]
+    tol: float
+    threshold: float
+    rank: int
+    done: bool
+    cls: _Class | None
 
 
 class _WakeUp(simpy.Event):
@@ -384,6 +383,9 @@ class _WakeUp(simpy.Event):
         # what simpy.Timeout.__init__ sets per instance, inline: one is made per recompute
         self.env = env
         self.callbacks = [callback]
+
+
+_new_event = object.__new__     # an event without its __init__ call (the caller sets the fields)
 
 
 class _Join(_Completion):
@@ -599,7 +601,24 @@ class LinkNetwork:
         seq = self._seq
         self._seq = seq + 1
         start = now + startup
-        t = _Transfer(env, seq, tag, nbytes, now, start, key)
+        # the transfer and its event, made field by field (no __init__ frame: one per transfer)
+        t = _new_event(_Transfer)
+        t.env = env
+        t.callbacks = []
+        t.parent = None
+        t.seq = seq
+        t.tag = tag
+        t.nbytes = nbytes
+        t.issue = now
+        t.start = start
+        t.key = key
+        t.links = key[2]
+        tol = _REL_TOL * nbytes
+        t.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
+        t.threshold = 0.0
+        t.rank = 0
+        t.done = False
+        t.cls = None
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
@@ -657,7 +676,11 @@ class LinkNetwork:
         """:meth:`all_of` of two distinct events of this network (:meth:`_start` or
         :meth:`_join`) that nothing has joined or waited on yet: what a device's DMA of two
         parts just started asks for, without the checks."""
-        join = _Join(self.env, 2)
+        join = _new_event(_Join)         # _Join(env, 2) without the two __init__ frames
+        join.env = self.env
+        join.callbacks = []
+        join.parent = None
+        join.remaining = 2
         fire = join.fire
         first.parent = join
         first.callbacks.append(fire)
@@ -708,7 +731,10 @@ class LinkNetwork:
         # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
         # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
         env = self.env
-        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), _WakeUp(env, wake)))
+        timer = _new_event(_WakeUp)     # _WakeUp(env, wake) without the __init__ frame
+        timer.env = env
+        timer.callbacks = [wake]
+        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), timer))
 
     def _recompute(self, now: int) -> None:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
