@@ -396,6 +396,8 @@ class Device:
         """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
         ff, l2 = self.ff, self.l2
         if ff is None:
+            if model is None and ranges is None and geometry is None:   # (a DataCopy: fewer keywords to pass)
+                return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra)
             return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
                                      model=model, ranges=ranges, geometry=geometry)
         h0, wb0 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
