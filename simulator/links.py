@@ -466,6 +466,8 @@ class _Class:
 
 #: Sort key of a rate class: the activation rank of its earliest active member.
 _first_rank = operator.attrgetter("first")
+#: Sort key of transfers: issue order.
+_seq = operator.attrgetter("seq")
 
 
 class LinkNetwork:
@@ -999,19 +1001,25 @@ class LinkNetwork:
 
         # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
+        self.completed += len(finished)
         if len(finished) > 1:
-            finished.sort(key=lambda tr: tr.seq)
+            finished.sort(key=_seq)
         elif finished and (parent := finished[0].parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
             if not (queue and queue[0][0] <= now) and (not changed or self.on_change_passive):
-                t = finished[0]
-                self.completed += 1
-                t.cls = None
+                finished[0].cls = None
                 parent.remaining -= 1
                 if not parent.remaining:
-                    _scheduled(parent, None)
+                    if parent.parent is None and parent._value is _PENDING:
+                        # parent.succeed(None), inline: the queue entry env.schedule makes
+                        env = self.env
+                        parent._ok = True
+                        parent._value = None
+                        heappush(queue, (env._now, _NORMAL, next(env._eid), parent))
+                    else:
+                        _scheduled(parent, None)
                 finished = []
         if finished:
             # event.succeed(value), inline: the queue entry env.schedule(event) makes
@@ -1019,7 +1027,6 @@ class LinkNetwork:
             queue = env._queue
             eid = env._eid
             for t in finished:
-                self.completed += 1
                 t.cls = None
                 parent = t.parent
                 if parent is None:
