@@ -32,7 +32,7 @@ from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_
 from opsim.simulator.errors import DeadlockError, SimulatorError
 from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
-from opsim.simulator.links import LinkNetwork
+from opsim.simulator.links import LinkNetwork, _Completion, _checked as checked_transfer
 from opsim.simulator.memory import AddressSpace, Backing, Region
 from opsim.simulator.tile import KernelContext
 from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
@@ -254,6 +254,7 @@ class Device:
             self.net.on_change = self._record_bandwidth
             self.net.on_change_passive = True     # it only records trace counters
         self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
+        self._init_dma_routes()
         self.bytes_read = 0
         self.bytes_written = 0
         # GM-addressed bytes by the link that carried them ("HBM read", "L2 read", ...), also
@@ -395,6 +396,8 @@ class Device:
         """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
         ff, l2 = self.ff, self.l2
         if ff is None:
+            if model is None and ranges is None and geometry is None:   # (a DataCopy: fewer keywords to pass)
+                return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra)
             return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
                                      model=model, ranges=ranges, geometry=geometry)
         h0, wb0 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
@@ -406,6 +409,38 @@ class Device:
         h1, wb1 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
         ff.on_gm(pipe, addr, nbytes, write, plain, h1 - h0, wb1 - wb0)
         return ev
+
+    def _init_dma_routes(self) -> None:
+        """The checked rate-class keys (LinkNetwork._route) of the Ascend DMA routes that do not
+        change during a run -- MTE2 loads (L2 misses on the GM link, hits on the L2 link), MTE3
+        stores and write-backs -- so that _gm_transfer starts their transfers with
+        LinkNetwork._start, without the checks and look-ups of LinkNetwork.transfer, and the
+        byte-counter keys of the GM link.  A route whose rate would be refused stays None: its
+        transfers go through LinkNetwork.transfer, which names the bad value."""
+        spec, net = self.spec, self.net
+        self._gm_read_key = f"{self.gm_link.name} read"
+        self._gm_write_key = f"{self.gm_link.name} write"
+
+        def route(base: float, link: Any, pool: Any) -> tuple | None:
+            try:
+                _, rate, _ = checked_transfer(0, base, 0)
+            except (TypeError, ValueError):
+                return None
+            return net._route(rate, (link,), pool)
+
+        self._route_load: tuple | None = None
+        self._route_hit: tuple | None = None
+        self._route_store: tuple | None = None
+        self._route_writeback: tuple | None = None
+        if spec.family == "dsp" or spec.mte2 is None or spec.mte3 is None:
+            return
+        gm, l2 = self.gm_link, self.l2_link
+        self._route_load = route(spec.mte2.base, gm, self.pools.get("MTE2"))
+        write_back = self.l2 is not None and self.l2.write_back
+        self._route_store = route(spec.mte3.base, l2 if write_back else gm, self.pools.get("MTE3"))
+        self._route_writeback = route(spec.bytes_per_cycle(spec.gm.bandwidth), gm, None)
+        if l2 is not None:
+            self._route_hit = route(spec.rates.l2_read, l2, None)
 
     def _gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
                      startup_extra: int = 0, model: DmaModel | None = None,
@@ -434,10 +469,13 @@ class Device:
             self.bytes_written += nbytes
         else:
             self.bytes_read += nbytes
-        tag = pipe.core.name
-        launch = pipe.core.launch
+        core = pipe.core
+        tag = core.name
+        launch = core.launch
+        # the usual DMA starts its transfers on the routes checked once (_init_dma_routes)
+        fast = model is None and type(net) is LinkNetwork and type(nbytes) is int and nbytes >= 0
         if spec.family == "dsp" or (write and not (self.l2 is not None and self.l2.write_back)):
-            self._count_bytes(launch, f"{self.gm_link.name} {'write' if write else 'read'}", nbytes)
+            self._count_bytes(launch, self._gm_write_key if write else self._gm_read_key, nbytes)
         elif write:
             # a write-back L2 takes the store; HBM sees only the dirty lines it evicts later
             # (counted as HBM writes in _with_writeback)
@@ -470,15 +508,20 @@ class Device:
                 l2.access_lines(lines.tolist(), weight=period, write=True)
             elif l2 is not None:
                 l2.access_runs(runs, write=True)
+            startup = m.startup + startup_extra
+            route = self._route_store if fast and type(startup) is int and startup >= 0 else None
             pool = self.pools.get("MTE3") if model is None else None
             if l2 is None or not l2.write_back:
+                if route is not None:
+                    return net._start(nbytes, route, startup, tag)
                 return net.transfer(nbytes, base_rate=m.base, links=(self.gm_link,), pool=pool,
-                                    startup=m.startup + startup_extra, tag=tag)
+                                    startup=startup, tag=tag)
             # write-back L2: the store is taken by the L2 (at the store path's own rate); the dirty
             # lines it evicted go to HBM on the HBM link, and the store completes when both have
             assert self.l2_link is not None
-            return self._with_writeback(net.transfer(nbytes, base_rate=m.base, links=(self.l2_link,), pool=pool,
-                                                     startup=m.startup + startup_extra, tag=tag), tag, launch)
+            return self._with_writeback(net._start(nbytes, route, startup, tag) if route is not None else
+                                        net.transfer(nbytes, base_rate=m.base, links=(self.l2_link,), pool=pool,
+                                                     startup=startup, tag=tag), tag, launch)
         m = model or spec.mte2
         assert m is not None            # required of every Ascend spec (devices/spec.py)
         if lines is not None:
@@ -498,9 +541,19 @@ class Device:
             assert self.trace is not None and self.l2 is not None   # _trace_l2 says so
             self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit
-        self._count_bytes(launch, f"{self.gm_link.name} read", miss)
+        self._count_bytes(launch, self._gm_read_key, miss)
         self._count_bytes(launch, "L2 read", hit)
         startup = m.startup + startup_extra
+        if fast and type(startup) is int and startup >= 0 and type(hit) is int and 0 <= hit <= nbytes \
+                and self._route_load is not None:
+            # the routes checked once; a part of no bytes is a transfer only if it is the whole DMA
+            if hit == 0:
+                return self._with_writeback(net._start(miss, self._route_load, startup, tag), tag, launch)
+            assert self._route_hit is not None  # a hit needs an L2
+            part = net._start(hit, self._route_hit, startup, tag)
+            if miss:
+                part = net._join(part, net._start(miss, self._route_load, startup, tag))
+            return self._with_writeback(part, tag, launch)
         pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
             return self._with_writeback(net.transfer(miss, base_rate=m.base, links=(self.gm_link,),
@@ -520,9 +573,14 @@ class Device:
         wb = self.l2.take_writeback() if self.l2 is not None else 0
         if not wb:
             return event
-        self._count_bytes(launch, f"{self.gm_link.name} write", wb)
-        hbm = self.net.transfer(wb, base_rate=self.spec.bytes_per_cycle(self.spec.gm.bandwidth),
-                                links=(self.gm_link,), startup=0, tag=tag)
+        self._count_bytes(launch, self._gm_write_key, wb)
+        net = self.net
+        if type(net) is LinkNetwork and self._route_writeback is not None and type(wb) is int and wb > 0 \
+                and isinstance(event, _Completion) and event.parent is None and not event.callbacks:
+            # a DMA just started (not waited on yet) and the route checked once: joined as all_of does
+            return net._join(event, net._start(wb, self._route_writeback, 0, tag))
+        hbm = net.transfer(wb, base_rate=self.spec.bytes_per_cycle(self.spec.gm.bandwidth),
+                           links=(self.gm_link,), startup=0, tag=tag)
         return self._all_of([event, hbm])
 
     def _all_of(self, events: list[simpy.Event]) -> simpy.Event:

@@ -352,24 +352,34 @@ class DataCopy(Instruction):
         if not self.pad and self._nbytes % 32:
             raise MemoryFault(f"{self.name} of {self._nbytes} B is not a whole number of 32 B blocks; "
                               f"use DataCopyPad", address=self.glob.byte_range()[0])
-        local, glob = self.local, self.glob
+        # the operands directly, not through the local/glob properties (a call each per copy);
+        # one is local and one global (__init__ checked which)
+        local: LocalTensor
+        glob: GlobalSlice
+        to_gm = self._to_gm
+        if to_gm:
+            local, glob = self.src, self.dst  # type: ignore[assignment]
+        else:
+            glob, local = self.src, self.dst  # type: ignore[assignment]
         if local.dtype.itemsize != glob.dtype.itemsize:
             raise SimulatorError(f"{self.name} between {glob.dtype} and {local.dtype}: DMA does not "
                                  f"convert; Cast in the vector unit")
         if self.count > local.count:
             raise MemoryFault(f"{self.name} of {self.count} elements overruns the local buffer of "
                               f"{local.count}", address=local.addr)
-        local.check(self.count, write=not self._to_gm)
-        device = pipe.core.device
-        lo, hi = glob.check(self.count, write=self._to_gm)
-        nbytes = min(self._nbytes, hi - lo)   # GlobalSlice.span_bytes, from the range just checked
-        atomic = pipe.core.atomic if self._to_gm else None
+        local.check(self.count, write=not to_gm)
+        core = pipe.core
+        lo, hi = glob.check(self.count, write=to_gm)
+        nbytes = self._nbytes
+        if hi - lo < nbytes:    # min(), without the call: GlobalSlice.span_bytes, from the range just checked
+            nbytes = hi - lo
+        atomic = core.atomic if to_gm else None
         if atomic is not None and atomic != glob.dtype:
             # SetAtomicAdd<T> makes the store pipe add as T; a store of another dtype is a bug
             raise SimulatorError(f"{self.name} stores {glob.dtype} while SetAtomicAdd<{atomic}> is in effect; "
                                  f"the atomic dtype must match the GM tensor (or SetAtomicNone first)")
         self._atomic = atomic is not None
-        return device.gm_transfer(pipe, lo, nbytes, write=self._to_gm, startup_extra=pipe.head_cycles())
+        return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm, startup_extra=pipe.head_cycles())
 
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core

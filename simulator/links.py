@@ -184,7 +184,7 @@ class Link:
         self._stamp: int = -1
         self._touched: int = -1
         self._share_sum: float = 0.0
-        self._left: float = 0.0         # and, while it fills (_allocate), the capacity left,
+        self._left: float = 0.0         # and, while it fills (_fill), the capacity left,
         self._unfrozen: int = 0         # the transfers not frozen yet,
         self._saturated: bool = False   # and whether the link saturated in this round
 
@@ -332,52 +332,60 @@ class Pool:
         return f"Pool({self.name!r}, capacity={self.capacity:g}, active={self.active})"
 
 
-class _Transfer:
-    """Mutable state of one transfer inside the network (not part of the API)."""
-
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "event", "tol",
-                 "threshold", "rank", "done", "cls")
-
-    def __init__(self, seq: int, tag: object, nbytes: int, issue: int, start: int, key: tuple,
-                 links: tuple[Link, ...], event: _Completion) -> None:
-        self.seq = seq
-        self.tag = tag
-        self.nbytes = nbytes
-        self.issue = issue
-        self.start = start
-        self.key = key  # (base rate, pool, links): the rate class
-        self.links = links
-        self.event = event
-        tol = _REL_TOL * nbytes
-        self.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
-        self.threshold = 0.0  # the class's ``served`` at which the last byte has arrived
-        self.rank = 0  # activation order
-        self.done = False
-        self.cls: _Class | None = None
-
-
 class _Completion(simpy.Event):
-    """The event of a transfer or of a joined completion (:class:`_Join`).  ``parent`` is the
-    join it is part of, if any (the link to the join is on the event, not on the transfer, so no
-    reference cycle is made: the garbage collector would have to find each one)."""
+    """The event of a transfer (:class:`_Transfer`) or of a joined completion (:class:`_Join`).
+    ``parent`` is the join it is part of, if any (the join holds no reference to its parts,
+    so joining makes no reference cycle: the garbage collector would have to find each one)."""
 
     def __init__(self, env: simpy.Environment) -> None:
-        # simpy.Event.__init__ sets these two, inline: one is made per transfer
+        # simpy.Event.__init__ sets these two, inline
         self.env = env
         self.callbacks = []
         self.parent: _Join | None = None
+
+
+class _Transfer(_Completion):
+    """Mutable state of one transfer inside the network, and the event :meth:`LinkNetwork.transfer`
+    returns (one object per transfer, not two; not part of the API).  Made by
+    :meth:`LinkNetwork._start` only, which sets every field (without an ``__init__`` frame):
+
+    ``seq`` (issue order), ``tag``, ``nbytes``, ``issue`` (cycle), ``start`` (cycle its startup
+    ends), ``key`` ((base rate, pool, links): its rate class), ``links``, ``tol`` (remaining bytes
+    that count as delivered), ``threshold`` (the class's ``served`` at which its last byte has
+    arrived), ``rank`` (activation order), ``done``, ``cls`` (its class while active).
+    """
+
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "tol",
+                 "threshold", "rank", "done", "cls")
+    seq: int
+    tag: object
+    nbytes: int
+    issue: int
+    start: int
+    key: tuple
+    links: tuple[Link, ...]
+    tol: float
+    threshold: float
+    rank: int
+    done: bool
+    cls: _Class | None
 
 
 class _WakeUp(simpy.Event):
     """The timer of a wake-up of :class:`LinkNetwork` (not part of the API): what
     ``env.timeout(delay)`` makes, already triggered with the value None, with ``callback``."""
 
+    # triggered already, with the value None: the same for every wake-up (never set per instance)
+    _value = None
+    _ok = True
+
     def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
-        # simpy.Timeout.__init__ sets these, inline: one is made per recompute
+        # what simpy.Timeout.__init__ sets per instance, inline: one is made per recompute
         self.env = env
         self.callbacks = [callback]
-        self._value = None
-        self._ok = True
+
+
+_new_event = object.__new__     # an event without its __init__ call (the caller sets the fields)
 
 
 class _Join(_Completion):
@@ -425,12 +433,11 @@ class _Class:
     """
 
     __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred_key", "pred")
+                 "pred", "kid")
 
-    def __init__(self, base: float, pool: Pool | None, links: tuple[Link, ...]) -> None:
-        self.base = base
-        self.pool = pool
-        self.links = links
+    def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
+        self.base, self.pool, self.links = key
+        self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
         self.served = 0.0
         self.heap: list[tuple[float, int, _Transfer]] = []
@@ -440,10 +447,10 @@ class _Class:
         self.first = 0  # activation rank of order[0], the earliest active member (sort key)
         self.demand = 0.0
         self.rate = 0.0
-        # The completion prediction of the last recompute: ceil((pred_key - served) / rate)
-        # for the heap head's key then (``served`` and ``rate`` stay as they were until the
-        # next recompute, which can reuse it if the head's key is still pred_key).
-        self.pred_key: float | None = None
+        # The completion prediction of the last recompute: ceil((key - served) / rate) for the
+        # heap head's key then.  ``served``, ``rate`` and the heap stay as they were until the
+        # next recompute (only a recompute admits, retires or rebases), so that recompute's
+        # head is the one predicted for, and it reuses the prediction.
         self.pred = 0
 
     def rebase(self) -> None:
@@ -459,6 +466,8 @@ class _Class:
 
 #: Sort key of a rate class: the activation rank of its earliest active member.
 _first_rank = operator.attrgetter("first")
+#: Sort key of transfers: issue order.
+_seq = operator.attrgetter("seq")
 
 
 class LinkNetwork:
@@ -505,7 +514,7 @@ class LinkNetwork:
         self._gen = 0
         self._wake_at: int | None = None
         self._last = self._now()  # cycle of the last recompute; rates are valid since then
-        # Links and pools with active transfers, in the order _allocate found them.
+        # Links and pools with active transfers, in the order step 4 of _recompute found them.
         self._busy: list[Link] = []
         self._busy_pools: list[Pool] = []
         # The classes of _classes in the order of their earliest active member (see _first_rank),
@@ -555,42 +564,70 @@ class LinkNetwork:
             nb, base, st = nbytes, base_rate, startup
         else:
             nb, base, st = _checked(nbytes, base_rate, startup)
+        return self._start(nb, self._route(base, links, pool), st, tag)
+
+    def _route(self, base_rate: float, links: Sequence[Link], pool: Pool | None) -> tuple:
+        """The rate-class key ``(base rate, pool, links)`` of a transfer, checked: the stored
+        tuple, the same object for every transfer of that class (its rate class is found by the
+        key's id; hashing a nested tuple at every admission cost more than the lookup).
+        ``base_rate`` is a checked float (see :meth:`transfer`).  The device gets the keys of
+        its usual routes once (Device._gm_transfer) and starts its transfers with
+        :meth:`_start`, without these look-ups."""
         path = tuple(links)
-        key = (base, pool, path)
+        key = (base_rate, pool, path)
         try:
             known = self._keys.get(key)
         except TypeError:  # an unhashable stand-in for a link: refused below, with its name
             known = None
         if known is not None:
-            key = known
-        else:
-            for link in path:
-                if not isinstance(link, Link) or self.links.get(link.name) is not link:
-                    raise ValueError(f"{link!r} is not a link of this network")
-            if len(set(map(id, path))) != len(path):
-                raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
-            if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
-                raise ValueError(f"{pool!r} is not a pool of this network")
-            # links and pools are never removed, so a route checked once stays valid (a device
-            # uses a handful of routes for thousands of transfers)
-            self._keys[key] = key
+            return known
+        for link in path:
+            if not isinstance(link, Link) or self.links.get(link.name) is not link:
+                raise ValueError(f"{link!r} is not a link of this network")
+        if len(set(map(id, path))) != len(path):
+            raise ValueError(f"a transfer may cross each link once, got {[l.name for l in path]}")
+        if pool is not None and (not isinstance(pool, Pool) or self.pools.get(pool.name) is not pool):
+            raise ValueError(f"{pool!r} is not a pool of this network")
+        # links and pools are never removed, so a route checked once stays valid (a device
+        # uses a handful of routes for thousands of transfers)
+        self._keys[key] = key
+        return key
 
+    def _start(self, nbytes: int, key: tuple, startup: int, tag: object) -> _Completion:
+        """:meth:`transfer` of checked arguments: ``nbytes`` and ``startup`` ints >= 0, ``key``
+        from :meth:`_route`."""
         env = self.env
         now = env._now                  # simpy.Environment.now without the property call
         if type(now) is not int:
             now = self._now()
-        event = _Completion(env)
         seq = self._seq
         self._seq = seq + 1
-        start = now + st
-        t = _Transfer(seq, tag, nb, now, start, key, path, event)
+        start = now + startup
+        # the transfer and its event, made field by field (no __init__ frame: one per transfer)
+        t = _new_event(_Transfer)
+        t.env = env
+        t.callbacks = []
+        t.parent = None
+        t.seq = seq
+        t.tag = tag
+        t.nbytes = nbytes
+        t.issue = now
+        t.start = start
+        t.key = key
+        t.links = key[2]
+        tol = _REL_TOL * nbytes
+        t.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
+        t.threshold = 0.0
+        t.rank = 0
+        t.done = False
+        t.cls = None
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
         wake_at = self._wake_at
         if wake_at is None or wake_at > start:
             self._schedule(start, now)
-        return event
+        return t
 
     @property
     def on_change(self) -> OnChange | None:
@@ -637,6 +674,22 @@ class LinkNetwork:
             ev.callbacks.append(fire)
         return join
 
+    def _join(self, first: _Completion, second: _Completion) -> _Join:
+        """:meth:`all_of` of two distinct events of this network (:meth:`_start` or
+        :meth:`_join`) that nothing has joined or waited on yet: what a device's DMA of two
+        parts just started asks for, without the checks."""
+        join = _new_event(_Join)         # _Join(env, 2) without the two __init__ frames
+        join.env = self.env
+        join.callbacks = []
+        join.parent = None
+        join.remaining = 2
+        fire = join.fire
+        first.parent = join
+        first.callbacks.append(fire)
+        second.parent = join
+        second.callbacks.append(fire)
+        return join
+
     def active_count(self) -> int:
         """Transfers currently moving bytes (startup paid, not yet completed)."""
         return len(self._active)
@@ -680,7 +733,10 @@ class LinkNetwork:
         # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
         # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
         env = self.env
-        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), _WakeUp(env, wake)))
+        timer = _new_event(_WakeUp)     # _WakeUp(env, wake) without the __init__ frame
+        timer.env = env
+        timer.callbacks = [wake]
+        heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), timer))
 
     def _recompute(self, now: int) -> None:
         """Advance all transfers to ``now``, retire finished ones, admit started ones, re-share."""
@@ -712,17 +768,18 @@ class LinkNetwork:
         # 2. Advance each class and retire its members that are done: those whose remainder is
         #    within tolerance, or whose completion cycle predicted at the last recompute has
         #    come.  Both tests are monotone in the heap key, so the done members are a prefix
-        #    of the heap.  The prediction is the one step 6 made from the state of the last
-        #    recompute (``served`` and ``rate`` have not changed since): kept for the head then
-        #    (pred), redone the same way for another key.
+        #    of the heap.  The prediction is the one step 4 made from the state of the last
+        #    recompute (``served``, ``rate`` and the heap have not changed since): kept for the
+        #    head (pred), redone the same way for the next keys.
         #    Classes go in creation order (the order of _classes): the corrections of classes
         #    sharing a link are added to it in that order.
         classes = self._classes
         ordered = self._ordered
         active = self._active
         ceil = math.ceil
+        isclose = math.isclose
         heappop = heapq.heappop
-        emptied = False
+        emptied: list[_Class] | None = None     # the classes that lost their last member
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
@@ -731,8 +788,7 @@ class LinkNetwork:
             rate = c.rate
             c.served = s = s_last + rate * span
             key = heap[0][0]
-            if key <= s or (elapsed > 0 and (c.pred if key == c.pred_key
-                                             else ceil((key - s_last) / rate)) <= elapsed):
+            if key <= s or (elapsed > 0 and c.pred <= elapsed):
                 fix = 0.0
                 k = 0
                 while True:
@@ -759,7 +815,10 @@ class LinkNetwork:
                     c.pool.bytes_carried += fix
                     c.pool.active -= k
                 if not n:
-                    emptied = True
+                    if emptied is None:
+                        emptied = [c]
+                    else:
+                        emptied.append(c)
                     continue
                 # Drop the finished members from the front of the activation order (and
                 # compact it when they pile up behind active ones).
@@ -775,167 +834,58 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
-            for empty in [k for k, c in classes.items() if not c.n]:
-                del classes[empty]
-            self._ordered = ordered = [c for c in ordered if c.n]
+            for c in emptied:
+                del classes[c.kid]
+                ordered.remove(c)
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
         #    new class comes last in ``ordered``: its first member is the latest activated.
         pending = self._pending
-        while pending and pending[0][0] <= now:
-            t = heappop(pending)[2]
-            if t.nbytes == 0:
-                finished.append(t)
-                continue
+        if pending and pending[0][0] <= now:
             rank = self._rank
-            self._rank = rank + 1
-            c = classes.get(id(t.key))
-            if c is None:
-                c = classes[id(t.key)] = _Class(*t.key)
-                c.first = rank
-                ordered.append(c)
-            t.cls = c
-            t.rank = rank
-            t.threshold = threshold = c.served + t.nbytes
-            heappush(c.heap, (threshold - t.tol, t.seq, t))
-            c.order.append(t)
-            c.n += 1
-            active[t.seq] = t
-            for link in t.links:
-                link._touched = stamp
-                link.active += 1
-            if c.pool is not None:
-                c.pool.active += 1
+            while True:
+                t = heappop(pending)[2]
+                if t.nbytes:
+                    c = classes.get(id(t.key))
+                    if c is None:
+                        c = classes[id(t.key)] = _Class(t.key)
+                        c.first = rank
+                        ordered.append(c)
+                    t.cls = c
+                    t.rank = rank
+                    rank += 1
+                    t.threshold = threshold = c.served + t.nbytes
+                    heappush(c.heap, (threshold - t.tol, t.seq, t))
+                    c.order.append(t)
+                    c.n += 1
+                    active[t.seq] = t
+                    for link in c.links:
+                        link._touched = stamp
+                        link.active += 1
+                    if c.pool is not None:
+                        c.pool.active += 1
+                else:
+                    finished.append(t)
+                if not (pending and pending[0][0] <= now):
+                    break
+            self._rank = rank
 
         # 4. Re-share bandwidth.  Classes go in the order of their earliest active member, so
         #    links and pools appear in the order in which active transfers first use them.
         #    (``active`` of each link and pool, its number of active transfers, was kept up to
-        #    date by steps 2 and 3.)
+        #    date by steps 2 and 3.)  The pass over the classes sets the demands and, at once,
+        #    the usual outcome: every class runs at its demand (no link is asked for more than
+        #    its capacity: calibrated per-core rates sit below the HBM cap).  Per link,
+        #    _share_sum adds up the demands; per pool, _alloc adds up the rates; each is marked
+        #    with ``_stamp = stamp``.  In the same pass, step 6's completion prediction from that
+        #    rate (redone below if a link is oversubscribed and _fill lowers the rates).
         if resort and len(ordered) > 1:
             ordered.sort(key=_first_rank)
-        links, pools = self._allocate(ordered, stamp)
-
-        # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
-        #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
-        #    rate, except in a segment where a transfer finished mid-cycle.  ``changed`` (the
-        #    links whose rate changed, for on_change) is only built when someone listens.
-        changed: dict[str, float] | None = None if self._on_change is None else {}
-        for link in self._busy:
-            if link._stamp != stamp:
-                if link._open_start is not None:
-                    link._close(now)
-                link._alloc = 0.0
-                link.rate = 0.0
-                if changed is not None:
-                    changed[link.name] = 0.0
-        for link in links:
-            rate = link._share_sum
-            if rate != link._alloc:
-                if link._open_start is not None:
-                    link._close(now)
-                link._open_start = now
-                link._open_bytes = 0.0
-                link._alloc = rate
-                # Water-filling keeps the sum within float rounding of capacity; report
-                # it clamped so that "rate <= capacity" holds exactly for observers.
-                link.rate = rate if rate < link.capacity else link.capacity
-                if changed is not None:
-                    changed[link.name] = link.rate
-            elif link._touched == stamp or link._open_start is None:
-                if link._open_start is not None:
-                    link._close(now)
-                link._open_start = now
-                link._open_bytes = 0.0
-        self._busy = links
-        for pool in self._busy_pools:
-            if pool._stamp != stamp:
-                pool._alloc = 0.0
-        self._busy_pools = pools
-
-        # 6. Predict completions; wake at the earliest completion or startup end.  A class's
-        #    next completion is its heap head: the first integer cycle by which the head's
-        #    remainder is within tolerance.  The key already has the tolerance subtracted,
-        #    which absorbs rounding error that would add a cycle.
-        next_wake: int | None = pending[0][0] if pending else None
+        links: list[Link] = []
+        pools: list[Pool] = []
+        linkless = False
         soonest: int | None = None      # the fewest cycles to a completion
         for c in ordered:
-            c.pred_key = key = c.heap[0][0]
-            c.pred = cycles = ceil((key - c.served) / c.rate)
-            if soonest is None or cycles < soonest:
-                soonest = cycles
-        if soonest is not None:
-            due = now + (soonest if soonest > 1 else 1)     # at least one cycle on
-            if next_wake is None or due < next_wake:
-                next_wake = due
-        if next_wake is not None:
-            wake_at = self._wake_at
-            if wake_at is None or wake_at > next_wake:
-                self._schedule(next_wake, now)
-
-        # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
-        #    consistent if they issue new transfers.
-        if len(finished) > 1:
-            finished.sort(key=lambda tr: tr.seq)
-        elif finished and (parent := finished[0].event.parent) is not None:
-            # The last leg of a join would be the only event due now: nothing can run between
-            # its relay event and the join's, so the join is scheduled at once (see _Join).
-            queue = self.env._queue
-            if not (queue and queue[0][0] <= now) and (not changed or self.on_change_passive):
-                t = finished[0]
-                self.completed += 1
-                t.cls = None
-                parent.remaining -= 1
-                if not parent.remaining:
-                    _scheduled(parent, None)
-                finished = []
-        if finished:
-            # event.succeed(value), inline: the queue entry env.schedule(event) makes
-            env = self.env
-            queue = env._queue
-            eid = env._eid
-            for t in finished:
-                self.completed += 1
-                t.cls = None
-                event = t.event
-                parent = event.parent
-                if parent is None:
-                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
-                else:                   # a leg of a join: only the last one relays (_scheduled)
-                    parent.remaining -= 1
-                    if parent.remaining:
-                        continue
-                    value = None
-                if event._value is not _PENDING:
-                    raise RuntimeError(f"{event} has already been triggered")
-                event._ok = True
-                event._value = value
-                heappush(queue, (env._now, _NORMAL, next(eid), event))
-        if changed and self._on_change is not None:
-            self._on_change(now, changed)
-
-    def _allocate(self, classes: list[_Class], stamp: int) -> tuple[list[Link], list[Pool]]:
-        """Set ``demand`` and ``rate`` of every class by max-min fair progressive filling, and
-        the aggregate rates of the links (``_share_sum``) and pools (``_alloc``) they use, each
-        marked with ``_stamp = stamp``.  Returns the links and the pools in the order of
-        ``classes``.  The demands depend on ``active`` of the pools, which must be up to date.
-
-        All unfrozen transfers share one fill level.  Each round raises the level to the
-        smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
-        divided by its unfrozen transfers.  Then it freezes the transfers that reached their
-        demand and all transfers on the links that saturated.  The transfers of a class have
-        the same demand and links, so they always freeze together at the same rate: the
-        filling runs over classes, each counted with its number of members.  Each round
-        freezes at least one class.
-
-        A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
-        the order of ``classes``), then those of the others as they freeze.
-        """
-        # Demands, and at once the usual outcome: every class runs at its demand.  Per link,
-        # _share_sum adds up the demands; per pool, _alloc adds up the rates.
-        pools: list[Pool] = []
-        links: list[Link] = []
-        linkless = False
-        for c in classes:
             p = c.pool
             if p is None:
                 c.rate = c.demand = d = c.base
@@ -949,6 +899,12 @@ class LinkNetwork:
                     pools.append(p)
                 else:
                     p._alloc += dm
+            # 6. (in advance) A class's next completion is its heap head: the first integer
+            #    cycle by which the head's remainder is within tolerance.  The key already has
+            #    the tolerance subtracted, which absorbs rounding error that would add a cycle.
+            c.pred = cycles = ceil((c.heap[0][0] - c.served) / d)
+            if soonest is None or cycles < soonest:
+                soonest = cycles
             if not c.links:
                 linkless = True         # nothing to share with
                 continue
@@ -959,17 +915,153 @@ class LinkNetwork:
                     links.append(link)
                 else:
                     link._share_sum += dm
-
-        # Fast path: when no link is asked for more than its capacity, every transfer simply
-        # runs at its demand (the usual case: calibrated per-core rates sit below the HBM cap).
         for link in links:
             if link._share_sum > link.capacity:
+                self._fill(ordered, links, pools)
+                soonest = None
+                for c in ordered:
+                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)
+                    if soonest is None or cycles < soonest:
+                        soonest = cycles
                 break
         else:
             if linkless and pools:
                 # The pools' sums went in class order: redo them in the documented order.
-                self._pool_sums(classes, pools, with_links=True)
-            return links, pools
+                self._pool_sums(ordered, pools, with_links=True)
+
+        # 5. Segment bookkeeping.  A link's segment stays open while its rate and its set of
+        #    transfers are unchanged.  So a closed segment's carried rate equals the nominal
+        #    rate, except in a segment where a transfer finished mid-cycle.  ``changed`` (the
+        #    links whose rate changed, for on_change) is only built when someone listens.
+        #    A link or pool can only have gone idle (be busy before and not now) if a class
+        #    emptied in step 2.
+        changed: dict[str, float] | None = None if self._on_change is None else {}
+        if emptied:
+            for link in self._busy:
+                if link._stamp != stamp:
+                    if link._open_start is not None:
+                        link._close(now)
+                    link._alloc = 0.0
+                    link.rate = 0.0
+                    if changed is not None:
+                        changed[link.name] = 0.0
+            for pool in self._busy_pools:
+                if pool._stamp != stamp:
+                    pool._alloc = 0.0
+        for link in links:
+            rate = link._share_sum
+            if rate != link._alloc:
+                link._alloc = rate
+                # Water-filling keeps the sum within float rounding of capacity; report
+                # it clamped so that "rate <= capacity" holds exactly for observers.
+                link.rate = rate if rate < link.capacity else link.capacity
+                if changed is not None:
+                    changed[link.name] = link.rate
+            elif link._touched != stamp and link._open_start is not None:
+                continue
+            start = link._open_start
+            if start is not None and start < now:
+                # Link._close(now), inline (once per segment; a segment of no length carried
+                # nothing and leaves no step)
+                nbytes = link._open_bytes
+                times = link._times
+                steps = link._bytes
+                if not times:
+                    times.append(start)
+                    steps.append(nbytes)
+                elif link._end != start:
+                    times.append(link._end)     # idle gap since the last segment
+                    steps.append(0.0)
+                    times.append(start)
+                    steps.append(nbytes)
+                else:
+                    prev = steps[-1]
+                    if prev > 0.0 and isclose(nbytes / (now - start), prev / (start - times[-1]),
+                                              rel_tol=_MERGE_REL, abs_tol=0.0):
+                        steps[-1] = prev + nbytes
+                    else:
+                        times.append(start)
+                        steps.append(nbytes)
+                link._end = now
+            link._open_start = now
+            link._open_bytes = 0.0
+        self._busy = links
+        self._busy_pools = pools
+
+        # 6. Wake at the earliest completion (predicted in step 4) or startup end.
+        next_wake: int | None = pending[0][0] if pending else None
+        if soonest is not None:
+            due = now + (soonest if soonest > 1 else 1)     # at least one cycle on
+            if next_wake is None or due < next_wake:
+                next_wake = due
+        if next_wake is not None:
+            wake_at = self._wake_at
+            if wake_at is None or wake_at > next_wake:
+                self._schedule(next_wake, now)
+
+        # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
+        #    consistent if they issue new transfers.
+        self.completed += len(finished)
+        if len(finished) > 1:
+            finished.sort(key=_seq)
+        elif finished and (parent := finished[0].parent) is not None:
+            # The last leg of a join would be the only event due now: nothing can run between
+            # its relay event and the join's, so the join is scheduled at once (see _Join).
+            queue = self.env._queue
+            if not (queue and queue[0][0] <= now) and (not changed or self.on_change_passive):
+                finished[0].cls = None
+                parent.remaining -= 1
+                if not parent.remaining:
+                    if parent.parent is None and parent._value is _PENDING:
+                        # parent.succeed(None), inline: the queue entry env.schedule makes
+                        env = self.env
+                        parent._ok = True
+                        parent._value = None
+                        heappush(queue, (env._now, _NORMAL, next(env._eid), parent))
+                    else:
+                        _scheduled(parent, None)
+                finished = []
+        if finished:
+            # event.succeed(value), inline: the queue entry env.schedule(event) makes
+            env = self.env
+            queue = env._queue
+            eid = env._eid
+            for t in finished:
+                t.cls = None
+                parent = t.parent
+                if parent is None:
+                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
+                else:                   # a leg of a join: only the last one relays (_scheduled)
+                    parent.remaining -= 1
+                    if parent.remaining:
+                        continue
+                    value = None
+                if t._value is not _PENDING:
+                    raise RuntimeError(f"{t} has already been triggered")
+                t._ok = True
+                t._value = value
+                heappush(queue, (env._now, _NORMAL, next(eid), t))
+        if changed and self._on_change is not None:
+            self._on_change(now, changed)
+
+    def _fill(self, classes: list[_Class], links: list[Link], pools: list[Pool]) -> None:
+        """Lower the rates of ``classes`` to max-min fair progressive filling, because a link of
+        ``links`` is asked for more than its capacity.  Step 4 of :meth:`_recompute` has set
+        each class's ``demand`` and found the links and pools the classes use (in the order of
+        ``classes``); this sets each class's ``rate``, the aggregate rates of the links
+        (``_share_sum``) and of the pools (``_alloc``).
+
+        All unfrozen transfers share one fill level.  Each round raises the level to the
+        smallest of (a) the smallest unfrozen demand and (b) each link's remaining capacity
+        divided by its unfrozen transfers.  Then it freezes the transfers that reached their
+        demand and all transfers on the links that saturated.  The transfers of a class have
+        the same demand and links, so they always freeze together at the same rate: the
+        filling runs over classes, each counted with its number of members.  Each round
+        freezes at least one class.
+
+        A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
+        the order of ``classes``), then those of the others as they freeze.
+        """
         self._pool_sums(classes, pools, with_links=False)
 
         # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
@@ -979,8 +1071,9 @@ class LinkNetwork:
             link._left = link.capacity
             link._unfrozen = link.active
             link._share_sum = 0.0
+        low = min([c.demand for c in unfrozen])     # the smallest unfrozen demand
         while unfrozen:
-            level = min([c.demand for c in unfrozen])
+            level = low
             for link in links:
                 n = link._unfrozen
                 if n and link._left < level * n:
@@ -988,8 +1081,9 @@ class LinkNetwork:
             thresh = level * (1.0 + _LEVEL_SLACK)
             for link in links:
                 n = link._unfrozen
-                link._saturated = bool(n) and link._left <= thresh * n
+                link._saturated = n > 0 and link._left <= thresh * n
             still: list[_Class] = []
+            low = _INF          # of the classes still unfrozen, found as they stay (min() as well)
             for c in unfrozen:
                 d = c.demand
                 if d <= thresh:
@@ -1000,6 +1094,8 @@ class LinkNetwork:
                             break
                     else:
                         still.append(c)
+                        if d < low:
+                            low = d
                         continue
                     rate = level
                 c.rate = rate
@@ -1012,7 +1108,6 @@ class LinkNetwork:
                 if c.pool is not None:
                     c.pool._alloc += total
             unfrozen = still
-        return links, pools
 
     @staticmethod
     def _pool_sums(classes: list[_Class], pools: list[Pool], *, with_links: bool) -> None:
