@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import chain, islice, repeat
+from itertools import chain, filterfalse, islice, repeat
 from operator import length_hint
 from typing import Iterable, Iterator, overload
 
@@ -318,6 +318,40 @@ class L2Cache:
                 dirty.difference_update(owed)
                 self.pending_writeback += len(owed) * self.chunk
 
+    def _touch_distinct(self, rest: list[int], mark: bool) -> list[int] | None:
+        """Touch ``rest``, distinct lines none of which this access touched yet, in order, in a
+        uniform cache, when that provably needs no line-by-line walk; return the lines that were
+        not resident (misses), or None, having changed nothing, when it does.
+
+        The walk moves a resident line to the most-recent end, inserts a missing one and evicts
+        the least-recently-used line while the cache is over capacity: ``over`` = the lines
+        resident + the misses - the capacity evictions in all. The line evicted is always the
+        least recent one not touched yet (a touched line is more recent than every untouched
+        one). If the ``over`` least recent lines are not lines of ``rest``, no line of ``rest``
+        is touched before they go, so they are the lines evicted, in that order; no line of
+        ``rest`` is evicted, so every resident one is a hit. (The lines this access touched
+        before ``rest`` are the most recent ones: the access holds at most as many lines as the
+        cache, so ``over`` never reaches them.) The walk's cache is then: the missing lines
+        inserted, all of ``rest`` moved to the most-recent end in order, the ``over`` lines
+        evicted (:meth:`_drop_lru`) -- C-level passes instead of a Python step per line (a cube
+        store whose rows share their first line with the previous tile's: half hits, half
+        misses, in a full cache)."""
+        lru = self._lru
+        missing = list(filterfalse(lru.__contains__, rest))
+        over = int(self._used) + len(missing) - self.capacity_chunks    # whole lines (uniform)
+        if over > 0 and len(missing) < len(rest) and not set(islice(lru, over)).isdisjoint(rest):
+            return None             # a line of rest would be evicted before its touch: walk
+        for line in missing:
+            lru[line] = 1.0
+        deque(map(lru.move_to_end, rest), 0)
+        self._used += len(missing)
+        if over > 0:
+            self._drop_lru(over)
+            self._used -= over
+        if mark:
+            self._dirty.update(rest)
+        return missing
+
     def _access_blocks(self, a0: int, stride: int, run: int, rows: int, span: int, write: bool) -> int:
         """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
         number of lines), each over ``span`` lines and no two sharing a line, in a uniform cache
@@ -359,6 +393,22 @@ class L2Cache:
             # the hits: the whole rows before row r, and row r's lines before line i (the first
             # starts a0 % c bytes into its line)
             return 0 if write else r * run + (i * c - a0 % c if i else 0)
+        missing = self._touch_distinct(
+            list(chain(range(miss, starts[r] + span), chain.from_iterable(map(range, starts[rest], ends[rest])))),
+            False)
+        if missing is not None:
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            if write:
+                return 0
+            # the hits: every byte but those of the missed lines (line i of a row holds the
+            # row's bytes [i * c - a0 % c, (i + 1) * c - a0 % c), clipped to the row)
+            off = a0 % c
+            missed = 0
+            for line in missing:
+                i = (line - first) % step
+                missed += min((i + 1) * c, off + run) - max(i * c, off)
+            return rows * run - missed
         if mark and r:
             self._dirty.update(chain.from_iterable(map(range, starts[:r], ends[:r])))
         hit = self._walk([(a0 + k * stride, run) for k in range(r, rows)], write)
@@ -424,6 +474,10 @@ class L2Cache:
                     dirty.update(rest)
                 self._tail = key                # moved, then inserted: the newest lines, in order
                 return 0 if write else j * run
+            missing = self._touch_distinct(list(rest), mark)
+            if missing is not None:
+                self._tail = key                # all moved to the most-recent end, in order
+                return 0 if write else (count - len(missing)) * run
             lines = rest
         else:
             lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
