@@ -104,10 +104,10 @@ def test_access_runs_leaves_the_cache_as_one_access_per_run_would(seed, write_ba
         write = bool(step % 3 == 0)
         want = sum(one.access(a, n, write=write, count=False) for a, n in runs)
         assert batched.access_runs(runs, write=write) == want
-        assert list(batched._lru.items()) == list(one._lru.items())
-        assert batched._used == one._used
+        assert batched.lru_order() == one.lru_order()
+        assert batched.used_lines() == one.used_lines()
         # and a write-back cache owes HBM the same dirty lines
-        assert batched._dirty == one._dirty
+        assert batched.dirty_lines() == one.dirty_lines()
         assert batched.pending_writeback == one.pending_writeback
 
 
@@ -156,7 +156,7 @@ def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
             runs = [(int(rng.integers(0, 64 * LINE)), int(rng.integers(0, 20 * LINE))) for _ in range(3)]
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
-        assert list(l2._lru) == ref.order
+        assert l2.lru_order() == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -174,7 +174,7 @@ def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
         l2.access_runs([(5 * LINE, 30 * LINE)], write=False)    # evicts part of it each time
         ref.touch_runs([(5 * LINE, 30 * LINE)], False)
         assert l2.access_runs(StridedRuns(*geometry), write=write) == ref.touch_runs(pairs, write)
-        assert list(l2._lru) == ref.order
+        assert l2.lru_order() == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -191,9 +191,9 @@ def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills
         runs = [(int(rng.integers(0, 96 * LINE)), int(rng.integers(0, 12 * LINE))) for _ in range(2)]
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
-        assert list(l2._lru) == ref.order
-        assert l2._used == len(ref.order)
-        assert l2._dirty == ref.dirty
+        assert l2.lru_order() == ref.order
+        assert l2.used_lines() == len(ref.order)
+        assert l2.dirty_lines() == ref.dirty
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -218,9 +218,9 @@ def test_panels_read_again_walk_as_a_line_by_line_lru(span, write_back):
             runs = StridedRuns(*panels[int(rng.integers(len(panels)))])
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(list(runs), write)
-        assert list(l2._lru) == ref.order
-        assert l2._used == len(ref.order)
-        assert l2._dirty == ref.dirty
+        assert l2.lru_order() == ref.order
+        assert l2.used_lines() == len(ref.order)
+        assert l2.dirty_lines() == ref.dirty
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -273,4 +273,4 @@ def test_a_panel_read_again_after_another_touch_moves_its_lines_again(between):
         l2.access_runs([(4 * LINE, LINE)], write=False)
         ref.touch_runs([(4 * LINE, LINE)], False)
     assert l2.access_runs(rows, write=False) == ref.touch_runs(list(rows), False)
-    assert list(l2._lru) == ref.order
+    assert l2.lru_order() == ref.order
