@@ -84,13 +84,14 @@ class LineArrays:
 
     def _room(self, n: int) -> None:
         """Room for ``n`` more queued touches: drop the stale ones (the valid ones are at most
-        the resident lines), grow if still short."""
+        the resident lines) and keep room for three caches' worth of touches after them (a
+        pass over the queue per that many touches)."""
         if self.tail + n <= self.queue.size:
             return
         q, qs = self.queue[self.head:self.tail], self.qstamp[self.head:self.tail]
         keep = self.stamp[q] == qs
         q, qs = q[keep], qs[keep]
-        size = max(self.queue.size, 2 * (q.size + n) + 1024)
+        size = max(self.queue.size, q.size + n + 3 * self.cap + 1024)
         if size > self.queue.size:
             self.queue = np.zeros(size, dtype=np.int64)
             self.qstamp = np.zeros(size, dtype=np.int64)
@@ -102,7 +103,11 @@ class LineArrays:
         """The ``over`` least-recently-used lines (indices, in order), the stamp of the last of
         them and where the queue resumes after it (nothing is changed)."""
         stamp, queue, qstamp = self.stamp, self.queue, self.qstamp
-        h, k = self.head, 2 * over + 64
+        h = self.head
+        seg = queue[h:h + over]
+        if _nnz(stamp[seg] == qstamp[h:h + over]) == over:     # no stale touch among them
+            return seg, int(qstamp[h + over - 1]), h + over
+        k = 2 * over + 64
         while True:
             seg = queue[h:h + k]
             valid = np.flatnonzero(stamp[seg] == qstamp[h:h + k])
@@ -238,6 +243,8 @@ class LineArrays:
         other.base, other.head, other.tail, other.clock, other.used = \
             self.base, self.head, self.tail, self.clock, self.used
         other.stamp, other.dirty = self.stamp.copy(), self.dirty.copy()
-        other.queue, other.qstamp = self.queue.copy(), self.qstamp.copy()
+        # the queue from its head only (the touches before it are gone)
+        other.queue, other.qstamp = self.queue[self.head:self.tail].copy(), self.qstamp[self.head:self.tail].copy()
+        other.head, other.tail = 0, self.tail - self.head
         other._ramp = self._ramp
         return other
