@@ -23,7 +23,8 @@ walk evicts before touching it) the walk is done line by line, exactly as the Or
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import cast
 
 import numpy as np
 
@@ -32,9 +33,10 @@ import numpy as np
 MAX_SPAN = 1 << 24
 
 try:        # the C function (numpy.count_nonzero is a Python wrapper around it: 4x the call)
-    from numpy._core.multiarray import count_nonzero as _nnz
+    from numpy._core.multiarray import count_nonzero as _count
 except ImportError:         # numpy < 2
-    _nnz = np.count_nonzero
+    _count = np.count_nonzero
+_nnz = cast(Callable[[np.ndarray], np.integer], _count)   # a numpy integer: int() it
 
 
 class LineArrays:
@@ -121,7 +123,7 @@ class LineArrays:
         """Drop ``lines`` (the least recent ones); returns how many of them were dirty."""
         self.stamp[lines] = 0
         d = self.dirty[lines]
-        owed = _nnz(d)
+        owed = int(_nnz(d))
         if owed:
             self.dirty[lines] = False
         self.head = resume
@@ -136,7 +138,7 @@ class LineArrays:
         changed nothing."""
         stamp = self.stamp
         old = stamp[idx]
-        nres = _nnz(old)
+        nres = int(_nnz(old))
         res = old != 0 if 0 < nres < n else None   # (old may be a view: taken before the touch)
         over = self.used + n - nres - self.cap
         owed = 0
@@ -226,7 +228,7 @@ class LineArrays:
         if lo >= hi:
             return
         seg = self.stamp[lo:hi]
-        self.used -= _nnz(seg)
+        self.used -= int(_nnz(seg))
         seg[:] = 0
         self.dirty[lo:hi] = False
 

@@ -24,7 +24,8 @@ def _same(a: L2Cache, b: L2Cache) -> None:
     assert a.lru_order() == b.lru_order()
     assert a.dirty_lines() == b.dirty_lines()
     assert a.used_lines() == b.used_lines()
-    assert a.pending_writeback == b.pending_writeback
+    assert a.pending_writeback == b.pending_writeback and type(a.pending_writeback) is float
+    assert type(a.used_lines()) is float
     assert (a.hit_bytes, a.miss_bytes, a.writeback_bytes) == (b.hit_bytes, b.miss_bytes, b.writeback_bytes)
 
 
@@ -84,7 +85,9 @@ def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back)
         else:
             runs = _random_runs(rng, 3 * lines)
             write = bool(rng.random() < 0.3)
-            assert arrays.access_runs(runs, write=write) == ordered.access_runs(runs, write=write), step
+            hit = arrays.access_runs(runs, write=write)
+            assert hit == ordered.access_runs(runs, write=write), step
+            assert type(hit) is int             # not a numpy integer (totals, stats, JSON)
             if not write and rng.random() < 0.5:
                 arrays.count(7, 3)
                 ordered.count(7, 3)
