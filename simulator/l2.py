@@ -20,6 +20,12 @@ cache look P times larger). The sample is a function of the address alone, so da
 through one view and read through another (rows vs. a panel of an NZ matrix) meets the same
 lines. The hash keeps power-of-two strides from aliasing with P. The most recent access
 decides what an entry stands for.
+
+State: until a line weighing more than one line of capacity is shown to it (a sample), the cache
+keeps its LRU state in numpy arrays indexed by line (simulator/l2_arrays.py), where an access of
+distinct lines costs a few array operations; then (or when the lines touched lie too far apart
+for the arrays) it moves the state, in LRU order, to an OrderedDict walked line by line. Both
+give the same hits, LRU order, dirty lines and write-backs (tests/simulator/test_l2_arrays.py).
 """
 from __future__ import annotations
 
