@@ -195,7 +195,8 @@ class L2Cache:
             first, last = a // c, (end - 1) // c
             count = last - first + 1
             i0 = first - arr.base
-            if (i0 >= 0 and i0 + count <= arr.stamp.size or arr.cover(first, last)) and count <= arr.cap:
+            covered = i0 >= 0 and i0 + count <= arr.stamp.size or arr.cover(first, last)
+            if covered and count <= arr.cap:
                 i0 = first - arr.base
                 got = arr.touch(slice(i0, i0 + count), count, mark)
                 if got is not None:
@@ -212,6 +213,31 @@ class L2Cache:
                     if res is None or not res[-1]:
                         missed -= (last + 1) * c - end
                     return n - missed
+            elif covered and not mark:
+                # a run longer than the cache, nothing to mark dirty after it: its lines are
+                # touched in the same order in pieces of a cache's worth (each one distinct
+                # lines the arrays can take at once), the rest walked if a piece cannot be
+                hit = 0
+                for p0 in range(first, last + 1, arr.cap):
+                    p1 = min(p0 + arr.cap - 1, last)
+                    pa, pend = max(a, p0 * c), min(end, (p1 + 1) * c)
+                    got = arr.touch(slice(p0 - arr.base, p1 + 1 - arr.base), p1 + 1 - p0, False)
+                    if got is None:
+                        h, owed = arr.walk(((pa, end - pa),), False)
+                        if owed:
+                            self.pending_writeback += owed
+                        return hit + h if hits else 0
+                    res, nres, owed = got
+                    if owed:
+                        self.pending_writeback += owed * c
+                    missed = (p1 + 1 - p0 - nres) * c
+                    if missed:
+                        if res is None or not res[0]:
+                            missed -= pa - p0 * c
+                        if res is None or not res[-1]:
+                            missed -= (p1 + 1) * c - pend
+                    hit += pend - pa - missed
+                return hit if hits else 0
         elif type(runs) is StridedRuns:
             a0, stride, run, rows = runs.a0, runs.stride, runs.run, runs.rows
             if run <= 0 or rows <= 0:
