@@ -20,16 +20,24 @@ cache look P times larger). The sample is a function of the address alone, so da
 through one view and read through another (rows vs. a panel of an NZ matrix) meets the same
 lines. The hash keeps power-of-two strides from aliasing with P. The most recent access
 decides what an entry stands for.
+
+State: until a line weighing more than one line of capacity is shown to it (a sample), the cache
+keeps its LRU state in numpy arrays indexed by line (simulator/l2_arrays.py), where an access of
+distinct lines costs a few array operations; then (or when the lines touched lie too far apart
+for the arrays) it moves the state, in LRU order, to an OrderedDict walked line by line. Both
+give the same hits, LRU order, dirty lines and write-backs (tests/simulator/test_l2_arrays.py).
 """
 from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from itertools import chain, islice, repeat
+from itertools import chain, filterfalse, islice, repeat
 from operator import length_hint
 from typing import Iterable, Iterator, overload
 
 import numpy as np
+
+from opsim.simulator.l2_arrays import LineArrays
 
 _HASH = np.uint64(0x9E3779B97F4A7C15)    # Fibonacci hashing of line indices
 
@@ -96,6 +104,10 @@ class L2Cache:
         self._tail: tuple[int, int, int] | None = None
         self.pending_writeback = 0.0           # bytes of dirty lines evicted, not yet charged
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
+        # the state in arrays indexed by line (simulator/l2_arrays.py) while no sampled line was
+        # ever shown to the cache (every line weighs one); None: in _lru/_dirty/_used (a sample
+        # with a weight other than one, or lines too far apart for the arrays, moved it there)
+        self._arr: LineArrays | None = LineArrays(self.capacity_chunks, chunk)
 
     def _evict(self) -> None:
         """Drop least-recently-used lines until the cache fits; a dirty line's bytes (lines of
@@ -143,6 +155,10 @@ class L2Cache:
         one, are walked in bulk (:meth:`_access_rows`, :meth:`_access_blocks`): C-level passes
         that provably leave the same cache, hits and write-backs as the line-by-line walk.
         """
+        if self._arr is not None:
+            hit = self._arr_access(runs, write)
+            if hit is not None:
+                return hit
         c = self.chunk
         if not self._uniform and self._whole and self._used == len(self._lru):
             self._uniform = True        # the last heavier line a sample left is gone (see _whole)
@@ -158,6 +174,187 @@ class L2Cache:
                 return self._access_blocks(runs.a0, runs.stride, runs.run, runs.rows, span, write)
         self._tail = None
         return self._walk(runs, write)
+
+    def _arr_access(self, runs: Iterable[tuple[int, int]], write: bool, hits: bool = False) -> int | None:
+        """:meth:`access_runs` on the arrays (the state while every line weighs one): one run,
+        the rows of a strided transfer, or runs whose lines ascend, touched in a few array
+        operations when :meth:`LineArrays.touch` proves the walk's outcome, else walked line by
+        line. None (nothing touched): the lines lie too far apart for the arrays, whose state
+        was moved to the OrderedDict for the caller's walk. A write returns 0 unless ``hits``."""
+        arr = self._arr
+        assert arr is not None
+        c = self.chunk
+        mark = write and self.write_back
+        hits = hits or not write
+        if (type(runs) is tuple or type(runs) is list) and len(runs) == 1:
+            # one run (a DMA transfer of contiguous bytes): its lines are a slice of the arrays
+            a, n = runs[0]
+            if n <= 0:
+                return 0
+            end = a + n
+            first, last = a // c, (end - 1) // c
+            count = last - first + 1
+            i0 = first - arr.base
+            covered = i0 >= 0 and i0 + count <= arr.stamp.size or arr.cover(first, last)
+            if covered and count <= arr.cap:
+                i0 = first - arr.base
+                got = arr.touch(slice(i0, i0 + count), count, mark)
+                if got is not None:
+                    res, nres, owed = got
+                    if owed:
+                        self.pending_writeback += owed * c
+                    if not hits:
+                        return 0
+                    if nres == count:
+                        return n
+                    missed = (count - nres) * c
+                    if res is None or not res[0]:
+                        missed -= a - first * c
+                    if res is None or not res[-1]:
+                        missed -= (last + 1) * c - end
+                    return n - missed
+            elif covered and not mark:
+                # a run longer than the cache, nothing to mark dirty after it: its lines are
+                # touched in the same order in pieces of a cache's worth (each one distinct
+                # lines the arrays can take at once), the rest walked if a piece cannot be
+                hit = 0
+                for p0 in range(first, last + 1, arr.cap):
+                    p1 = min(p0 + arr.cap - 1, last)
+                    pa, pend = max(a, p0 * c), min(end, (p1 + 1) * c)
+                    got = arr.touch(slice(p0 - arr.base, p1 + 1 - arr.base), p1 + 1 - p0, False)
+                    if got is None:
+                        h, owed = arr.walk(((pa, end - pa),), False)
+                        if owed:
+                            self.pending_writeback += owed
+                        return hit + h if hits else 0
+                    res, nres, owed = got
+                    if owed:
+                        self.pending_writeback += owed * c
+                    missed = (p1 + 1 - p0 - nres) * c
+                    if missed:
+                        if res is None or not res[0]:
+                            missed -= pa - p0 * c
+                        if res is None or not res[-1]:
+                            missed -= (p1 + 1) * c - pend
+                    hit += pend - pa - missed
+                return hit if hits else 0
+        elif type(runs) is StridedRuns:
+            a0, stride, run, rows = runs.a0, runs.stride, runs.run, runs.rows
+            if run <= 0 or rows <= 0:
+                return 0
+            off = a0 % c
+            first = a0 // c
+            span = (off + run - 1) // c + 1
+            if stride % c == 0 and (rows == 1 or stride >= span * c) and rows * span <= arr.cap:
+                step = stride // c if rows > 1 else span
+                if arr.cover(first, first + step * (rows - 1) + span - 1):
+                    i0 = first - arr.base
+                    idx: np.ndarray | slice
+                    if step == span:                    # the rows' lines are contiguous
+                        idx = slice(i0, i0 + rows * span)
+                    elif span == 1:
+                        idx = np.arange(i0, i0 + step * rows, step, dtype=np.int64)
+                    else:
+                        idx = (np.arange(i0, i0 + step * rows, step, dtype=np.int64)[:, None]
+                               + np.arange(span, dtype=np.int64)).ravel()
+                    got = arr.touch(idx, rows * span, mark)
+                    if got is not None:
+                        res, nres, owed = got
+                        if owed:
+                            self.pending_writeback += owed * c
+                        if not hits or not nres:
+                            return 0
+                        if span == 1 or res is None:
+                            return nres * run if span == 1 or nres < rows * span else rows * run
+                        # line i of a row holds the row's bytes [i*c - off, (i+1)*c - off), clipped
+                        part = np.minimum(np.arange(1, span + 1) * c, off + run) - np.maximum(np.arange(span) * c, off)
+                        return int(res.reshape(rows, span).sum(axis=0) @ part)
+            runs = list(runs)
+        else:
+            runs = list(runs)
+        if len(runs) > 1:
+            # lines in ascending order across the runs (each run starts past the last one's
+            # lines): distinct, touched in one pass with each line's bytes (a run may start in
+            # the line the last one ended in: touched twice in a row, that line is resident at
+            # its second touch, which moves nothing -- a hit of its bytes)
+            prev = -1
+            firsts: list[int] = []
+            lasts: list[int] = []
+            heads: list[int] = []
+            tails: list[int] = []
+            again = 0                   # bytes of such second touches
+            ascending = True
+            for a, n in runs:
+                if n <= 0:
+                    continue
+                end = a + n
+                first, last = a // c, (end - 1) // c
+                if first == prev:
+                    again += min(end, (first + 1) * c) - a
+                    if last == first:
+                        continue
+                    a, first = (first + 1) * c, first + 1
+                elif first < prev:
+                    ascending = False
+                    break
+                prev = last
+                firsts.append(first)
+                lasts.append(last)
+                heads.append(a - first * c)
+                tails.append((last + 1) * c - end)
+            if ascending and firsts and arr.cover(firsts[0], prev):
+                counts = np.array(lasts, dtype=np.int64) - firsts + 1
+                total = int(counts.sum())
+                if total <= arr.cap:
+                    starts = np.cumsum(counts) - counts
+                    idx = (np.arange(total, dtype=np.int64)
+                           + np.repeat(np.array(firsts, dtype=np.int64) - arr.base - starts, counts))
+                    got = arr.touch(idx, total, mark)
+                    if got is not None:
+                        res, nres, owed = got
+                        if owed:
+                            self.pending_writeback += owed * c
+                        if not hits:
+                            return 0
+                        part = np.full(total, c, dtype=np.int64)
+                        np.subtract.at(part, starts, heads)
+                        np.subtract.at(part, starts + counts - 1, tails)
+                        return (int(part[res].sum()) if res is not None else int(part.sum()) if nres else 0) + again
+        # the walk, line by line, over lines the arrays cover
+        lo = min((a // c for a, n in runs if n > 0), default=None)
+        if lo is None:
+            return 0
+        hi = max((a + n - 1) // c for a, n in runs if n > 0)
+        if not arr.cover(lo, hi):
+            self._to_ordered()
+            return None
+        hit, owed = arr.walk(runs, mark)
+        if owed:
+            self.pending_writeback += owed
+        return hit if hits else 0
+
+    def _to_ordered(self) -> None:
+        """Move the state from the arrays to the OrderedDict walk's (for good)."""
+        arr = self._arr
+        if arr is None:
+            return
+        self._lru = OrderedDict.fromkeys(arr.order(), 1.0)
+        self._dirty = arr.dirty_lines()
+        self._used = float(arr.used)
+        self._tail = None
+        self._arr = None
+
+    def lru_order(self) -> list[int]:
+        """Resident lines, least recently used first (for tests and inspection)."""
+        return self._arr.order() if self._arr is not None else list(self._lru)
+
+    def dirty_lines(self) -> set[int]:
+        """Resident lines written since they were filled (write-back)."""
+        return self._arr.dirty_lines() if self._arr is not None else set(self._dirty)
+
+    def used_lines(self) -> float:
+        """Lines of capacity the resident lines occupy."""
+        return float(self._arr.used) if self._arr is not None else self._used
 
     def _walk(self, runs: Iterable[tuple[int, int]], write: bool) -> int:
         """The line-by-line walk of :meth:`access_runs` (with its shortcuts for runs that
@@ -318,6 +515,40 @@ class L2Cache:
                 dirty.difference_update(owed)
                 self.pending_writeback += len(owed) * self.chunk
 
+    def _touch_distinct(self, rest: list[int], mark: bool) -> list[int] | None:
+        """Touch ``rest``, distinct lines none of which this access touched yet, in order, in a
+        uniform cache, when that provably needs no line-by-line walk; return the lines that were
+        not resident (misses), or None, having changed nothing, when it does.
+
+        The walk moves a resident line to the most-recent end, inserts a missing one and evicts
+        the least-recently-used line while the cache is over capacity: ``over`` = the lines
+        resident + the misses - the capacity evictions in all. The line evicted is always the
+        least recent one not touched yet (a touched line is more recent than every untouched
+        one). If the ``over`` least recent lines are not lines of ``rest``, no line of ``rest``
+        is touched before they go, so they are the lines evicted, in that order; no line of
+        ``rest`` is evicted, so every resident one is a hit. (The lines this access touched
+        before ``rest`` are the most recent ones: the access holds at most as many lines as the
+        cache, so ``over`` never reaches them.) The walk's cache is then: the missing lines
+        inserted, all of ``rest`` moved to the most-recent end in order, the ``over`` lines
+        evicted (:meth:`_drop_lru`) -- C-level passes instead of a Python step per line (a cube
+        store whose rows share their first line with the previous tile's: half hits, half
+        misses, in a full cache)."""
+        lru = self._lru
+        missing = list(filterfalse(lru.__contains__, rest))
+        over = int(self._used) + len(missing) - self.capacity_chunks    # whole lines (uniform)
+        if over > 0 and len(missing) < len(rest) and not set(islice(lru, over)).isdisjoint(rest):
+            return None             # a line of rest would be evicted before its touch: walk
+        for line in missing:
+            lru[line] = 1.0
+        deque(map(lru.move_to_end, rest), 0)
+        self._used += len(missing)
+        if over > 0:
+            self._drop_lru(over)
+            self._used -= over
+        if mark:
+            self._dirty.update(rest)
+        return missing
+
     def _access_blocks(self, a0: int, stride: int, run: int, rows: int, span: int, write: bool) -> int:
         """:meth:`access_runs` of ``rows`` runs of ``run`` bytes, ``stride`` bytes apart (a whole
         number of lines), each over ``span`` lines and no two sharing a line, in a uniform cache
@@ -359,6 +590,22 @@ class L2Cache:
             # the hits: the whole rows before row r, and row r's lines before line i (the first
             # starts a0 % c bytes into its line)
             return 0 if write else r * run + (i * c - a0 % c if i else 0)
+        missing = self._touch_distinct(
+            list(chain(range(miss, starts[r] + span), chain.from_iterable(map(range, starts[rest], ends[rest])))),
+            False)
+        if missing is not None:
+            if mark:
+                self._dirty.update(chain.from_iterable(map(range, starts, ends)))
+            if write:
+                return 0
+            # the hits: every byte but those of the missed lines (line i of a row holds the
+            # row's bytes [i * c - a0 % c, (i + 1) * c - a0 % c), clipped to the row)
+            off = a0 % c
+            missed = 0
+            for line in missing:
+                i = (line - first) % step
+                missed += min((i + 1) * c, off + run) - max(i * c, off)
+            return rows * run - missed
         if mark and r:
             self._dirty.update(chain.from_iterable(map(range, starts[:r], ends[:r])))
         hit = self._walk([(a0 + k * stride, run) for k in range(r, rows)], write)
@@ -424,6 +671,10 @@ class L2Cache:
                     dirty.update(rest)
                 self._tail = key                # moved, then inserted: the newest lines, in order
                 return 0 if write else j * run
+            missing = self._touch_distinct(list(rest), mark)
+            if missing is not None:
+                self._tail = key                # all moved to the most-recent end, in order
+                return 0 if write else (count - len(missing)) * run
             lines = rest
         else:
             lines = range(first, first + step * count, step) if step else repeat(first, max(count, 0))
@@ -473,6 +724,14 @@ class L2Cache:
         """Touch whole lines (a sample, each occupying ``weight`` lines of capacity); return
         how many were resident. The caller counts the bytes (:meth:`count`). ``write`` with
         write-back marks the lines dirty."""
+        if self._arr is not None:
+            if float(weight) == 1.0:
+                c = self.chunk
+                hit = self._arr_access([(int(ch) * c, c) for ch in lines], write, hits=True)
+                if hit is not None:
+                    return hit // c
+            else:
+                self._to_ordered()
         lru = self._lru
         cap = self.capacity_chunks
         self._tail = None
@@ -510,6 +769,10 @@ class L2Cache:
 
     def invalidate(self, addr: int, nbytes: int) -> None:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
+        if self._arr is not None:
+            if nbytes > 0:
+                self._arr.invalidate(addr // self.chunk, (addr + nbytes - 1) // self.chunk)
+            return
         if nbytes <= 0 or not self._lru:
             return
         self._tail = None
@@ -525,13 +788,21 @@ class L2Cache:
     def save_state(self) -> tuple:
         """A copy of the cache's state (lines in LRU order, dirty lines, counters), for
         :meth:`restore_state` (the fast-forward tries accesses ahead and may take them back)."""
+        if self._arr is not None:
+            return (self._arr.copy(), self.pending_writeback, self.hit_bytes, self.miss_bytes, self.writeback_bytes)
         return (OrderedDict(self._lru), self._used, set(self._dirty), self.pending_writeback, self._uniform,
                 self.hit_bytes, self.miss_bytes, self.writeback_bytes)
 
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
-        lru, used, dirty, pending, self._uniform, hit, miss, wb = state
         self._tail = None
+        if isinstance(state[0], LineArrays):
+            arr, self.pending_writeback, self.hit_bytes, self.miss_bytes, self.writeback_bytes = state
+            self._arr = arr.copy()
+            self._lru, self._used, self._dirty, self._uniform = OrderedDict(), 0.0, set(), True
+            return
+        self._arr = None
+        lru, used, dirty, pending, self._uniform, hit, miss, wb = state
         self._lru = OrderedDict(lru)
         self._used = used
         self._dirty = set(dirty)

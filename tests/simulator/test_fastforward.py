@@ -259,11 +259,11 @@ def test_l2_state_round_trips() -> None:
     l2 = L2Cache(8 * 512, 512, write_back=True)
     l2.access(0, 4096, write=True)
     saved = l2.save_state()
-    before = (list(l2._lru.items()), set(l2._dirty), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes)
+    before = (l2.lru_order(), l2.dirty_lines(), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes)
     l2.access(8192, 4096, write=False)
     assert l2.take_writeback() > 0
     l2.restore_state(saved)
-    assert (list(l2._lru.items()), set(l2._dirty), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes) == before
+    assert (l2.lru_order(), l2.dirty_lines(), l2.hit_bytes, l2.miss_bytes, l2.writeback_bytes) == before
 
 
 @pytest.mark.slow

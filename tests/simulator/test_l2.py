@@ -104,11 +104,20 @@ def test_access_runs_leaves_the_cache_as_one_access_per_run_would(seed, write_ba
         write = bool(step % 3 == 0)
         want = sum(one.access(a, n, write=write, count=False) for a, n in runs)
         assert batched.access_runs(runs, write=write) == want
-        assert list(batched._lru.items()) == list(one._lru.items())
-        assert batched._used == one._used
+        assert batched.lru_order() == one.lru_order()
+        assert batched.used_lines() == one.used_lines()
         # and a write-back cache owes HBM the same dirty lines
-        assert batched._dirty == one._dirty
+        assert batched.dirty_lines() == one.dirty_lines()
         assert batched.pending_writeback == one.pending_writeback
+
+
+def _cache(lines: int, write_back: bool, state: str) -> L2Cache:
+    """An L2 of ``lines`` lines with its state in arrays (as made) or moved to the OrderedDict
+    walk (as after a sample heavier than one line)."""
+    l2 = L2Cache(lines * LINE, LINE, write_back=write_back)
+    if state == "ordered":
+        l2._to_ordered()
+    return l2
 
 
 class _ReferenceLRU:
@@ -144,10 +153,11 @@ class _ReferenceLRU:
 
 
 @pytest.mark.parametrize("write_back", [False, True])
-def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
+@pytest.mark.parametrize("state", ["arrays", "ordered"])
+def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back, state):
     # single-line rows, partial lines, runs longer than the cache, re-touched lines, stores
     rng = np.random.default_rng(7)
-    l2, ref = L2Cache(16 * LINE, LINE, write_back=write_back), _ReferenceLRU(16, write_back)
+    l2, ref = _cache(16, write_back, state), _ReferenceLRU(16, write_back)
     for _ in range(400):
         if rng.random() < 0.5:
             a0, stride = int(rng.integers(0, 64 * LINE)), int(rng.choice([LINE, 2 * LINE, 8 * LINE]))
@@ -156,7 +166,7 @@ def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
             runs = [(int(rng.integers(0, 64 * LINE)), int(rng.integers(0, 20 * LINE))) for _ in range(3)]
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
-        assert list(l2._lru) == ref.order
+        assert l2.lru_order() == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -164,50 +174,53 @@ def test_runs_touch_lines_in_order_as_a_line_by_line_lru(write_back):
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("geometry", [(0, 4 * LINE, LINE, 12), (256, 2 * LINE, 256, 9), (0, 0, LINE, 5),
                                       (3 * LINE, LINE, 700, 6), (40 * LINE, -2 * LINE, LINE, 8)])
-def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back):
+@pytest.mark.parametrize("state", ["arrays", "ordered"])
+def test_strided_rows_touch_the_lines_their_pairs_would(geometry, write_back, state):
     from opsim.simulator.l2 import StridedRuns
     a0, stride, run, count = geometry
     pairs = [(a0 + k * stride, run) for k in range(count)]
     assert list(StridedRuns(*geometry)) == pairs
-    l2, ref = L2Cache(16 * LINE, LINE, write_back=write_back), _ReferenceLRU(16, write_back)
+    l2, ref = _cache(16, write_back, state), _ReferenceLRU(16, write_back)
     for write in (False, True, False):          # cold, then stores, then warm reads
         l2.access_runs([(5 * LINE, 30 * LINE)], write=False)    # evicts part of it each time
         ref.touch_runs([(5 * LINE, 30 * LINE)], False)
         assert l2.access_runs(StridedRuns(*geometry), write=write) == ref.touch_runs(pairs, write)
-        assert list(l2._lru) == ref.order
+        assert l2.lru_order() == ref.order
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
 
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("lines", [40, 4096])
-def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills(lines, write_back):
+@pytest.mark.parametrize("state", ["arrays", "ordered"])
+def test_runs_touch_lines_as_a_line_by_line_lru_before_and_after_the_cache_fills(lines, write_back, state):
     # a cache with room walks a run without eviction tests, a full one inserts a run's new lines
     # and then evicts (L2Cache.access_runs): the same order, hits, dirty lines and write-backs
     # as the reference, with resident lines at the start of, inside and after a run
     rng = np.random.default_rng(11)
-    l2, ref = L2Cache(lines * LINE, LINE, write_back=write_back), _ReferenceLRU(lines, write_back)
+    l2, ref = _cache(lines, write_back, state), _ReferenceLRU(lines, write_back)
     for _ in range(300):
         runs = [(int(rng.integers(0, 96 * LINE)), int(rng.integers(0, 12 * LINE))) for _ in range(2)]
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(runs, write)
-        assert list(l2._lru) == ref.order
-        assert l2._used == len(ref.order)
-        assert l2._dirty == ref.dirty
+        assert l2.lru_order() == ref.order
+        assert l2.used_lines() == len(ref.order)
+        assert l2.dirty_lines() == ref.dirty
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
 
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("span", [1, 3])
-def test_panels_read_again_walk_as_a_line_by_line_lru(span, write_back):
+@pytest.mark.parametrize("state", ["arrays", "ordered"])
+def test_panels_read_again_walk_as_a_line_by_line_lru(span, write_back, state):
     # equally spaced rows of one or of several lines (the cube's panel loads) are walked in bulk
     # when every line weighs one: panels read again (all hits), partly resident (a resident
     # prefix, then misses), mixed, and larger than the cache, in a cache that is full
     from opsim.simulator.l2 import StridedRuns
     rng = np.random.default_rng(span)
     lines = 48
-    l2, ref = L2Cache(lines * LINE, LINE, write_back=write_back), _ReferenceLRU(lines, write_back)
+    l2, ref = _cache(lines, write_back, state), _ReferenceLRU(lines, write_back)
     panels = [(int(rng.integers(0, 40)) * LINE + int(rng.integers(0, LINE // 2)) * (span > 1),
                int(rng.choice([span, span + 1, 2 * span + 1])) * LINE, span * LINE - LINE // 2 * (span > 1),
                int(rng.integers(1, 2 * lines // span))) for _ in range(6)]
@@ -218,9 +231,9 @@ def test_panels_read_again_walk_as_a_line_by_line_lru(span, write_back):
             runs = StridedRuns(*panels[int(rng.integers(len(panels)))])
         write = bool(rng.random() < 0.3)
         assert l2.access_runs(runs, write=write) == ref.touch_runs(list(runs), write)
-        assert list(l2._lru) == ref.order
-        assert l2._used == len(ref.order)
-        assert l2._dirty == ref.dirty
+        assert l2.lru_order() == ref.order
+        assert l2.used_lines() == len(ref.order)
+        assert l2.dirty_lines() == ref.dirty
         assert l2.take_writeback() == ref.owed
         ref.owed = 0
 
@@ -273,4 +286,4 @@ def test_a_panel_read_again_after_another_touch_moves_its_lines_again(between):
         l2.access_runs([(4 * LINE, LINE)], write=False)
         ref.touch_runs([(4 * LINE, LINE)], False)
     assert l2.access_runs(rows, write=False) == ref.touch_runs(list(rows), False)
-    assert list(l2._lru) == ref.order
+    assert l2.lru_order() == ref.order
