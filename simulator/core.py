@@ -75,7 +75,8 @@ class Pipe:
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
-                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started")
+                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started",
+                 "room")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
         self.core = core
@@ -83,6 +84,8 @@ class Pipe:
         self.env = core.env
         self.queue: deque = deque()
         self.depth = depth
+        # depth - len(queue), kept as the queue changes: the dispatcher asks it for every push
+        self.room = depth
         self._item_ev: simpy.Event | None = None
         self._space_ev: simpy.Event | None = None
         self.busy_cycles = 0
@@ -111,6 +114,7 @@ class Pipe:
 
     def push(self, instr: "Instruction") -> None:
         self.queue.append(instr)
+        self.room -= 1
         ev = self._item_ev
         if ev is not None:
             self._item_ev = None
@@ -133,10 +137,12 @@ class Pipe:
         while True:
             if not queue:
                 item = self._item_ev = Event(env)
-                self.idle_mark = core.blocked_clock()
+                since = core.blocked_since          # core.blocked_clock(), inline
+                self.idle_mark = core._blocked_acc + (env._now - since if since is not None else 0.0)
                 yield item
                 self.idle_mark = None
             instr = queue.popleft()
+            self.room += 1
             self.current = instr
             space = self._space_ev
             if space is not None:
@@ -238,7 +244,13 @@ class Pipe:
                                 ob.on_instruction(core, self, instr, start, end)
             ff = device.ff
             if ff is not None:
-                ff.on_complete(self, instr, start, end)
+                stream = core.stream
+                if stream is not None and not ff._recording and not stream.sigs:
+                    # FastForward.on_complete when it records nothing, inline: forget the
+                    # instruction's stream index
+                    stream.by_index.pop(stream.index.pop(id(instr), -1), None)
+                else:
+                    ff.on_complete(self, instr, start, end)
 
     @property
     def waiting_on(self) -> str | None:
@@ -428,15 +440,14 @@ class Core:
                     pipe = pipes[instr.pipe]
                 except KeyError:
                     pipe = self._pipe_for(instr)     # raises: this core has no such pipe
-                queue = pipe.queue
-                if len(queue) >= pipe.depth:
+                if pipe.room <= 0:             # len(pipe.queue) >= pipe.depth
                     self.blocked_since = env._now
                     while True:
                         space = pipe._space_ev
                         if space is None:
                             space = pipe._space_ev = Event(env)
                         yield space
-                        if len(queue) < pipe.depth:
+                        if pipe.room > 0:
                             break
                     # (the attribute, not a local: the fast-forward shifts it while blocked)
                     self._blocked_acc += env._now - self.blocked_since
@@ -448,7 +459,8 @@ class Core:
                     # still blocks)
                     pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
                     pipe.idle_mark = None
-                queue.append(instr)
+                pipe.queue.append(instr)
+                pipe.room -= 1
                 item = pipe._item_ev
                 if item is not None:
                     pipe._item_ev = None

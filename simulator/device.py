@@ -394,7 +394,7 @@ class Device:
                     geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
         """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
         ff, l2 = self.ff, self.l2
-        if ff is None:
+        if ff is None or not ff._recording:        # (on_gm notes nothing then)
             return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
                                      model=model, ranges=ranges, geometry=geometry)
         h0, wb0 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
@@ -784,17 +784,9 @@ class Device:
     def _run_fast_forward(self, until: simpy.Event) -> None:
         """``env.run(until=until)``, stepping SimPy here so that the fast-forward sees each clean
         boundary: the moment every event of the current cycle has been processed."""
-        env = self.env
         ff = self.ff
         assert ff is not None
-        step = env.step
-        while until.callbacks is not None:          # not yet processed
-            queue = env._queue
-            if not queue:
-                raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
-            if queue[0][0] > env._now:
-                ff.boundary()
-            step()
+        ff.run(until)
 
     @property
     def now(self) -> int:
