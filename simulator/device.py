@@ -34,6 +34,7 @@ from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork
 from opsim.simulator.memory import AddressSpace, Backing, Region
+from opsim.simulator import simloop
 from opsim.simulator.tile import KernelContext
 from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
 from opsim.traces.bounds import copy_rate_facts
@@ -755,7 +756,7 @@ class Device:
             # numpy's floating-point warnings are off for every instruction's numerics at once
             with np.errstate(all="ignore"):
                 if self.ff is None or not isinstance(until, simpy.Event):
-                    self.env.run(until=until)
+                    simloop.run(self.env, until)      # env.run(until=until), step inline
                 else:
                     self._run_fast_forward(until)
         except SimulatorError as exc:

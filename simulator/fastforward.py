@@ -71,6 +71,7 @@ from heapq import heappop
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
+from opsim.simulator import simloop
 from opsim.simulator.errors import SimulatorError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -531,6 +532,7 @@ class FastForward:
         work, a Python call fewer per event), as is the test by which :meth:`boundary` returns
         straight away while the reference core is in the tile it last looked at."""
         env = self.device.env
+        step = env.step if simloop.step_is_wrapped(env) else None   # (simulator/simloop.py)
         while until.callbacks is not None:          # not yet processed
             queue = env._queue                      # (a jump replaces the list)
             if not queue:
@@ -542,6 +544,9 @@ class FastForward:
                 if stream is None or ref.tile < 0 or stream.tile != self._ref_tile:   # type: ignore[union-attr]
                     self.boundary()
                     queue = env._queue
+            if step is not None:
+                step()
+                continue
             # Environment.step
             env._now, _, _, event = heappop(queue)
             callbacks, event.callbacks = event.callbacks, None
