@@ -431,6 +431,9 @@ class Core:
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
         env = self.env
+        ff = self.device.ff
+        if ff is not None:
+            ff.streams += 1
         try:
             for instr in stream:
                 # push one instruction, waiting while its queue is full (inline, no helper
@@ -472,6 +475,8 @@ class Core:
             raise exc.at(core=self.name) from None
         finally:
             self.stream = None
+            if ff is not None:
+                ff.streams -= 1
         ends = [BlockEnd(self.env) for _ in self.pipes]
         for p, end in zip(self.pipes.values(), ends):
             while p.full():

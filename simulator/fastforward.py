@@ -428,6 +428,7 @@ class FastForward:
         self._launch: Any = None
         self._cores: list["Core"] = []
         self._every_core: list["Core"] | None = None
+        self.streams = 0             # cores whose dispatcher has a ProgramStream (Core.dispatch counts)
         self._owner: dict[int, tuple[int, str]] = {}   # id(pipe process) -> (core, pipe)
         self._ref_tile: int | None = None
         self._l2_saved: tuple | None = None
@@ -500,7 +501,8 @@ class FastForward:
             self._cores = [c for c in self._all_cores() if c.launch is launch and c.stream is not None]
             self._owner = {id(p.proc): (i, name) for i, c in enumerate(self._cores)
                            for name, p in c.pipes.items()}
-        cores = [c for c in self._all_cores() if c.launch is launch and c.stream is not None]
+        # (no core has a stream in a launch's tail, its pipes draining: a boundary each cycle)
+        cores = [c for c in self._all_cores() if c.launch is launch and c.stream is not None] if self.streams else []
         if cores != self._cores or not cores:
             self._cores = cores
             self._owner = {id(p.proc): (i, name) for i, c in enumerate(cores) for name, p in c.pipes.items()}
@@ -589,7 +591,8 @@ class FastForward:
             self._recording = False
             return
         snap = (glob, cores_part)
-        self._snaps[tile] = (now, snap, len(self._log), self._counters())
+        # the counters only of a snapshot a proof can start from (one with the cores' part)
+        self._snaps[tile] = (now, snap, len(self._log), None if cores_part is None else self._counters())
         if cores_part is not None:
             self._recording = True
         if tile < self._quiet_until:
