@@ -149,7 +149,7 @@ class ProgramStream:
                 while ends and ends[0] < given:
                     ends.popleft()
                 yield instr
-            elif not self._draw():
+            elif not self._draw(False):
                 return
 
     def _batches(self) -> Iterator[Any]:
@@ -236,8 +236,13 @@ class ProgramStream:
         program, not state: snapshots leave it out and the proof of a round checks it."""
         return self.ends[0] if self.ends else self.count
 
-    def _draw(self) -> bool:
-        """Run the program to its next instruction; False once it has ended (pending flushed)."""
+    def _draw(self, ahead: bool = True) -> bool:
+        """Run the program to its next instruction; False once it has ended (pending flushed).
+
+        ``ahead``: the draw reads ahead of the dispatcher (``draw``, or ``__next__``), so its end
+        goes to ``ends``. The dispatcher draws (``_given``) only once it has taken everything
+        drawn before, and the end of its own draw needs no entry: ``horizon`` is ``count`` while
+        ``ends`` is empty, and :meth:`draw` notes it before it reads ahead."""
         if self.done:
             return False
         if _ISA is None:
@@ -299,7 +304,8 @@ class ProgramStream:
                     n += 1
                 self.count = n
                 self.ready.extend(new)
-                self.ends.append(n)
+                if ahead:
+                    self.ends.append(n)
         return True if not self.done or self.ready else False
 
     def _add(self, instrs: list) -> None:
@@ -330,6 +336,8 @@ class ProgramStream:
     def draw(self) -> bool:
         """Run the program to its next instruction(s), kept ready in order; False at its end."""
         before = self.count
+        if not self.ends and before:
+            self.ends.append(before)     # the end of the dispatcher's draw (see _draw)
         while self.count == before:
             if not self._draw() or self.done:
                 break
