@@ -185,11 +185,13 @@ class Pipe:
                         self.held = 0            # a flag blocks it: it would have waited anyway
                 if wait is not None:
                     if timed:
-                        if wait > 0:
-                            timer = Event(env)   # env.timeout(wait)
+                        # (timed: an int, which mypy cannot tell from the flag)
+                        cycles: int = wait       # type: ignore[assignment]
+                        if cycles > 0:
+                            timer = Event(env)   # env.timeout(cycles)
                             timer._ok = True
                             timer._value = None
-                            heappush(env._queue, (env._now + wait, NORMAL, next(env._eid), timer))
+                            heappush(env._queue, (env._now + cycles, NORMAL, next(env._eid), timer))
                             yield timer
                     else:
                         self._waiting = instr

@@ -559,7 +559,7 @@ class FastForward:
                 continue
             # Environment.step
             env._now, _, _, event = heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None   # type: ignore[assignment]
             for callback in callbacks:
                 callback(event)
             if not event._ok and not hasattr(event, "_defused"):

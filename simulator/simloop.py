@@ -50,7 +50,7 @@ def run(env: Environment, until: Any = None) -> Any:
                 env._now, _, _, event = heappop(env._queue)
             except IndexError:
                 raise EmptySchedule from None
-            callbacks, event.callbacks = event.callbacks, None
+            callbacks, event.callbacks = event.callbacks, None   # type: ignore[assignment]
             try:
                 for callback in callbacks:
                     callback(event)
