@@ -11,8 +11,11 @@ unprofiled run (``time.process_time``; the machine may be shared) and, with ``--
 Python calls of a run per chunk (cProfile).
 
     python benchmarks/program_calls.py [--shape 1024 4096 8192] [--top 20] [--total]
+    python benchmarks/program_calls.py --mse 16777216 [--top 20]
 
-The workload is benchmarks/flce_exact_profile.py's (exact FLCE schedule, bf16, atlas-a2).
+The workload is benchmarks/flce_exact_profile.py's (exact FLCE schedule, bf16, atlas-a2), per
+cube L1 chunk; with ``--mse N`` the timing-mode MSE backward of N fp32 elements on atlas-a2
+(benchmarks/run.py's ``mse_timing``), per UB tile (the tiles are counted: one ``Mul`` each).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import pstats
 import sys
 import time
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, Callable
 
 from opsim.simulator import fastforward, tile
 
@@ -44,8 +47,42 @@ def _stream_codes() -> set[CodeType]:
     return codes
 
 
-def count_calls(bt: int, h: int, v: int, top: int = 0) -> tuple[int, int, collections.Counter]:
-    """(program-stream calls, LocalTensor.check calls, calls by function when ``top``) of one run."""
+def mse_run(n: int) -> int:
+    """Run the timing-mode MSE backward of ``n`` fp32 elements; its UB tiles (one Mul each)."""
+    from opsim import api
+    real_device = api.Device
+    tiles = [0]
+
+    class _Tiles:
+        def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
+            if instr.name == "Mul":
+                tiles[0] += 1
+
+    def device(*a: Any, **kw: Any) -> Any:
+        dev = real_device(*a, **kw)
+        dev.observers.append(_Tiles())
+        return dev
+
+    api.Device = device                              # type: ignore[misc]
+    try:
+        _run_module().mse_timing(n)
+    finally:
+        api.Device = real_device                     # type: ignore[misc]
+    return tiles[0]
+
+
+def _run_module() -> Any:
+    spec = importlib.util.spec_from_file_location("bench_run", pathlib.Path(__file__).resolve().parent / "run.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def count_calls(bt: int, h: int, v: int, top: int = 0,
+                workload: Callable[[], Any] | None = None) -> tuple[int, int, collections.Counter]:
+    """(program-stream calls, LocalTensor.check calls, calls by function when ``top``) of one run
+    (of ``workload`` if given, else the FLCE shape)."""
     stream_codes, check_code = _stream_codes(), tile.LocalTensor.check.__code__
     depth = [0, 0]
     counts = [0, 0]
@@ -82,7 +119,10 @@ def count_calls(bt: int, h: int, v: int, top: int = 0) -> tuple[int, int, collec
 
     sys.setprofile(profiler)
     try:
-        flce.run(bt, h, v)
+        if workload is not None:
+            workload()
+        else:
+            flce.run(bt, h, v)
     finally:
         sys.setprofile(None)
     return counts[0], counts[1], names
@@ -93,18 +133,30 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--shape", type=int, nargs=3, default=(1024, 4096, 8192), metavar=("BT", "H", "V"))
     ap.add_argument("--top", type=int, default=0, metavar="N", help="also list the N most called functions")
     ap.add_argument("--total", action="store_true", help="also count every call of a run (cProfile)")
+    ap.add_argument("--mse", type=int, default=0, metavar="N",
+                    help="count the timing-mode MSE backward of N fp32 elements instead, per UB tile")
     args = ap.parse_args(argv)
     bt, h, v = args.shape
-    n = flce.chunks(bt, h, v)
-    t0 = time.process_time()
-    flce.run(bt, h, v)
-    cpu = time.process_time() - t0
-    stream, check, names = count_calls(bt, h, v, args.top)
-    print(f"FLCE exact, BT {bt} / H {h} / V {v} bf16 on atlas-a2: {n} L1 chunks")
-    print(f"  CPU {cpu:.2f} s = {cpu / n * 1e6:.0f} us per chunk (one run, this process)")
-    print(f"  program-stream calls   {stream / n:8.1f} per chunk")
-    print(f"  LocalTensor.check calls {check / n:7.1f} per chunk")
-    print(f"  program side in all    {(stream + check) / n:8.1f} per chunk")
+    if args.mse:
+        n = mse_run(args.mse)                  # warm-up, and the tile count
+        unit = "tile"
+        t0 = time.process_time()
+        _run_module().mse_timing(args.mse)
+        cpu = time.process_time() - t0
+        stream, check, names = count_calls(bt, h, v, args.top, workload=lambda: _run_module().mse_timing(args.mse))
+        print(f"MSE backward timing, {args.mse} fp32 on atlas-a2: {n} UB tiles")
+    else:
+        n = flce.chunks(bt, h, v)
+        unit = "chunk"
+        t0 = time.process_time()
+        flce.run(bt, h, v)
+        cpu = time.process_time() - t0
+        stream, check, names = count_calls(bt, h, v, args.top)
+        print(f"FLCE exact, BT {bt} / H {h} / V {v} bf16 on atlas-a2: {n} L1 chunks")
+    print(f"  CPU {cpu:.2f} s = {cpu / n * 1e6:.0f} us per {unit} (one run, this process)")
+    print(f"  program-stream calls   {stream / n:8.1f} per {unit}")
+    print(f"  LocalTensor.check calls {check / n:7.1f} per {unit}")
+    print(f"  program side in all    {(stream + check) / n:8.1f} per {unit}")
     for key, c in names.most_common(args.top):
         print(f"    {c / n:8.2f}  {key}")
     out = {"chunks": n, "cpu_s": cpu, "stream_calls_per_chunk": stream / n,
@@ -112,10 +164,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.total:
         prof = cProfile.Profile()
         prof.enable()
-        flce.run(bt, h, v)
+        if args.mse:
+            _run_module().mse_timing(args.mse)
+        else:
+            flce.run(bt, h, v)
         prof.disable()
         total = pstats.Stats(prof).total_calls    # type: ignore[attr-defined]
-        print(f"  all Python calls       {total / n:8.0f} per chunk (cProfile)")
+        print(f"  all Python calls       {total / n:8.0f} per {unit} (cProfile)")
         out["calls_per_chunk"] = total / n
     return out
 

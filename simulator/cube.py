@@ -317,15 +317,21 @@ def cube_load_model(spec: Any) -> DmaModel:
 # recomputing them was a visible share of the cube instructions' issue cost. The spec is kept
 # in the value so that its id is not reused while the entry lives.
 _SPEC_MEMO: dict[int, tuple[Any, dict]] = {}
+# the spec of the latest _spec_memo call and its memo: the cube instructions of a run all ask
+# for the same spec, and an issue tests ``spec is _LAST_SPEC`` instead of making the call
+_LAST_SPEC: Any = None
+_LAST_MEMO: dict = {}
 
 
 def _spec_memo(spec: Any) -> dict:
     """The per-spec memo of shape-derived costs (``cube_load_model``, Mmad cycles, MTE1 rates)."""
+    global _LAST_SPEC, _LAST_MEMO
     entry = _SPEC_MEMO.get(id(spec))
     if entry is None or entry[0] is not spec:
         if len(_SPEC_MEMO) > 64:
             _SPEC_MEMO.clear()
         entry = _SPEC_MEMO[id(spec)] = (spec, {})
+    _LAST_SPEC, _LAST_MEMO = spec, entry[1]
     return entry[1]
 
 
@@ -377,7 +383,7 @@ class CopyGmToL1(CubeInstruction):
         self.dst, self.src = dst, src
         self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
         self.repeat_axis = repeat_axis
-        self._nbytes = self.nr * self.nc * src.itemsize
+        self._nbytes = self.nr * self.nc * src.dtype.itemsize
 
     def piece(self) -> tuple[int, int]:
         """Rows x cols of one repeat."""
@@ -386,21 +392,43 @@ class CopyGmToL1(CubeInstruction):
         return self.nr, ceil_div(self.nc, self.repeat)
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
-        _timing_only(pipe, self)
+        # the checks in the order they always ran, each helper called only where it raises;
+        # the piece and its NZ bytes from the per-spec memo (two per L1 chunk, a few shapes)
+        if self.repeat > 1:
+            _timing_only(pipe, self)
         dst, src = self.dst, self.src
-        _need_region(dst, ("L1",), "DataCopy GM->L1 destination")
-        if dst.dtype.itemsize != src.itemsize:
+        reg = dst.region
+        if reg.name != "L1":
+            _need_region(dst, ("L1",), "DataCopy GM->L1 destination")
+        item = src.dtype.itemsize
+        if dst.dtype.itemsize != item:
             raise SimulatorError(f"DataCopy between {src.dtype} and {dst.dtype}: DMA does not convert")
-        src._check_block(self.r0, self.nr, self.c0, self.nc)
-        pr, pc = self.piece()
-        need = nz_bytes(pr, pc, src.itemsize)
-        _fit(dst, need, "DataCopy of a {} x {} {} block", pr, pc, src.dtype)
-        dst.check(need // dst.dtype.itemsize, write=True)
+        r0, nr, c0, nc = self.r0, self.nr, self.c0, self.nc
+        if (nr <= 0 or nc <= 0 or r0 < 0 or c0 < 0 or r0 + nr > src.rows or c0 + nc > src.cols
+                or (src.layout == "NZ" and c0 % FRACTAL)):
+            src._check_block(r0, nr, c0, nc)    # raises
         device = pipe.core.device
-        lo, hi = src.span(self.r0, self.nr, self.c0, self.nc)
+        spec = device.spec
+        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
+        key = ("CopyGmToL1", nr, nc, self.repeat, self.repeat_axis, item)
+        plan = memo.get(key)
+        if plan is None:
+            pr, pc = self.piece()
+            plan = memo[key] = (pr, pc, nz_bytes(pr, pc, item))
+        pr, pc, need = plan
+        if need > reg.size or need > dst.count * item:
+            _fit(dst, need, "DataCopy of a {} x {} {} block", pr, pc, src.dtype)    # raises
+        # LocalTensor.check, inline where it would pass (as in Mmad.issue; the count fits)
+        addr = dst.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + need > reg.end
+                or reg.read_only):
+            dst.check(need // item, write=True)
+        lo, hi = src.span(r0, nr, c0, nc)
         device.check_global(lo, hi - lo, write=False)
-        model = _cube_load_model_of(device.spec)
-        geo = _l2_geometry(device, src.run_geometry(self.r0, self.nr, self.c0, self.nc))
+        model = memo.get("load")
+        if model is None:
+            model = _cube_load_model_of(spec)
+        geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
                                   startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
 
@@ -483,7 +511,7 @@ class LoadData(CubeInstruction):
         dreg, item = dst.region, src.dtype.itemsize
         dname = dreg.name
         spec = pipe.core.device.spec
-        memo = _spec_memo(spec)
+        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("LoadData", dname, self.transpose, self.nr, self.nc, self.repeat, self.src_rows, self.src_cols,
                item, self._bytes)
         plan = memo.get(key)
@@ -493,12 +521,19 @@ class LoadData(CubeInstruction):
                 or plan[0] > dreg.size or plan[0] > dst.count * item):
             return self._issue_checked(pipe)
         need, have, cost = plan
-        dst.check(need // item, write=True)
+        # LocalTensor.check of both tiles, inline where it would pass (as in Mmad.issue)
+        addr = dst.addr
+        if (dreg.backing == "allocation" or addr % dreg.alignment or addr < dreg.base or addr + need > dreg.end
+                or dreg.read_only):
+            dst.check(need // item, write=True)
         if self.repeat == 1:
+            sreg = src.region
             if (self.r0 < 0 or self.c0 < 0 or self.r0 + self.nr > self.src_rows
-                    or self.c0 + self.nc > self.src_cols or have > src.region.size or have > src.count * item):
+                    or self.c0 + self.nc > self.src_cols or have > sreg.size or have > src.count * item):
                 return self._issue_checked(pipe)
-            src.check(have // item, write=False)
+            addr = src.addr
+            if sreg.backing == "allocation" or addr % sreg.alignment or addr < sreg.base or addr + have > sreg.end:
+                src.check(have // item, write=False)
         return cost + pipe.head_cycles()
 
     def _plan(self, spec: Any, dname: str, item: int) -> tuple[int, int, int]:
@@ -636,7 +671,7 @@ class Mmad(CubeInstruction):
         a, b, c = self.a, self.b, self.c
         adt = a.dtype
         spec = pipe.core.device.spec
-        memo = _spec_memo(spec)
+        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("Mmad", self.m, self.k, self.n, self.repeat, adt.name)
         plan = memo.get(key)
         if plan is None:
@@ -649,9 +684,20 @@ class Mmad(CubeInstruction):
                 or b_bytes > b.region.size or b_bytes > b.count * b.dtype.itemsize
                 or c_bytes > c.region.size or c_bytes > c.count * 4):
             return self._issue_checked(pipe)
-        a.check(a_bytes // item, write=False)
-        b.check(b_bytes // item, write=False)
-        c.check(c_bytes // 4, write=True)
+        # LocalTensor.check of the three tiles, inline: its verdict for a flat or sparse local
+        # region (the counts fit, tested above); whatever it would not pass through -- an
+        # allocation-backed or read-only region, a misaligned or out-of-range tile -- takes the
+        # call, which raises (or checks the allocation) as before, in the same order
+        reg, addr = a.region, a.addr
+        if reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + a_bytes > reg.end:
+            a.check(a_bytes // item, write=False)
+        reg, addr = b.region, b.addr
+        if reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + b_bytes > reg.end:
+            b.check(b_bytes // item, write=False)
+        reg, addr = c.region, c.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or addr < reg.base or addr + c_bytes > reg.end
+                or reg.read_only):
+            c.check(c_bytes // 4, write=True)
         return cycles
 
     def _plan(self, spec: Any) -> tuple[int, int, int, int]:
@@ -744,13 +790,13 @@ class Fixpipe(CubeInstruction):
 
     def __init__(self, dst: GmMatrix, r0: int, c0: int, src: LocalTensor, m: int, n: int, *,
                  round_mode: str = "rint") -> None:
-        super().__init__(1)
+        self.tile, self.origin, self.repeat = -1, None, 1     # CubeInstruction.__init__(1) inline
         if round_mode not in nx.ROUND_MODES:
             raise SimulatorError(f"Fixpipe round mode {round_mode!r} is not one of {', '.join(nx.ROUND_MODES)}")
         self.dst, self.src = dst, src
         self.r0, self.c0, self.m, self.n = int(r0), int(c0), int(m), int(n)
         self.round_mode = round_mode
-        self._nbytes = self.m * self.n * dst.itemsize
+        self._nbytes = self.m * self.n * dst.dtype.itemsize
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
         src, dst = self.src, self.dst
@@ -816,10 +862,10 @@ class CopyUbToNz(Instruction):
 
     def __init__(self, dst: GmMatrix, row: int, c0: int, src: LocalTensor, n: int, *,
                  l2_rows: int = 1) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None     # Instruction.__init__ inline: one per row chunk
         self.dst, self.row, self.c0, self.src, self.n = dst, int(row), int(c0), src, int(n)
         self.l2_rows = int(l2_rows)
-        self._nbytes = align16(self.n) * dst.itemsize
+        self._nbytes = -(-self.n // FRACTAL) * FRACTAL * dst.dtype.itemsize   # align16(n) x itemsize
 
     @property
     def pipe(self) -> str:  # type: ignore[override]

@@ -328,8 +328,10 @@ class DataCopy(Instruction):
                  count: int | None = None) -> None:
         # Instruction.__init__ and the ``local`` property inline: one DataCopy per tile and operand
         self.tile, self.origin = -1, None
-        to_gm = self._to_gm = isinstance(dst, GlobalSlice)
-        from_gm = isinstance(src, GlobalSlice)
+        # the exact types first (what kernels pass), isinstance only for anything else
+        tdst, tsrc = type(dst), type(src)
+        to_gm = self._to_gm = tdst is GlobalSlice or (tdst is not LocalTensor and isinstance(dst, GlobalSlice))
+        from_gm = tsrc is GlobalSlice or (tsrc is not LocalTensor and isinstance(src, GlobalSlice))
         if to_gm == from_gm:
             raise SimulatorError(f"{self.name} needs one global and one local operand, got "
                                  f"{type(dst).__name__} <- {type(src).__name__}")
@@ -493,10 +495,27 @@ class VectorOp(Instruction):
         n = self.count
         dt = self.dst.dtype
         fp32 = dt is nx.FP32 or dt == nx.FP32
+        scalar = self.scalar
+        if fp32 and not isinstance(scalar, LocalTensor):
+            # the common cases, one call each with the operands spelled out (a call with *args
+            # costs numpy twice as much): two tensors (Sub, Mul), a tensor and a constant
+            # (Muls, Adds), one tensor (Exp, Abs); the same ufunc on the same views as below
+            srcs = self.srcs
+            fn = type(self).fn
+            if len(srcs) == 2 and scalar is None:
+                s0, s1 = srcs
+                fn(s0.array(n), s1.array(n), out=self.dst.array(n))
+                return
+            if len(srcs) == 1:
+                a = srcs[0].array(n)
+                if scalar is None:
+                    fn(a, out=self.dst.array(n))
+                else:
+                    fn(a, _scalar_f32(scalar, dt), out=self.dst.array(n))
+                return
         # fp32 operands need no widening: the views themselves go into the one ufunc call
         args: list[np.ndarray | np.float32] = ([s.array(n) for s in self.srcs] if fp32 else
                                                [nx.to_f32(s.array(n)) for s in self.srcs])
-        scalar = self.scalar
         if isinstance(scalar, LocalTensor):
             args.append(np.float32(nx.to_f32(scalar.array(1))[0]))
         elif scalar is not None:
@@ -548,6 +567,24 @@ def _scalar_f32(value: float, dt: nx.DType) -> np.float32:
         if len(_SCALARS) >= 1024:
             _SCALARS.clear()
         hit = _SCALARS[key] = np.float32(nx.const(value, dt))
+    return hit
+
+
+# (float value, its sign, dtype name) -> nx.const(value, dtype), for Duplicate: the same fill
+# value for every tile (ones, a zeroed accumulator), and nx.const costs more than filling the
+# tile. The sign tells 0.0 from -0.0 (equal keys otherwise); cleared when full (NaN keys).
+_CONSTS: dict[tuple[float, float, str], np.generic] = {}
+
+
+def _const(value: float, dt: nx.DType) -> np.generic:
+    if type(value) is not float:     # ints, numpy scalars, 0-d arrays
+        return nx.const(value, dt)
+    key = (value, math.copysign(1.0, value), dt.name)
+    hit = _CONSTS.get(key)
+    if hit is None:
+        if len(_CONSTS) >= 1024:
+            _CONSTS.clear()
+        hit = _CONSTS[key] = nx.const(value, dt)
     return hit
 
 
@@ -610,7 +647,7 @@ class Duplicate(VectorOp):
 
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
-            self.dst.array(self.count)[...] = nx.const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
+            self.dst.array(self.count)[...] = _const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
         return (self.dst.access(self.count, True),)

@@ -491,6 +491,8 @@ def round_to(x_f32: np.ndarray, to: DType) -> np.ndarray:
     if dst is FP32:
         return x_f32 if isinstance(x_f32, np.ndarray) else x
     if dst.is_float:
+        if dst is FP16:
+            x = _f16_subnormals_exact(x)    # the same bits, ~100x faster for tiny values
         with np.errstate(over="ignore", invalid="ignore"):
             return x.astype(dst.np_dtype)  # numpy fp16 / ml_dtypes bf16: RNE from fp32
     return cast(x, dst, "rint")
@@ -514,10 +516,41 @@ def cast_into(out: np.ndarray, x: np.ndarray, to: DType | str, mode: str = "rint
             np.copyto(out, x, casting="unsafe")
             return
         if key in _NARROW_RNE and _check_mode(mode) == "rint":
+            if out.dtype == _F16:
+                x = _f16_subnormals_exact(x)
             with np.errstate(over="ignore", invalid="ignore"):   # overflow to inf is intended
                 np.copyto(out, x, casting="unsafe")
             return
     out[...] = cast(x, to, mode)
+
+
+_F16 = FP16.np_dtype
+_F16_MIN_NORMAL = np.float32(2.0 ** -14)
+_F16_STEPS = np.float32(2.0 ** 24)      # fp16 subnormals are the multiples of 2^-24
+_F16_STEP = np.float32(2.0 ** -24)
+
+
+def _f16_subnormals_exact(x: np.ndarray) -> np.ndarray:
+    """``x`` (fp32), or a copy whose non-zero values below fp16's normal range are rounded to
+    fp16's subnormal grid (the multiples of 2^-24) with RNE, in fp32, exactly: the values
+    numpy's fp32 -> fp16 conversion rounds them to, so converting the copy gives the same bits.
+
+    Why: numpy's conversion raises the underflow flag for every inexact fp16 subnormal, which
+    costs it about 100x (~1 ms for 6,144 elements), and the gradients of a mean over millions
+    of elements are that small. Converting values that are already on the grid raises nothing.
+    Exact: |x| * 2^24 and k * 2^-24 (k <= 1024) are power-of-two scalings without overflow or
+    underflow, and rint rounds half to even. NaN and inf are not below the range; zeros skip it.
+    """
+    mag = np.abs(x)
+    small = mag < _F16_MIN_NORMAL
+    small &= mag > 0
+    if not small.any():
+        return x
+    y = x.copy()
+    np.multiply(x, _F16_STEPS, out=y, where=small)
+    np.rint(y, out=y, where=small)
+    np.multiply(y, _F16_STEP, out=y, where=small)
+    return y
 
 
 _EXACT_IN_F32 = (FP16.np_dtype, BF16.np_dtype, np.dtype(np.int8), np.dtype(np.uint8),

@@ -12,20 +12,19 @@ compiler inserts, so a kernel reads like Ascend C and double buffering falls out
 from __future__ import annotations
 
 import functools
-from collections import deque as _deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError
-from opsim.simulator.memory import align_up
+from opsim.simulator.memory import NO_WINDOW, align_up
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Core
     from opsim.simulator.device import Device
-    from opsim.simulator.memory import Region
+    from opsim.simulator.memory import Region, TypedWindow
 
 _ISA: Any = None
 
@@ -45,6 +44,11 @@ def _isa() -> Any:
 # Global memory views
 # ---------------------------------------------------------------------------------------------
 
+# GlobalTensor._win's window of a view that never has one (strided, or not in an allocation):
+# valid for good, without array
+_NO_WINDOW = NO_WINDOW
+
+
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, acc = [], 1
     for d in reversed(shape):
@@ -63,6 +67,7 @@ class GlobalTensor:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # elements
     offset: int = 0           # elements from addr to the first view element
+    _win: ClassVar[list[Any]]  # set per instance by __post_init__
 
     @staticmethod
     def contiguous(device: "Device", addr: int, dtype: nx.DType, shape: Sequence[int]) -> "GlobalTensor":
@@ -80,6 +85,45 @@ class GlobalTensor:
     @functools.cached_property
     def is_contiguous(self) -> bool:
         return self.strides == contiguous_strides(self.shape) or self.numel <= 1
+
+    def __post_init__(self) -> None:
+        # [this view's TypedWindow, or None before the first ask]: a one-element list whose slot
+        # is rewritten in place (the dataclass is frozen); a plain instance attribute, not a
+        # cached_property, whose lookup through the class descriptor costs more than a slice
+        object.__setattr__(self, "_win", [None])
+
+    def window(self) -> "TypedWindow | None":
+        """A valid :class:`~opsim.simulator.memory.TypedWindow` with an array on this view's
+        elements, kept for the next call; None when there is none (a strided or broadcast view,
+        memory not backed yet, not an allocation of device memory, ...): the caller then takes
+        the general path."""
+        w = self._window_entry()
+        return w if w is not None and w.array is not None else None
+
+    def _window_entry(self) -> "TypedWindow | None":
+        # the slot's window when still valid, else a new one (or None while there is none; a
+        # window without array when there never will be: _NO_WINDOW stays valid for good)
+        slot = self._win
+        w = slot[0]
+        if w is not None and w.alloc._store is w.store and w.seg.data is w.data:
+            return w
+        if not self.is_contiguous:
+            slot[0] = _NO_WINDOW
+            return _NO_WINDOW
+        item = self.dtype.itemsize
+        lo, nbytes = self.addr + self.offset * item, self.numel * item
+        dev = self.device
+        region = dev.gm
+        if not (nbytes > 0 and region.base <= lo and lo + nbytes <= region.end):
+            try:
+                region = dev.space.region_of(lo, nbytes)
+            except MemoryFault:
+                return None
+        if region.backing != "allocation":
+            slot[0] = _NO_WINDOW      # a DSP's flat or sparse memory: Region.typed_view serves it
+            return _NO_WINDOW
+        w = slot[0] = region.window(lo, nbytes, self.dtype.np_dtype)
+        return w
 
     def broadcast_to(self, shape: Sequence[int]) -> "GlobalTensor":
         """NumPy-style broadcast view (stride 0 on the expanded axes)."""
@@ -196,7 +240,17 @@ class GlobalSlice:
 
     def read(self, count: int) -> np.ndarray:
         t = self.tensor
-        if t.is_contiguous:     # the common case, in one call: byte_range without _offsets
+        # the common case: a slice of the tensor's window (its allocation's bytes, typed), valid
+        # while the allocation lives and its array is the same; no data read while a program is
+        # drawn (Device.global_view notes such a read for the fast-forward)
+        w = t._win[0]
+        if w is None or not (w.alloc._store is w.store and w.seg.data is w.data):
+            w = t._window_entry()
+        if w is not None:
+            array, start = w.array, self.start
+            if array is not None and start + count <= w.count and t.device.drawing is None:
+                return array[start:start + count]
+        if t.is_contiguous:     # in one call: byte_range without _offsets
             dt = t.dtype
             item = dt.itemsize
             return t.device.global_view(t.addr + (t.offset + self.start) * item, count * item,
@@ -212,7 +266,18 @@ class GlobalSlice:
     def write(self, values: np.ndarray) -> None:
         t = self.tensor
         count = len(values)
-        if t.is_contiguous:     # the common case: straight into the destination's bytes
+        # the common case: straight into a slice of the tensor's window (as read); a window that
+        # may not be written (a host array lent to the device, read-only memory) goes the long
+        # way, which copies the lent bytes first or faults
+        w = t._win[0]
+        if w is None or not (w.alloc._store is w.store and w.seg.data is w.data):
+            w = t._window_entry()
+        if w is not None and w.writable:     # never without array
+            start = self.start
+            if start + count <= w.count and t.device.drawing is None:
+                w.array[start:start + count] = values
+                return
+        if t.is_contiguous:     # straight into the destination's bytes
             dt = t.dtype
             item = dt.itemsize
             t.device.global_view(t.addr + (t.offset + self.start) * item, count * item, write=True,
@@ -331,10 +396,16 @@ class TQue:
         self.nbytes = align_up(int(nbytes), self.region.alignment)
         self.buffers = [ctx.allocate(self.region, self.nbytes, f"{position}[{i}]") for i in range(depth)]
         self.event_ids = [ctx.next_event_id(producer, consumer) for _ in range(depth)]
-        self._free = _deque(range(depth))
+        # free buffer indices, the next to allocate first, and the enqueued (index, tensor) pairs,
+        # oldest first: lists taken from the front by index and ``del`` (a queue holds a few
+        # buffers; a deque's popleft is a call per queue operation, four per buffer moved)
+        self._free: list[int] = list(range(depth))
         self._used_before = [False] * depth
-        self._fifo: _deque[tuple[int, LocalTensor]] = _deque()
+        self._fifo: list[tuple[int, LocalTensor]] = []
         self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
+        # the tensor alloc() last returned for each buffer: returned again for the same dtype
+        # (a LocalTensor is a value that nothing modifies; one object fewer per alloc)
+        self._tensors: list[LocalTensor | None] = [None] * depth
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
         isa = _isa()
         self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
@@ -345,7 +416,9 @@ class TQue:
         if not self._free:
             raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
                                  f"(free() one first)", core=self.ctx.core.name)
-        i = self._free.popleft()
+        free = self._free
+        i = free[0]
+        del free[0]
         ctx = self.ctx
         # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
         # the four queue calls for every buffer it moves, and FLCE's cube side moves ten buffers
@@ -358,7 +431,9 @@ class TQue:
             ctx.pending.append(flag)
         self._used_before[i] = True
         dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
-        t = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+        t = self._tensors[i]
+        if t is None or t.dtype is not dt:
+            t = self._tensors[i] = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
         self._out[t.addr] = i
         if lines:
             self._alloc_origin[t.addr] = _caller_line()
@@ -376,8 +451,9 @@ class TQue:
         return i
 
     def enque(self, t: LocalTensor) -> None:
-        i = self._out.get(t.addr)
-        if i is None:
+        try:
+            i = self._out[t.addr]
+        except KeyError:
             i = self._index(t)           # raises
         ctx = self.ctx
         flag = self._set_flag(self.producer, self.consumer, self.event_ids[i])
@@ -387,9 +463,11 @@ class TQue:
         self._fifo.append((i, t))
 
     def deque(self) -> LocalTensor:
-        if not self._fifo:
+        fifo = self._fifo
+        if not fifo:
             raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
-        i, t = self._fifo.popleft()
+        i, t = fifo[0]
+        del fifo[0]
         ctx = self.ctx
         flag = self._wait_flag(self.producer, self.consumer, self.event_ids[i])
         if ctx.device.source_lines:
@@ -398,9 +476,13 @@ class TQue:
         return t
 
     def free(self, t: LocalTensor) -> None:
-        i = self._out.pop(t.addr, None)
-        if i is None:
-            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here")
+        out = self._out
+        addr = t.addr
+        try:
+            i = out[addr]
+        except KeyError:
+            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here") from None
+        del out[addr]
         ctx = self.ctx
         flag = self._free_flag(self.consumer, self.producer, self.event_ids[i])
         if ctx.device.source_lines:
@@ -580,35 +662,73 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
     inq = ctx.queue("VECIN", buffer_num, slot * in_dt.itemsize * len(inputs))
     outq = ctx.queue("VECOUT", buffer_num, tile_length * output.dtype.itemsize)
     ntiles = -(-length // tile_length)
+    # Per tile this loop runs a few dozen Python operations for a few instructions, so it is
+    # written flat: the CopyIn inline (no sub-generator to resume per copy), the core's tile set
+    # directly (the ctx.tile setter), and the operand views made without __getitem__ where the
+    # slice is known to be in range -- the same views (bounds as slice.indices gives them).
+    core = ctx.core
+    copy_pad = (_ISA or _isa()).DataCopyPad
+    end = start + length
+    n_in = len(inputs)
+    # (input buffer address, elements) -> the inputs' slots in that buffer: the same few
+    # (buffers x {tile, tail}) every tile; compute gets a fresh list of them each time
+    slots: dict[tuple[int, int], tuple[LocalTensor, ...]] = {}
 
-    def span(t: int) -> tuple[int, int]:
-        off = start + t * tile_length
-        return off, min(tile_length, start + length - off)
+    def views(buf: LocalTensor, n: int) -> tuple[LocalTensor, ...]:
+        v = slots[buf.addr, n] = tuple(buf[j * slot: j * slot + n] for j in range(n_in))
+        return v
 
-    def copy_in(t: int) -> Iterator[Any]:
-        ctx.tile = t
-        off, n = span(t)
-        buf = inq.alloc(in_dt)
-        for j, g in enumerate(inputs):
-            yield _copy_in(buf[j * slot: j * slot + n], g[off:off + n], n)
-        inq.enque(buf)
-
+    # g[off:off + n] is GlobalSlice(g, off, n) when 0 <= off and off + n <= g.numel (slice.indices
+    # changes nothing then); the copies below build it directly there
     if prefetch:
-        yield from copy_in(0)
+        # the CopyIn of tile 0 (as in the loop below)
+        core.tile = 0
+        n = tile_length if tile_length < length else length
+        buf = inq.alloc(in_dt)
+        try:
+            v = slots[buf.addr, n]
+        except KeyError:
+            v = views(buf, n)
+        for dst, g in zip(v, inputs):
+            yield copy_pad(dst, GlobalSlice(g, start, n) if 0 <= start and start + n <= g.numel
+                           else g[start:start + n], n)
+        inq.enque(buf)
     for t in ctx.tiles(ntiles):
-        if not prefetch:
-            yield from copy_in(t)
-        elif t + 1 < ntiles:
-            yield from copy_in(t + 1)
-        ctx.tile = t
-        off, n = span(t)
+        # CopyIn of tile t, or of tile t + 1 with prefetch
+        c = t + 1 if prefetch else t
+        if not prefetch or c < ntiles:
+            core.tile = c
+            off = start + c * tile_length
+            n = end - off
+            if n > tile_length:
+                n = tile_length
+            buf = inq.alloc(in_dt)
+            try:
+                v = slots[buf.addr, n]
+            except KeyError:
+                v = views(buf, n)
+            for dst, g in zip(v, inputs):
+                yield copy_pad(dst, GlobalSlice(g, off, n) if 0 <= off and off + n <= g.numel
+                               else g[off:off + n], n)
+            inq.enque(buf)
+        # Compute and CopyOut of tile t
+        core.tile = t
+        off = start + t * tile_length
+        n = end - off
+        if n > tile_length:
+            n = tile_length
         buf = inq.deque()
         out = outq.alloc(output.dtype)
-        yield from compute(ctx, [buf[j * slot: j * slot + n] for j in range(len(inputs))], out, n)
+        try:
+            v = slots[buf.addr, n]
+        except KeyError:
+            v = views(buf, n)
+        yield from compute(ctx, list(v), out, n)
         inq.free(buf)
         outq.enque(out)
         out = outq.deque()
-        yield _copy_out(output[off:off + n], out, n)
+        yield copy_pad(GlobalSlice(output, off, n) if 0 <= off and off + n <= output.numel
+                       else output[off:off + n], out, n)
         outq.free(out)
 
 
@@ -619,11 +739,3 @@ def _caller_line() -> str | None:
     while frame is not None and frame.f_code.co_filename == __file__:
         frame = frame.f_back
     return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-def _copy_in(dst: LocalTensor, src: GlobalSlice, n: int) -> Any:
-    return (_ISA or _isa()).DataCopyPad(dst, src, n)
-
-
-def _copy_out(dst: GlobalSlice, src: LocalTensor, n: int) -> Any:
-    return (_ISA or _isa()).DataCopyPad(dst, src, n)

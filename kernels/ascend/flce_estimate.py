@@ -473,7 +473,7 @@ class _CubeCosts:
 
 
 class _CubeCore:
-    """One cube core's queues and program (flce_grad._aic_program / _matmul_tile)."""
+    """One cube core's queues and program (flce_grad._aic_program)."""
 
     def __init__(self, spec: DeviceSpec, tiling: FlceTiling, start: float) -> None:
         self.spec, self.tiling = spec, tiling

@@ -42,7 +42,7 @@ from opsim.simulator.device import MixKernel
 from opsim.simulator.errors import MemoryFault
 from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, VectorOp, vector_cost
 from opsim.simulator.memory import align_up
-from opsim.simulator.tile import GlobalTensor, KernelContext, LocalTensor
+from opsim.simulator.tile import GlobalSlice, GlobalTensor, KernelContext, LocalTensor
 
 NAME = "fused_linear_cross_entropy_loss_grad"
 API = "aclnnFusedLinearCrossEntropyLossGrad"
@@ -582,7 +582,7 @@ class TargetUpdate(Instruction):
 
     def __init__(self, buf: LocalTensor, count: int, col0: int, v: int, target: ScalarRef, mask: MaskBitRef,
                  row: int) -> None:
-        super().__init__()
+        self.tile, self.origin = -1, None     # Instruction.__init__ inline (one per row chunk)
         self.buf, self.count, self.col0, self.v = buf, int(count), int(col0), int(v)
         self.target, self.mask, self.row = target, mask, int(row)
 
@@ -687,6 +687,10 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
     used = [False, False]
     slot = 0
+    rows, rows_numel = ops.rows, ops.rows.numel
+    # (slot, n) -> (buf[0:n], the buffer as the output dtype, its first n): the same few views
+    # every row chunk, made once (a view is a value: sharing it changes no instruction)
+    views: dict[tuple[int, int], tuple[LocalTensor, LocalTensor, LocalTensor]] = {}
     for b0 in range(r0, r0 + nrows, META_ROWS):
         nb = min(META_ROWS, r0 + nrows - b0)
         meta = meta_q.alloc(nx.UINT8)
@@ -717,10 +721,16 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
             for c0 in range(0, v, chunk):
                 n = min(chunk, v - c0)
                 buf = bufs[slot]
+                try:
+                    buf_n, out, out_n = views[slot, n]
+                except KeyError:
+                    out = buf.reinterpret(dt)
+                    buf_n, out, out_n = views[slot, n] = (buf[0:n], out, out[0:n])
                 if used[slot]:
                     ctx.emit_wait("MTE3", "MTE2", ev_free[slot])
                 used[slot] = True
-                yield DataCopyPad(buf[0:n], ops.rows[row * v + c0:row * v + c0 + n], n)
+                off = row * v + c0      # rows[off:off + n], built directly when in range
+                yield DataCopyPad(buf_n, GlobalSlice(rows, off, n) if off + n <= rows_numel else rows[off:off + n], n)
                 ctx.emit_set("MTE2", "VECTOR", ev_in[slot])
                 ctx.emit_wait("MTE2", "VECTOR", ev_in[slot])
                 if ms:
@@ -729,8 +739,7 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
                     yield DivRef(buf, buf, ScalarRef(sum_t, i), n)
                 yield TargetUpdate(buf, n, c0, v, target, mask, row)
                 yield MulsRef(buf, buf, ScalarRef(grad_t, i), n)
-                out = buf.reinterpret(dt)
-                yield Cast(out[0:n], buf[0:n], "rint", n)
+                yield Cast(out_n, buf_n, "rint", n)
                 ctx.emit_set("VECTOR", "MTE3", ev_out[slot])
                 ctx.emit_wait("VECTOR", "MTE3", ev_out[slot])
                 # the L2 model sees the batch's NZ blocks with its last row (one run per column block)
@@ -758,31 +767,102 @@ class _CubeQueues:
 
 
 def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> Iterator[Any]:
-    """A cube core: (memory-saving) its logits tiles; then its input_grad / weight_grad tiles."""
+    """A cube core: (memory-saving) its logits tiles; then its input_grad / weight_grad tiles.
+
+    One base tile of C: the K loop through L1 (stepK tiles per copy) and L0 (base-K tiles),
+    accumulated in L0C, written out by Fixpipe. ``a_t``/``b_t``: the operand is stored
+    transposed (K x M / N x K). ``coarse`` > 1 (timing only): one set of instructions per
+    ``coarse`` L1 chunks. The tiles run in this generator's own loop: a tile as a
+    sub-generator cost a generator resumption more for every instruction of the cube core."""
     qs = _CubeQueues(ctx, tiling)
     coarse = tiling.coarsen if (not ctx.functional and tiling.coarsen > 1) else 1
     mine = tiling.assignment[ctx.block_idx] if ctx.block_idx < len(tiling.assignment) else ()
     dt = nx.dtype(tiling.dtype)
+    # the base tiles in the order they run: (matmul, A, A transposed, B, B transposed, C, tm, tn)
+    jobs: list[tuple[MatmulTiling, GmMatrix, bool, GmMatrix, bool, GmMatrix, int, int]] = []
     if tiling.mode == MEMORY_SAVING:
         assert ops.logits is not None       # the memory-saving mode keeps the logits in the workspace
         # logits = input · Wᵀ: A = input (M = BT, K = H), B = Wᵀ (W stored N x K)
-        for i, tm, tn in mine:
-            if i == 0:
-                yield from _matmul_tile(ctx, qs, tiling.matmuls[0], ops.input, False, ops.weight, True,
-                                        ops.logits, tm, tn, dt, coarse)
-        # every cube core done (mode 0), then release this group's vector cores (mode 2)
-        yield CrossCoreSetFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
-        yield CrossCoreWaitFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
-        yield CrossCoreSetFlag(FLAG_LOGITS_READY, mode=2, pipe="FIXP")
-    yield CrossCoreWaitFlag(FLAG_S_READY, mode=2, pipe="MTE2")   # S complete in the workspace
-    first = 1 if tiling.mode == MEMORY_SAVING else 0
+        jobs += [(tiling.matmuls[0], ops.input, False, ops.weight, True, ops.logits, tm, tn)
+                 for i, tm, tn in mine if i == 0]
+    barrier = len(jobs)   # the cross-core hand-offs come before this job (or at the end)
+    first_mm = 1 if tiling.mode == MEMORY_SAVING else 0
     for i, tm, tn in mine:
-        if i == first:        # input_grad = S · W: A = S (NZ, M = BT, K = V), B = W (K = V, N = H)
-            yield from _matmul_tile(ctx, qs, tiling.matmuls[i], ops.s_nz, False, ops.weight, False,
-                                    ops.input_grad, tm, tn, dt, coarse)
-        elif i == first + 1:  # weight_grad = Sᵀ · input: A = Sᵀ (S stored K x M), B = input (K = BT)
-            yield from _matmul_tile(ctx, qs, tiling.matmuls[i], ops.s_nz, True, ops.input, False,
-                                    ops.weight_grad, tm, tn, dt, coarse)
+        if i == first_mm:        # input_grad = S · W: A = S (NZ, M = BT, K = V), B = W (K = V, N = H)
+            jobs.append((tiling.matmuls[i], ops.s_nz, False, ops.weight, False, ops.input_grad, tm, tn))
+        elif i == first_mm + 1:  # weight_grad = Sᵀ · input: A = Sᵀ (S stored K x M), B = input (K = BT)
+            jobs.append((tiling.matmuls[i], ops.s_nz, True, ops.input, False, ops.weight_grad, tm, tn))
+    qa1, qb1, qa2, qb2, qco1 = qs.a1, qs.b1, qs.a2, qs.b2, qs.co1   # locals: the loop runs per L1 chunk
+    core = ctx.core
+    for j in range(len(jobs) + 1):
+        if j == barrier:
+            if tiling.mode == MEMORY_SAVING:
+                # every cube core done (mode 0), then release this group's vector cores (mode 2)
+                yield CrossCoreSetFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
+                yield CrossCoreWaitFlag(FLAG_LOGITS_ALL, mode=0, pipe="FIXP")
+                yield CrossCoreSetFlag(FLAG_LOGITS_READY, mode=2, pipe="FIXP")
+            yield CrossCoreWaitFlag(FLAG_S_READY, mode=2, pipe="MTE2")   # S complete in the workspace
+        if j == len(jobs):
+            break
+        # --- one base tile ---
+        mm, a, a_t, b, b_t, c, tm, tn = jobs[j]
+        m0, n0 = tm * mm.base_m, tn * mm.base_n
+        ml, nl = mm.m - m0, mm.n - n0
+        if ml > mm.base_m:
+            ml = mm.base_m
+        if nl > mm.base_n:
+            nl = mm.base_n
+        base_k, step_k = mm.base_k, mm.step_k
+        chunk_k = base_k * step_k
+        kc = chunk_k * coarse
+        core.tile = tm * mm.tiles_n + tn
+        acc = qco1.alloc(nx.FP32)
+        first = True
+        k = mm.k
+        for k0 in range(0, k, kc):
+            kk = k - k0
+            if kk > kc:
+                kk = kc
+            reps = -(-kk // chunk_k)
+            a1 = qa1.alloc(dt)
+            if a_t:
+                yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows")
+            else:
+                yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols")
+            qa1.enque(a1)
+            b1 = qb1.alloc(dt)
+            if b_t:
+                yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols")
+            else:
+                yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows")
+            qb1.enque(b1)
+            a1 = qa1.deque()
+            b1 = qb1.deque()
+            for s, ks, rep in _l0_steps(kk, base_k, step_k):   # the same few shapes every chunk
+                a2 = qa2.alloc(dt)
+                if a_t:
+                    yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
+                else:
+                    yield LoadData(a2, a1, ml, kk, 0, ml, s, ks, repeat=rep)
+                qa2.enque(a2)
+                b2 = qb2.alloc(dt)
+                if b_t:
+                    yield LoadData(b2, b1, nl, kk, 0, nl, s, ks, transpose=True, repeat=rep)
+                else:
+                    yield LoadData(b2, b1, kk, nl, s, ks, 0, nl, repeat=rep)
+                qb2.enque(b2)
+                a2 = qa2.deque()
+                b2 = qb2.deque()
+                yield Mmad(acc, a2, b2, ml, ks, nl, accumulate=not first, repeat=rep)
+                first = False
+                qa2.free(a2)
+                qb2.free(b2)
+            qa1.free(a1)
+            qb1.free(b1)
+        qco1.enque(acc)
+        acc = qco1.deque()
+        yield Fixpipe(c, m0, n0, acc, ml, nl)
+        qco1.free(acc)
 
 
 def l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
@@ -811,64 +891,6 @@ def _l0_steps(kk: int, base_k: int, step_k: int) -> tuple[tuple[int, int, int], 
         lo, hi = j * slices // n, (j + 1) * slices // n
         steps.append((lo * base_k, min(hi * base_k, kk) - lo * base_k, hi - lo))
     return tuple(steps)
-
-
-def _matmul_tile(ctx: KernelContext, qs: _CubeQueues, mm: MatmulTiling, a: GmMatrix, a_t: bool, b: GmMatrix,
-                 b_t: bool, c: GmMatrix, tm: int, tn: int, dt: nx.DType, coarse: int) -> Iterator[Any]:
-    """One base tile of C: the K loop through L1 (stepK tiles per copy) and L0 (base-K tiles),
-    accumulated in L0C, written out by Fixpipe. ``a_t``/``b_t``: the operand is stored
-    transposed (K x M / N x K). ``coarse`` > 1 (timing only): one set of instructions per
-    ``coarse`` L1 chunks."""
-    m0, n0 = tm * mm.base_m, tn * mm.base_n
-    ml, nl = min(mm.base_m, mm.m - m0), min(mm.base_n, mm.n - n0)
-    kc = mm.chunk_k * coarse
-    ctx.tile = tm * mm.tiles_n + tn
-    acc = qs.co1.alloc(nx.FP32)
-    first = True
-    qa1, qb1, qa2, qb2 = qs.a1, qs.b1, qs.a2, qs.b2   # locals: this loop runs for every L1 chunk
-    base_k, step_k, chunk_k = mm.base_k, mm.step_k, mm.chunk_k
-    for k0 in range(0, mm.k, kc):
-        kk = min(kc, mm.k - k0)
-        reps = ceil_div(kk, chunk_k)
-        a1 = qa1.alloc(dt)
-        if a_t:
-            yield CopyGmToL1(a1, a, k0, kk, m0, ml, repeat=reps, repeat_axis="rows")
-        else:
-            yield CopyGmToL1(a1, a, m0, ml, k0, kk, repeat=reps, repeat_axis="cols")
-        qa1.enque(a1)
-        b1 = qb1.alloc(dt)
-        if b_t:
-            yield CopyGmToL1(b1, b, n0, nl, k0, kk, repeat=reps, repeat_axis="cols")
-        else:
-            yield CopyGmToL1(b1, b, k0, kk, n0, nl, repeat=reps, repeat_axis="rows")
-        qb1.enque(b1)
-        a1 = qa1.deque()
-        b1 = qb1.deque()
-        for s, ks, rep in _l0_steps(kk, base_k, step_k):   # the same few shapes every chunk
-            a2 = qa2.alloc(dt)
-            if a_t:
-                yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
-            else:
-                yield LoadData(a2, a1, ml, kk, 0, ml, s, ks, repeat=rep)
-            qa2.enque(a2)
-            b2 = qb2.alloc(dt)
-            if b_t:
-                yield LoadData(b2, b1, nl, kk, 0, nl, s, ks, transpose=True, repeat=rep)
-            else:
-                yield LoadData(b2, b1, kk, nl, s, ks, 0, nl, repeat=rep)
-            qb2.enque(b2)
-            a2 = qa2.deque()
-            b2 = qb2.deque()
-            yield Mmad(acc, a2, b2, ml, ks, nl, accumulate=not first, repeat=rep)
-            first = False
-            qa2.free(a2)
-            qb2.free(b2)
-        qa1.free(a1)
-        qb1.free(b1)
-    qs.co1.enque(acc)
-    acc = qs.co1.deque()
-    yield Fixpipe(c, m0, n0, acc, ml, nl)
-    qs.co1.free(acc)
 
 
 def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling: FlceTiling,

@@ -549,3 +549,19 @@ def test_deadlock_error_lists_waiters_and_faults_survive_pickling():
     cap = CapacityError("too big", buffer="UB", needed=2, available=1, core="c0")
     clone = pickle.loads(pickle.dumps(cap))
     assert (type(clone), str(clone), clone.needed) == (CapacityError, str(cap), 2)
+
+
+def test_a_large_backing_is_zeros_and_leaves_numpys_huge_page_switch_as_it_was():
+    # backings of 4 MiB or more are made with numpy's huge-page madvise off (memory._zeros)
+    from opsim.simulator import memory
+    region = Region("GM", 0, 64 << 20, backing="allocation")
+    alloc = region.allocate(8 << 20)
+    if memory._set_thp is not None:
+        before = memory._set_thp(True)
+        memory._set_thp(before)
+    region.write(alloc.addr + 4096, b"\x01\x02")
+    got = region.read(alloc.addr, 8 << 20)
+    assert got[4096] == 1 and got[4097] == 2 and int(got.sum()) == 3
+    if memory._set_thp is not None:
+        now = memory._set_thp(before)
+        assert now == before

@@ -638,3 +638,42 @@ def test_cast_into_writes_the_bits_of_cast(src, dst, mode):
     with np.errstate(all="ignore"):
         cast_into(out, x, dtype(dst), mode)
     assert out.tobytes() == np.asarray(want).tobytes()
+
+
+def _fp16_edge_values() -> np.ndarray:
+    """fp32 values around and below fp16's normal range: ties between subnormals, the boundaries
+    of the range, fp32 subnormals, zeros, and specials, with both signs."""
+    step = 2.0 ** -24
+    k = np.arange(0, 1025, dtype=np.float64)
+    ties = (k + 0.5) * step                       # exactly halfway: RNE picks the even k
+    near = np.concatenate([np.nextafter(ties.astype(np.float32), np.float32(0)),
+                           np.nextafter(ties.astype(np.float32), np.float32(1))])
+    bounds = np.array([2.0 ** -14, 2.0 ** -25, 2.0 ** -26, 65504, 65519, 65520, 1e-45, 1e-40,
+                       0.0, np.inf, np.nan], dtype=np.float32)
+    rng = np.random.default_rng(7)
+    logs = rng.uniform(-40, 17, 20000)            # log-uniform magnitudes across all ranges
+    mags = np.concatenate([ties.astype(np.float32), near, bounds,
+                           (2.0 ** logs).astype(np.float32), np.nextafter(bounds, np.float32(0))])
+    return np.concatenate([mags, -mags]).astype(np.float32)
+
+
+def test_fp32_to_fp16_rounding_gives_numpys_bits_for_tiny_values():
+    # the fast route for values below the normal range must round exactly as numpy's conversion
+    x = _fp16_edge_values()
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16).view(np.uint16)
+    out = np.empty(x.size, np.float16)
+    nm.cast_into(out, x, nm.FP16, "rint")
+    np.testing.assert_array_equal(out.view(np.uint16), want)
+    np.testing.assert_array_equal(nm.round_to(x, nm.FP16).view(np.uint16), want)
+    # ties go to the even multiple of 2^-24: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2 steps
+    ties = np.array([0.5, 1.5, 2.5], np.float32) * np.float32(2.0 ** -24)
+    np.testing.assert_array_equal(nm.round_to(ties, nm.FP16).view(np.uint16), [0, 2, 2])
+
+
+def test_fp16_rounding_leaves_its_input_alone():
+    x = np.array([1e-7, -3e-6, 1.0], np.float32)
+    before = x.copy()
+    nm.round_to(x, nm.FP16)
+    nm.cast_into(np.empty(3, np.float16), x, nm.FP16)
+    np.testing.assert_array_equal(x, before)

@@ -96,3 +96,31 @@ def test_vector_instruction_rounds_once_from_fp32_whatever_the_destination_alias
         want = want32.astype(np.float32).astype(np_dtype)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float16])
+def test_duplicate_fills_the_value_rounded_to_the_dtype_and_keeps_the_sign_of_zero(np_dtype):
+    # fills in turn with -0.0, 0.0, 0.1 and -0.0 again: each tile gets its own value's bits
+    dt = nx.dtype(np.dtype(np_dtype))
+    values = [-0.0, 0.0, 0.1, -0.0]
+
+    def kernel(ctx, gout):
+        o = ctx.queue("VECOUT", 1, N * dt.itemsize)
+        for i, v in enumerate(values):
+            t = o.alloc(dt)
+            yield isa.Duplicate(t[0:N], v, count=N)
+            o.enque(t)
+            t = o.deque()
+            yield DataCopy(gout[i * N:(i + 1) * N], t[0:N], N)
+            o.free(t)
+
+    dev = Device(A2)
+    addr = dev.malloc(len(values) * N * dt.itemsize)
+    gout = GlobalTensor.contiguous(dev, addr, dt, (len(values) * N,))
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1, gout)
+    dev.synchronize(s)
+    got = dev.read(addr, len(values) * N * dt.itemsize).view(np_dtype).reshape(len(values), N)
+    for row, v in zip(got, values):
+        want = np.full(N, np.float32(v)).astype(np_dtype)      # fp32 first, then RNE to the dtype
+        np.testing.assert_array_equal(row.view(np.uint8), want.view(np.uint8))
