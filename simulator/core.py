@@ -14,9 +14,11 @@ note, docs/sources.md#mte2-preload-note).
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappush
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator
 
 import simpy
+from simpy.events import NORMAL, Event
 
 from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
 
@@ -44,6 +46,19 @@ def pipe_head_cycles(spec: "DeviceSpec", pipe: str, block_dim: int) -> int:
     return round(model.head + model.head_per_block * block_dim)
 
 
+# classes of the events a pipe has waited on (none is an int): see Pipe._run
+_EVENT_CLASSES: set[type] = set()
+
+
+def _is_cycles(wait: Any) -> bool:
+    """Whether an instruction's wait is cycles (an int) rather than an event (whose class is
+    then remembered)."""
+    if isinstance(wait, int):
+        return True
+    _EVENT_CLASSES.add(wait.__class__)
+    return False
+
+
 def source_line(program: Any) -> str | None:
     """"file.py:line" where a kernel generator (or the innermost one it delegates to) is paused."""
     gen = program
@@ -60,7 +75,8 @@ class Pipe:
 
     __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
-                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started")
+                 "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started",
+                 "room")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
         self.core = core
@@ -68,6 +84,8 @@ class Pipe:
         self.env = core.env
         self.queue: deque = deque()
         self.depth = depth
+        # depth - len(queue), kept as the queue changes: the dispatcher asks it for every push
+        self.room = depth
         self._item_ev: simpy.Event | None = None
         self._space_ev: simpy.Event | None = None
         self.busy_cycles = 0
@@ -96,6 +114,7 @@ class Pipe:
 
     def push(self, instr: "Instruction") -> None:
         self.queue.append(instr)
+        self.room -= 1
         ev = self._item_ev
         if ev is not None:
             self._item_ev = None
@@ -103,43 +122,97 @@ class Pipe:
 
     # -- execution -----------------------------------------------------------------------------
     def _run(self) -> Generator[simpy.Event, Any, None]:
+        # SimPy's event calls are inline below (Event.succeed, env.timeout, env.schedule: the
+        # queue entries they make, (time, NORMAL, next event id, event), in the same order), as
+        # are SetFlag.complete and WaitFlag.issue with Core.set_flag / wait_flag (classes whose
+        # ``inline_sync`` says they are theirs): a handful of Python calls per completion fewer,
+        # the same events at the same times. env._queue is read each time: the fast-forward
+        # replaces the list.
         env = self.env
         core = self.core
         device = core.device
         queue = self.queue
+        flags = core.flags
+        waiters = core.flag_waiters
         while True:
             if not queue:
-                self._item_ev = env.event()
-                self.idle_mark = core.blocked_clock()
-                yield self._item_ev
+                item = self._item_ev = Event(env)
+                since = core.blocked_since          # core.blocked_clock(), inline
+                self.idle_mark = core._blocked_acc + (env._now - since if since is not None else 0.0)
+                yield item
                 self.idle_mark = None
             instr = queue.popleft()
+            self.room += 1
             self.current = instr
-            if self._space_ev is not None:
-                ev, self._space_ev = self._space_ev, None
-                ev.succeed()
+            space = self._space_ev
+            if space is not None:
+                self._space_ev = None
+                space._ok = True            # space.succeed()
+                space._value = None
+                heappush(env._queue, (env._now, NORMAL, next(env._eid), space))
             # env._now, not the property env.now: a Python call, twice per instruction and flag
             # (simulated time is integral: LinkNetwork checks it)
             self.started = env._now    # type: ignore[assignment]
             try:
-                # the base class's issue (no cost, no wait) and complete (no effect) are not
-                # called: most instructions that use them are flags (Instruction.issues)
-                wait = instr.issue(self) if instr.issues else None
+                sync = instr.inline_sync
+                if sync == 2:
+                    # WaitFlag.issue: Core.wait_flag, inline
+                    key = (instr.src, instr.dst, instr.event_id)
+                    n = flags[key] if key in flags else 0
+                    if n > 0:
+                        flags[key] = n - 1
+                        wait = None
+                    else:
+                        if key in waiters:
+                            raise SimulatorError(f"two pipes wait on flag {key}", core=core.name)
+                        wait = waiters[key] = Event(env)
+                else:
+                    # the base class's issue (no cost, no wait) and complete (no effect) are not
+                    # called: most instructions that use them are flags (Instruction.issues)
+                    wait = instr.issue(self) if instr.issues else None
+                # a wait is cycles (an int) or an event; the classes of events seen are kept,
+                # so that telling them apart costs no isinstance call
+                if wait is None:
+                    timed = False
+                else:
+                    wcls = wait.__class__
+                    timed = wcls is int or (wcls not in _EVENT_CLASSES and _is_cycles(wait))
                 if self.held:
                     if instr.busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
                         self.held = 0
-                    elif wait is not None and not isinstance(wait, int):
+                    elif wait is not None and not timed:
                         self.held = 0            # a flag blocks it: it would have waited anyway
                 if wait is not None:
-                    if wait.__class__ is int or isinstance(wait, int):
-                        if wait > 0:
-                            yield env.timeout(wait)
+                    if timed:
+                        # (timed: an int, which mypy cannot tell from the flag)
+                        cycles: int = wait       # type: ignore[assignment]
+                        if cycles > 0:
+                            timer = Event(env)   # env.timeout(cycles)
+                            timer._ok = True
+                            timer._value = None
+                            heappush(env._queue, (env._now + cycles, NORMAL, next(env._eid), timer))
+                            yield timer
                     else:
                         self._waiting = instr
                         yield wait
                         self._waiting = None
-                if instr.completes:
+                if sync == 1:
+                    # SetFlag.complete: Core.set_flag, inline
+                    key = (instr.src, instr.dst, instr.event_id)
+                    if key in waiters:
+                        ev = waiters[key]
+                        del waiters[key]
+                        ev._ok = True       # ev.succeed()
+                        ev._value = None
+                        heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+                    else:
+                        flags[key] = flags[key] + 1 if key in flags else 1
+                    # the producer of this hand-off is the last slice recorded on the source
+                    # pipe (traced runs only: last_slice stays -1 without a trace)
+                    if self.last_slice >= 0 and instr.dst in core.pipes:
+                        core._flag_slices[key] = self.last_slice
+                elif instr.completes:
                     instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
@@ -164,11 +237,22 @@ class Pipe:
                             ob.on_instruction(core, self, instr, start, end)
                     else:
                         for ob in observers:
-                            if not getattr(ob, "busy_only", False):
+                            # getattr(ob, "busy_only", False), without the call
+                            try:
+                                busy_only = ob.busy_only
+                            except AttributeError:
+                                busy_only = False
+                            if not busy_only:
                                 ob.on_instruction(core, self, instr, start, end)
             ff = device.ff
             if ff is not None:
-                ff.on_complete(self, instr, start, end)
+                stream = core.stream
+                if stream is not None and not ff._recording and not stream.sigs:
+                    # FastForward.on_complete when it records nothing, inline: forget the
+                    # instruction's stream index
+                    stream.by_index.pop(stream.index.pop(id(instr), -1), None)
+                else:
+                    ff.on_complete(self, instr, start, end)
 
     @property
     def waiting_on(self) -> str | None:
@@ -349,6 +433,9 @@ class Core:
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
         env = self.env
+        ff = self.device.ff
+        if ff is not None:
+            ff.streams += 1
         try:
             for instr in stream:
                 # push one instruction, waiting while its queue is full (inline, no helper
@@ -358,14 +445,15 @@ class Core:
                     pipe = pipes[instr.pipe]
                 except KeyError:
                     pipe = self._pipe_for(instr)     # raises: this core has no such pipe
-                queue = pipe.queue
-                if len(queue) >= pipe.depth:
+                if pipe.room <= 0:             # len(pipe.queue) >= pipe.depth
                     self.blocked_since = env._now
-                    while len(queue) >= pipe.depth:
+                    while True:
                         space = pipe._space_ev
                         if space is None:
-                            space = pipe._space_ev = env.event()
+                            space = pipe._space_ev = Event(env)
                         yield space
+                        if pipe.room > 0:
+                            break
                     # (the attribute, not a local: the fast-forward shifts it while blocked)
                     self._blocked_acc += env._now - self.blocked_since
                     self.blocked_since = None
@@ -376,16 +464,21 @@ class Core:
                     # still blocks)
                     pipe.held = max(0, int(self._blocked_acc - pipe.idle_mark))
                     pipe.idle_mark = None
-                queue.append(instr)
+                pipe.queue.append(instr)
+                pipe.room -= 1
                 item = pipe._item_ev
                 if item is not None:
                     pipe._item_ev = None
-                    item.succeed()
+                    item._ok = True             # item.succeed(), inline as in Pipe._run
+                    item._value = None
+                    heappush(env._queue, (env._now, NORMAL, next(env._eid), item))
                 stream.held = None
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
         finally:
             self.stream = None
+            if ff is not None:
+                ff.streams -= 1
         ends = [BlockEnd(self.env) for _ in self.pipes]
         for p, end in zip(self.pipes.values(), ends):
             while p.full():

@@ -34,6 +34,7 @@ from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.links import LinkNetwork, _Completion, _checked as checked_transfer
 from opsim.simulator.memory import AddressSpace, Backing, Region
+from opsim.simulator import simloop
 from opsim.simulator.tile import KernelContext
 from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
 from opsim.traces.bounds import copy_rate_facts
@@ -395,7 +396,7 @@ class Device:
                     geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
         """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
         ff, l2 = self.ff, self.l2
-        if ff is None:
+        if ff is None or not ff._recording:        # (on_gm notes nothing then)
             if model is None and ranges is None and geometry is None:   # (a DataCopy: fewer keywords to pass)
                 return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra)
             return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
@@ -813,7 +814,7 @@ class Device:
             # numpy's floating-point warnings are off for every instruction's numerics at once
             with np.errstate(all="ignore"):
                 if self.ff is None or not isinstance(until, simpy.Event):
-                    self.env.run(until=until)
+                    simloop.run(self.env, until)      # env.run(until=until), step inline
                 else:
                     self._run_fast_forward(until)
         except SimulatorError as exc:
@@ -842,17 +843,9 @@ class Device:
     def _run_fast_forward(self, until: simpy.Event) -> None:
         """``env.run(until=until)``, stepping SimPy here so that the fast-forward sees each clean
         boundary: the moment every event of the current cycle has been processed."""
-        env = self.env
         ff = self.ff
         assert ff is not None
-        step = env.step
-        while until.callbacks is not None:          # not yet processed
-            queue = env._queue
-            if not queue:
-                raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
-            if queue[0][0] > env._now:
-                ff.boundary()
-            step()
+        ff.run(until)
 
     @property
     def now(self) -> int:

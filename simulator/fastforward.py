@@ -67,9 +67,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from heapq import heappop
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
+from opsim.simulator import simloop
 from opsim.simulator.errors import SimulatorError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,7 +131,26 @@ class ProgramStream:
             # (its flags, then its instruction) as one batch through a C-level chain, which
             # costs no Python call per instruction (see _batches)
             return chain.from_iterable(self._batches())
-        return self
+        return self._given()
+
+    def _given(self) -> Iterator[Any]:
+        """What :meth:`__next__` gives, as a generator (the dispatcher's loop with the
+        fast-forward on: a resumption per instruction instead of a method call)."""
+        while True:
+            ready = self.ready           # read each time: a jump replaces the deque
+            if ready:
+                instr = ready.popleft()
+                if instr.__class__ is _Fault:
+                    raise instr.error
+                given = self.given = self.given + 1
+                self.held = instr
+                self.tile = instr.tile
+                ends = self.ends
+                while ends and ends[0] < given:
+                    ends.popleft()
+                yield instr
+            elif not self._draw(False):
+                return
 
     def _batches(self) -> Iterator[Any]:
         """The draws of :meth:`_draw`, each as the batch it adds, for a device without the
@@ -215,13 +236,17 @@ class ProgramStream:
         program, not state: snapshots leave it out and the proof of a round checks it."""
         return self.ends[0] if self.ends else self.count
 
-    def _draw(self) -> bool:
-        """Run the program to its next instruction; False once it has ended (pending flushed)."""
+    def _draw(self, ahead: bool = True) -> bool:
+        """Run the program to its next instruction; False once it has ended (pending flushed).
+
+        ``ahead``: the draw reads ahead of the dispatcher (``draw``, or ``__next__``), so its end
+        goes to ``ends``. The dispatcher draws (``_given``) only once it has taken everything
+        drawn before, and the end of its own draw needs no entry: ``horizon`` is ``count`` while
+        ``ends`` is empty, and :meth:`draw` notes it before it reads ahead."""
         if self.done:
             return False
         if _ISA is None:
             _load_isa()
-        Instruction = _ISA.Instruction   # a module global, not an import per call (~2 us each)
         core = self.core
         pending = self.pending
         device = core.device
@@ -240,37 +265,65 @@ class ProgramStream:
             return True
         finally:
             device.drawing = None
-        if item is not None and not isinstance(item, Instruction):
-            self.done = True             # the program is not resumed after it
-            self._add(list(pending))
-            pending.clear()
-            self.ready.append(_Fault(SimulatorError(
-                f"kernel yielded {item!r}, which is not an instruction", core=core.name)))
-            return True
-        new = list(pending)
-        pending.clear()
-        if item is not None:
-            new.append(item)
+        if item is None:
+            new = [*pending]
+        else:
+            cls = item.__class__
+            if cls not in _KNOWN:
+                # (a module global, not an import per call: ~2 us each)
+                if not isinstance(item, _ISA.Instruction):
+                    self.done = True             # the program is not resumed after it
+                    self._add([*pending])
+                    pending.clear()
+                    self.ready.append(_Fault(SimulatorError(
+                        f"kernel yielded {item!r}, which is not an instruction", core=core.name)))
+                    return True
+                _KNOWN.add(cls)
+            new = [*pending, item]
+        del pending[:]                           # pending.clear(), without the call
         if new:
             tile = core.tile
-            origin = _source_line(self.program) if core.device.source_lines else None
-            for instr in new:
-                instr.tile = tile
-                if origin is not None and getattr(instr, "origin", None) is None:
-                    instr.origin = origin
-            self._add(new)
-        return not self.done or bool(self.ready)
+            if device.source_lines:
+                origin = _source_line(self.program)
+                for instr in new:
+                    instr.tile = tile
+                    if origin is not None and getattr(instr, "origin", None) is None:
+                        instr.origin = origin
+            else:
+                for instr in new:
+                    instr.tile = tile
+            if device.ff is None:
+                self._add(new)
+            else:
+                # _add, inline: number them
+                index, by_index = self.index, self.by_index
+                n = self.count
+                for instr in new:
+                    index[id(instr)] = n
+                    by_index[n] = instr
+                    n += 1
+                self.count = n
+                self.ready.extend(new)
+                if ahead:
+                    self.ends.append(n)
+        return True if not self.done or self.ready else False
 
     def _add(self, instrs: list) -> None:
-        track = self.core.device.ff is not None
+        if self.core.device.ff is None:
+            self.count += len(instrs)
+            self.ready.extend(instrs)
+            return
+        if not instrs:
+            return
+        index, by_index = self.index, self.by_index
+        n = self.count
         for instr in instrs:
-            if track:
-                self.index[id(instr)] = self.count
-                self.by_index[self.count] = instr
-            self.count += 1
-            self.ready.append(instr)
-        if track and instrs:
-            self.ends.append(self.count)
+            index[id(instr)] = n
+            by_index[n] = instr
+            n += 1
+        self.count = n
+        self.ready.extend(instrs)
+        self.ends.append(n)
 
     def signature(self, instr: Any) -> tuple[tuple, tuple] | None:
         """:func:`_signature` of an instruction of this stream, computed once."""
@@ -283,6 +336,8 @@ class ProgramStream:
     def draw(self) -> bool:
         """Run the program to its next instruction(s), kept ready in order; False at its end."""
         before = self.count
+        if not self.ends and before:
+            self.ends.append(before)     # the end of the dispatcher's draw (see _draw)
         while self.count == before:
             if not self._draw() or self.done:
                 break
@@ -298,6 +353,8 @@ def _local(t: Any) -> tuple:
 
 
 _ISA: Any = None
+# classes of drawn items that passed the isinstance check against Instruction (ProgramStream._draw)
+_KNOWN: set[type] = set()
 
 
 def _source_line(program: Any) -> str | None:
@@ -378,6 +435,8 @@ class FastForward:
         self._snaps: dict[int, tuple] = {}
         self._launch: Any = None
         self._cores: list["Core"] = []
+        self._every_core: list["Core"] | None = None
+        self.streams = 0             # cores whose dispatcher has a ProgramStream (Core.dispatch counts)
         self._owner: dict[int, tuple[int, str]] = {}   # id(pipe process) -> (core, pipe)
         self._ref_tile: int | None = None
         self._l2_saved: tuple | None = None
@@ -401,11 +460,15 @@ class FastForward:
 
     # -- recording (hooks) ---------------------------------------------------------------------
     def on_complete(self, pipe: "Pipe", instr: Any, start: int, end: int) -> None:
+        # (Pipe._run does the case of a stream with no signatures, not recording, inline)
         stream = pipe.core.stream
         idx = -1
         if stream is not None:
-            idx = stream.index.pop(id(instr), -1)
-            stream.sigs.pop(id(instr), None)
+            key = id(instr)
+            idx = stream.index.pop(key, -1)
+            sigs = stream.sigs
+            if sigs:                     # (filled only by snapshots)
+                sigs.pop(key, None)
             if not self._recording:
                 # a proof looks back only from a full snapshot on, which holds live instructions
                 stream.by_index.pop(idx, None)
@@ -443,10 +506,11 @@ class FastForward:
         if launch is not self._launch:
             self._launch = launch
             self._reset()
-            self._cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
+            self._cores = [c for c in self._all_cores() if c.launch is launch and c.stream is not None]
             self._owner = {id(p.proc): (i, name) for i, c in enumerate(self._cores)
                            for name, p in c.pipes.items()}
-        cores = [c for c in dev.all_cores() if c.launch is launch and c.stream is not None]
+        # (no core has a stream in a launch's tail, its pipes draining: a boundary each cycle)
+        cores = [c for c in self._all_cores() if c.launch is launch and c.stream is not None] if self.streams else []
         if cores != self._cores or not cores:
             self._cores = cores
             self._owner = {id(p.proc): (i, name) for i, c in enumerate(cores) for name, p in c.pipes.items()}
@@ -457,6 +521,13 @@ class FastForward:
             return False
         return True
 
+    def _all_cores(self) -> list["Core"]:
+        """The device's cores (made once: a device's cores are fixed when it is built, after
+        its FastForward)."""
+        if self._every_core is None:
+            self._every_core = self.device.all_cores()
+        return self._every_core
+
     def _reset(self) -> None:
         self._snaps.clear()
         self._recording = False
@@ -464,6 +535,39 @@ class FastForward:
         self._ref_tile = None
 
     # -- the boundary hook ------------------------------------------------------------------------
+    def run(self, until: Any) -> None:
+        """``env.run(until=until)`` for an event ``until``, stepping SimPy here so that the
+        fast-forward sees each clean boundary: the moment every event of the current cycle has
+        been processed (Device._run_fast_forward). ``Environment.step`` is inline (the same
+        work, a Python call fewer per event), as is the test by which :meth:`boundary` returns
+        straight away while the reference core is in the tile it last looked at."""
+        env = self.device.env
+        step = env.step if simloop.step_is_wrapped(env) else None   # (simulator/simloop.py)
+        while until.callbacks is not None:          # not yet processed
+            queue = env._queue                      # (a jump replaces the list)
+            if not queue:
+                raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}')
+            if queue[0][0] > env._now:
+                cores = self._cores
+                ref = cores[0] if cores else None
+                stream = None if ref is None else ref.stream
+                if stream is None or ref.tile < 0 or stream.tile != self._ref_tile:   # type: ignore[union-attr]
+                    self.boundary()
+                    queue = env._queue
+            if step is not None:
+                step()
+                continue
+            # Environment.step
+            env._now, _, _, event = heappop(queue)
+            callbacks, event.callbacks = event.callbacks, None   # type: ignore[assignment]
+            for callback in callbacks:
+                callback(event)
+            if not event._ok and not hasattr(event, "_defused"):
+                # the event failed and nobody handled it: crash, as step does
+                exc = type(event._value)(*event._value.args)
+                exc.__cause__ = event._value
+                raise exc
+
     def boundary(self) -> None:
         """Called at each clean boundary (every event of this cycle processed)."""
         cores = self._cores
@@ -495,7 +599,8 @@ class FastForward:
             self._recording = False
             return
         snap = (glob, cores_part)
-        self._snaps[tile] = (now, snap, len(self._log), self._counters())
+        # the counters only of a snapshot a proof can start from (one with the cores' part)
+        self._snaps[tile] = (now, snap, len(self._log), None if cores_part is None else self._counters())
         if cores_part is not None:
             self._recording = True
         if tile < self._quiet_until:

@@ -68,6 +68,10 @@ class Instruction(metaclass=_InstructionType):
     # Pipe._run does not call the base class's no-ops -- most completions that would are flags
     issues: ClassVar[bool] = False
     completes: ClassVar[bool] = False
+    # 1: the class's complete is SetFlag's and its issue the base no-op; 2: its issue is
+    # WaitFlag's and its complete the base no-op; else 0 (set by _flags). Pipe._run does the
+    # flag's effect inline for 1 and 2: flags are most completions of a cube schedule
+    inline_sync: ClassVar[int] = 0
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -76,8 +80,17 @@ class Instruction(metaclass=_InstructionType):
     @classmethod
     def _flags(cls) -> None:
         # type.__setattr__, not cls.x = ...: the metaclass watches assignments to issue/complete
-        type.__setattr__(cls, "issues", cls.issue is not Instruction.issue)
-        type.__setattr__(cls, "completes", cls.complete is not Instruction.complete)
+        issues = cls.issue is not Instruction.issue
+        completes = cls.complete is not Instruction.complete
+        type.__setattr__(cls, "issues", issues)
+        type.__setattr__(cls, "completes", completes)
+        # a method assigned later (a monkeypatch) or overridden carries no mark: back to 0
+        sync = 0
+        if completes and not issues and getattr(cls.complete, "inline_sync", 0) == 1:
+            sync = 1
+        elif issues and not completes and getattr(cls.issue, "inline_sync", 0) == 2:
+            sync = 2
+        type.__setattr__(cls, "inline_sync", sync)
 
     def __init__(self) -> None:
         self.tile = -1
@@ -131,6 +144,15 @@ class BlockEnd(Instruction):
 # Synchronisation
 # ---------------------------------------------------------------------------------------------
 
+def _inline_sync(kind: int) -> Callable[[Callable], Callable]:
+    """Marks SetFlag.complete (1) and WaitFlag.issue (2): Pipe._run does what they do inline
+    (``Instruction.inline_sync``); keep the two in step."""
+    def mark(fn: Callable) -> Callable:
+        fn.inline_sync = kind     # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
 class SetFlag(Instruction):
     """``SetFlag<src_dst>(event_id)``: runs on the source pipe once its earlier work is done."""
 
@@ -146,6 +168,7 @@ class SetFlag(Instruction):
         self.src, self.dst, self.event_id = src, dst, event_id
         self.pipe = src     # type: ignore[misc]
 
+    @_inline_sync(1)
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core
         core.set_flag((self.src, self.dst, self.event_id))
@@ -181,6 +204,7 @@ class WaitFlag(Instruction):
         self.src, self.dst, self.event_id = src, dst, event_id
         self.pipe = dst     # type: ignore[misc]
 
+    @_inline_sync(2)
     def issue(self, pipe: "Pipe") -> simpy.Event | None:
         return pipe.core.wait_flag((self.src, self.dst, self.event_id))
 
