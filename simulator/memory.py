@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -106,17 +107,21 @@ def _thp_switch() -> Callable[[bool], bool] | None:
 
 _set_thp = _thp_switch()
 _THP_MIN = 4 << 20     # numpy's own threshold for the madvise
+_THP_LOCK = threading.Lock()
 
 
 def _zeros(nbytes: int) -> np.ndarray:
     """``np.zeros(nbytes, uint8)`` in ordinary (not huge) pages; see ``_set_thp`` above."""
     if _set_thp is None or nbytes < _THP_MIN:
         return np.zeros(nbytes, _U8)
-    was = _set_thp(False)
-    try:
-        return np.zeros(nbytes, _U8)
-    finally:
-        _set_thp(was)
+    # the switch is numpy's, for the whole process: one thread at a time saves, clears and
+    # restores it (two interleaved would leave it off for good)
+    with _THP_LOCK:
+        was = _set_thp(False)
+        try:
+            return np.zeros(nbytes, _U8)
+        finally:
+            _set_thp(was)
 
 
 def align_up(x: int, a: int) -> int:

@@ -565,3 +565,30 @@ def test_a_large_backing_is_zeros_and_leaves_numpys_huge_page_switch_as_it_was()
     if memory._set_thp is not None:
         now = memory._set_thp(before)
         assert now == before
+
+
+def test_large_backings_made_by_several_threads_leave_numpys_huge_page_switch_as_it_was():
+    # the switch is process-wide: threads that save, clear and restore it in turn must not
+    # interleave, or the last restore can leave it off for good (review finding)
+    import threading
+
+    from opsim.simulator import memory
+    if memory._set_thp is None:
+        pytest.skip("this numpy has no huge-page switch")
+    before = memory._set_thp(True)
+    try:
+        start = threading.Barrier(8)
+
+        def make() -> None:
+            start.wait()
+            for _ in range(40):
+                assert memory._zeros(4 << 20).nbytes == 4 << 20
+
+        threads = [threading.Thread(target=make) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert memory._set_thp(True) is True       # still on: every thread restored what it found
+    finally:
+        memory._set_thp(before)
