@@ -156,6 +156,8 @@ class L2Cache:
         that provably leave the same cache, hits and write-backs as the line-by-line walk.
         """
         if self._arr is not None:
+            if type(runs) is not list and type(runs) is not tuple and type(runs) is not StridedRuns:
+                runs = list(runs)       # read once here: the walk below may need them again
             hit = self._arr_access(runs, write)
             if hit is not None:
                 return hit
@@ -727,6 +729,7 @@ class L2Cache:
         if self._arr is not None:
             if float(weight) == 1.0:
                 c = self.chunk
+                lines = list(lines)     # read once here: the walk below may need them again
                 hit = self._arr_access([(int(ch) * c, c) for ch in lines], write, hits=True)
                 if hit is not None:
                     return hit // c

@@ -28,9 +28,19 @@ from typing import cast
 
 import numpy as np
 
-# the widest span of lines the arrays cover (8 GiB of GM in 512 B lines: 128 MiB of stamps);
-# an access beyond it hands the state back to the OrderedDict walk
+# the widest span of lines the arrays cover: 8 times the cache's lines, at least 2^20 lines
+# (512 MiB of GM in 512 B lines) and at most 2^24 (8 GiB): 9 bytes of state per line of span,
+# 28 MiB for a 192 MiB L2. An access beyond it hands the state to the OrderedDict walk, whose
+# memory is the resident lines only (tensors far apart would otherwise cost arrays as wide as
+# the gap, copied whole by every save_state of the fast-forward)
 MAX_SPAN = 1 << 24
+MIN_SPAN = 1 << 20
+SPAN_PER_LINE = 8
+
+
+def span_limit(capacity: int) -> int:
+    """The widest span of lines the arrays of a cache of ``capacity`` lines cover."""
+    return min(MAX_SPAN, max(MIN_SPAN, SPAN_PER_LINE * capacity))
 
 try:        # the C function (numpy.count_nonzero is a Python wrapper around it: 4x the call)
     from numpy._core.multiarray import count_nonzero as _count
@@ -54,24 +64,26 @@ class LineArrays:
         self.tail = 0
         self.clock = 0                                  # the last stamp given
         self.used = 0                                   # resident lines
+        self.span = span_limit(capacity)                # the widest span the arrays cover
         self._ramp = np.arange(1024, dtype=np.int64)     # 0, 1, 2, ... (stamps and indices from it)
 
     # -- the arrays ------------------------------------------------------------------------------
     def cover(self, lo: int, hi: int) -> bool:
         """Make lines [lo, hi] indexable (growing the arrays with room to spare); False if the
-        arrays would then span more than :data:`MAX_SPAN` lines."""
+        arrays would then span more than ``span`` lines (:func:`span_limit`)."""
         n = self.stamp.size
         base = self.base
         if n and base <= lo and hi < base + n:
             return True
         want_lo, want_hi = (min(lo, base), max(hi, base + n - 1)) if n else (lo, hi)
-        if want_hi - want_lo >= MAX_SPAN:
+        span = self.span
+        if want_hi - want_lo >= span:
             return False
         extra = max(want_hi - want_lo + 1, 1 << 16) // 2
         new_lo = want_lo - extra if not n or lo < base else want_lo
         new_hi = want_hi + extra if not n or hi >= base + n else want_hi
-        new_lo = max(new_lo, want_hi - MAX_SPAN + 1, 0)
-        new_hi = min(new_hi, new_lo + MAX_SPAN - 1)
+        new_lo = max(new_lo, want_hi - span + 1, 0)
+        new_hi = min(new_hi, new_lo + span - 1)
         size = new_hi - new_lo + 1
         stamp = np.zeros(size, dtype=np.int64)
         dirty = np.zeros(size, dtype=bool)

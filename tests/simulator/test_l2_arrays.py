@@ -150,3 +150,38 @@ def test_a_saved_state_of_either_kind_restores_into_either():
     for c in (arrays, ordered):
         assert c.access_runs(((BASE, 3 * LINE),), write=False) == 3 * LINE
     _same(arrays, ordered)
+
+
+def test_the_arrays_span_a_bounded_number_of_lines_relative_to_the_cache():
+    # tensors far apart must not cost arrays as wide as the gap (9 bytes per line of span, copied
+    # by every save_state): beyond span_limit(capacity) lines the state moves to the ordered walk
+    from opsim.simulator.l2_arrays import MIN_SPAN, span_limit
+    lines = 1 << 18
+    limit = span_limit(lines)
+    assert MIN_SPAN <= limit <= 8 * lines
+    cache = L2Cache(lines * LINE, LINE, True)
+    cache.access_runs([(BASE, 4 * LINE)], write=False)
+    cache.access_runs([(BASE + (limit // 2) * LINE, 4 * LINE)], write=True)
+    assert cache._arr is not None and cache._arr.stamp.size <= limit
+    cache.access_runs([(BASE + (limit + 8) * LINE, 4 * LINE)], write=False)
+    assert cache._arr is None
+    assert cache.used_lines() == 12.0 and len(cache.dirty_lines()) == 4
+
+
+@pytest.mark.parametrize("how", ["runs", "lines"])
+def test_runs_or_lines_given_as_an_iterator_are_all_touched_when_the_state_moves(how):
+    # the arrays read the runs, find them too far apart and hand the state to the ordered walk,
+    # which must still see every run (an iterator is read once, before either)
+    far = BASE + (1 << 40)
+    results = []
+    for wrap in (list, iter):
+        cache = L2Cache(64 * LINE, LINE, True)
+        if how == "runs":
+            cache.access_runs(wrap([(BASE, 8 * LINE), (far, 8 * LINE)]), write=False)
+            hit = cache.access_runs([(BASE, 8 * LINE)], write=False)
+        else:
+            cache.access_lines(wrap([BASE // LINE, far // LINE]), weight=1.0)
+            hit = cache.access_lines([BASE // LINE], weight=1.0)
+        results.append((cache.lru_order(), hit))
+    assert results[0] == results[1]
+    assert results[0][1] > 0
