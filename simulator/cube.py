@@ -424,13 +424,18 @@ class CopyGmToL1(CubeInstruction):
                 or reg.read_only):
             dst.check(need // item, write=True)
         lo, hi = src.span(r0, nr, c0, nc)
-        device.check_global(lo, hi - lo, write=False)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, False, 1)
+        else:
+            device.check_global(lo, hi - lo, write=False)
         model = memo.get("load")
         if model is None:
             model = _cube_load_model_of(spec)
         geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
-                                  startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
+                                  startup_extra=(pipe.head_cycles() if pipe.head_pending else 0)
+                                  + (self.repeat - 1) * model.startup)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -534,7 +539,7 @@ class LoadData(CubeInstruction):
             addr = src.addr
             if sreg.backing == "allocation" or addr % sreg.alignment or addr < sreg.base or addr + have > sreg.end:
                 src.check(have // item, write=False)
-        return cost + pipe.head_cycles()
+        return cost + (pipe.head_cycles() if pipe.head_pending else 0)   # (a call only while due)
 
     def _plan(self, spec: Any, dname: str, item: int) -> tuple[int, int, int]:
         """(bytes of one repeat's tile, bytes of the L1 block, cycles without the head) of this
@@ -810,13 +815,17 @@ class Fixpipe(CubeInstruction):
         dst._check_block(self.r0, self.m, self.c0, self.n)
         device = pipe.core.device
         lo, hi = dst.span(self.r0, self.m, self.c0, self.n)
-        device.check_global(lo, hi - lo, write=True)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, True, 1)
+        else:
+            device.check_global(lo, hi - lo, write=True)
         model = device.spec.fixp
         if model is None:
             raise UnsupportedInstruction(f"{device.spec.name} has no [fixp] (L0C->GM) model")
         geo = _l2_geometry(device, dst.run_geometry(self.r0, self.m, self.c0, self.n))
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, geometry=geo,
-                                  startup_extra=pipe.head_cycles())
+                                  startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -884,14 +893,18 @@ class CopyUbToNz(Instruction):
         src.check(align16(self.n), write=False)
         device = pipe.core.device
         lo, hi = dst.span(self.row, 1, self.c0, self.n)
-        device.check_global(lo, hi - lo, write=True)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, True, 1)
+        else:
+            device.check_global(lo, hi - lo, write=True)
         geo = None                               # not a batch's last row: that one shows the L2 the batch
         if self.l2_rows > 0:
             first = max(0, self.row - self.l2_rows + 1)
             geo = _l2_geometry(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n))
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, geometry=geo,
                                   ranges=None if geo is not None else [],
-                                  startup_extra=pipe.head_cycles())
+                                  startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:

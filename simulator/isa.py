@@ -385,7 +385,7 @@ class DataCopy(Instruction):
             local, glob = self.src, self.dst  # type: ignore[assignment]
         else:
             glob, local = self.src, self.dst  # type: ignore[assignment]
-        if local.dtype.itemsize != glob.dtype.itemsize:
+        if local.dtype.itemsize != glob.tensor.dtype.itemsize:    # (GlobalSlice.dtype, without the call)
             raise SimulatorError(f"{self.name} between {glob.dtype} and {local.dtype}: DMA does not "
                                  f"convert; Cast in the vector unit")
         if self.count > local.count:
@@ -403,7 +403,9 @@ class DataCopy(Instruction):
             raise SimulatorError(f"{self.name} stores {glob.dtype} while SetAtomicAdd<{atomic}> is in effect; "
                                  f"the atomic dtype must match the GM tensor (or SetAtomicNone first)")
         self._atomic = atomic is not None
-        return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm, startup_extra=pipe.head_cycles())
+        # Pipe.head_cycles only while the head is pending (it returns 0 after): a call fewer
+        return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm,
+                                       startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core
@@ -453,7 +455,7 @@ def vector_cost(spec: "DeviceSpec", op: str, dtype: str, n: int) -> int:
 
 
 def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
-    return vector_cost(pipe.core.device.spec, op, dtype, n) + pipe.head_cycles()
+    return vector_cost(pipe.core.device.spec, op, dtype, n) + (pipe.head_cycles() if pipe.head_pending else 0)
 
 
 def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
@@ -483,21 +485,37 @@ class VectorOp(Instruction):
         self.count = int(dst.count if count is None else count)
 
     def issue(self, pipe: "Pipe") -> int:
-        dt = self.dst.dtype
-        for s in self.srcs:
-            if s.dtype != dt:
+        # the checks in the order they always ran; _require_compute and vector_cost are called
+        # only where they raise (their verdicts inline: a vector instruction per tile), dtypes
+        # compared by identity first (DType.__eq__ is a Python call)
+        dst = self.dst
+        dt = dst.dtype
+        srcs = self.srcs
+        for s in srcs:
+            if s.dtype is not dt and s.dtype != dt:
                 raise SimulatorError(f"{self.name} mixes {s.dtype} and {dt}; Cast first")
-        _require_compute(pipe, self.name, dt)
+        vector = pipe.core.device.spec.vector
+        dtn = dt.name
+        if dtn not in vector.compute_dtypes:
+            _require_compute(pipe, self.name, dt)    # raises
         n = self.count
-        self.dst.check(n, write=True)
-        for s in self.srcs:
+        dst.check(n, write=True)
+        for s in srcs:
             s.check(n, write=False)
-        if isinstance(self.scalar, LocalTensor):
-            if self.scalar.dtype != dt:
-                raise SimulatorError(f"{self.name} scalar operand is {self.scalar.dtype}, the tensors "
+        scalar = self.scalar
+        if scalar is not None and type(scalar) is not float and isinstance(scalar, LocalTensor):
+            if scalar.dtype != dt:
+                raise SimulatorError(f"{self.name} scalar operand is {scalar.dtype}, the tensors "
                                      f"are {dt}; Cast first")
-            self.scalar.check(1, write=False)
-        return _vector_cycles(pipe, self.name, dt.name, n)
+            scalar.check(1, write=False)
+        costs = vector.cost
+        name = self.name
+        if name in costs and dtn in costs[name]:
+            k, b = costs[name][dtn]
+            cycles = math.ceil(k * n + b)     # vector_cost
+        else:
+            cycles = vector_cost(pipe.core.device.spec, name, dtn, n)    # raises
+        return cycles + (pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -711,7 +729,7 @@ class Cast(Instruction):
         self.dst.check(n, write=True)
         self.src.check(n, write=False)
         if self.src.dtype == self.dst.dtype:
-            return pipe.head_cycles()   # same-type cast costs nothing (GE-PERF table)
+            return pipe.head_cycles() if pipe.head_pending else 0   # same-type cast costs nothing (GE-PERF table)
         key = f"Cast_{self.src.dtype.name}_{self.dst.dtype.name}"
         return _vector_cycles(pipe, key, self.src.dtype.name, n)
 
