@@ -174,9 +174,9 @@ class GmMatrix:
 
     def run_geometry(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int, int, int]:
         """(first address, stride, bytes per run, runs): a block is equally spaced runs."""
-        item = self.itemsize
+        item = self.dtype.itemsize      # (the itemsize property and align16 inline: per cube copy)
         if self.layout == "NZ":
-            r16 = align16(self.rows)
+            r16 = -(-self.rows // FRACTAL) * FRACTAL
             nblk = ceil_div(c0 % FRACTAL + nc, FRACTAL)
             lo = self.addr + (self.offset + (c0 // FRACTAL) * r16 * FRACTAL + r0 * FRACTAL) * item
             if nr == r16:   # whole columns of blocks are contiguous
@@ -195,9 +195,9 @@ class GmMatrix:
 
     def span(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int]:
         """[lo, hi): the bytes from the first to the last element of the block."""
-        item = self.itemsize
+        item = self.dtype.itemsize      # (the itemsize property and align16 inline: per cube copy)
         if self.layout == "NZ":
-            r16 = align16(self.rows)
+            r16 = -(-self.rows // FRACTAL) * FRACTAL
             first, last = c0 // FRACTAL, (c0 + nc - 1) // FRACTAL
             lo = self.addr + (self.offset + first * r16 * FRACTAL + r0 * FRACTAL) * item
             hi = self.addr + (self.offset + last * r16 * FRACTAL + (r0 + nr) * FRACTAL) * item
@@ -411,8 +411,9 @@ class CopyGmToL1(CubeInstruction):
         spec = device.spec
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("CopyGmToL1", nr, nc, self.repeat, self.repeat_axis, item)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             pr, pc = self.piece()
             plan = memo[key] = (pr, pc, nz_bytes(pr, pc, item))
         pr, pc, need = plan
@@ -429,9 +430,7 @@ class CopyGmToL1(CubeInstruction):
             gm._locate(lo, hi - lo, False, 1)
         else:
             device.check_global(lo, hi - lo, write=False)
-        model = memo.get("load")
-        if model is None:
-            model = _cube_load_model_of(spec)
+        model = memo["load"] if "load" in memo else _cube_load_model_of(spec)
         geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
                                   startup_extra=(pipe.head_cycles() if pipe.head_pending else 0)
@@ -519,8 +518,9 @@ class LoadData(CubeInstruction):
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("LoadData", dname, self.transpose, self.nr, self.nc, self.repeat, self.src_rows, self.src_cols,
                item, self._bytes)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             plan = memo[key] = self._plan(spec, dname, item)
         if (plan[2] < 0 or src.region.name != "L1" or dst.dtype.itemsize != item
                 or plan[0] > dreg.size or plan[0] > dst.count * item):
@@ -678,8 +678,9 @@ class Mmad(CubeInstruction):
         spec = pipe.core.device.spec
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("Mmad", self.m, self.k, self.n, self.repeat, adt.name)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             plan = memo[key] = self._plan(spec)
         a_bytes, b_bytes, c_bytes, cycles = plan
         item = adt.itemsize
