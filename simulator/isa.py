@@ -320,7 +320,9 @@ class DataCopy(Instruction):
     any length. With atomic add set, a GM write adds (fp32 compute, one rounding) at completion.
     """
 
-    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "_nbytes", "_atomic")
+    # ``pipe`` is a slot (set with ``_pipe``, which the fast-forward reads), not a property:
+    # the dispatcher reads it for every copy, as for the flags
+    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "pipe", "_nbytes", "_atomic")
     name: ClassVar[str] = "DataCopy"
     pad: ClassVar[bool] = False
 
@@ -340,13 +342,9 @@ class DataCopy(Instruction):
         self.dst, self.src, self.count = dst, src, int(count)
         # the local operand (typing.cast would be a call per copy; checked just above)
         local: LocalTensor = src if to_gm else dst   # type: ignore[assignment]
-        self._pipe = local.core.store_pipe if to_gm else local.core.load_pipe
+        self._pipe = self.pipe = local.core.store_pipe if to_gm else local.core.load_pipe  # type: ignore[misc]
         self._nbytes = self.count * local.dtype.itemsize
         self._atomic = False   # set at issue: a GM write while SetAtomicAdd is in effect
-
-    @property
-    def pipe(self) -> str:  # type: ignore[override]
-        return self._pipe
 
     def describe(self) -> str:
         d = "GM->local" if not self._to_gm else "local->GM"
@@ -388,10 +386,16 @@ class DataCopy(Instruction):
         if local.dtype.itemsize != glob.tensor.dtype.itemsize:    # (GlobalSlice.dtype, without the call)
             raise SimulatorError(f"{self.name} between {glob.dtype} and {local.dtype}: DMA does not "
                                  f"convert; Cast in the vector unit")
-        if self.count > local.count:
-            raise MemoryFault(f"{self.name} of {self.count} elements overruns the local buffer of "
+        n = self.count
+        if n > local.count:
+            raise MemoryFault(f"{self.name} of {n} elements overruns the local buffer of "
                               f"{local.count}", address=local.addr)
-        local.check(self.count, write=not to_gm)
+        # LocalTensor.check, inline where it would pass (as the cube instructions do): whatever
+        # it would refuse -- and every allocation-backed region -- takes the call, which raises
+        reg, addr, nb = local.region, local.addr, self._nbytes
+        if (reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                or addr + nb > reg.end or (not to_gm and reg.read_only)):
+            local.check(n, write=not to_gm)
         core = pipe.core
         lo, hi = glob.check(self.count, write=to_gm)
         nbytes = self._nbytes
@@ -499,9 +503,19 @@ class VectorOp(Instruction):
         if dtn not in vector.compute_dtypes:
             _require_compute(pipe, self.name, dt)    # raises
         n = self.count
-        dst.check(n, write=True)
+        # LocalTensor.check of each operand, inline where it would pass (as the cube
+        # instructions do): whatever it would refuse -- and every allocation-backed region --
+        # takes the call, which raises (or checks the allocation) as before, in the same order
+        nb = n * dt.itemsize
+        reg, addr = dst.region, dst.addr
+        if (n > dst.count or reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                or addr + nb > reg.end or reg.read_only):
+            dst.check(n, write=True)
         for s in srcs:
-            s.check(n, write=False)
+            reg, addr = s.region, s.addr
+            if (n > s.count or reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                    or addr + nb > reg.end):
+                s.check(n, write=False)
         scalar = self.scalar
         if scalar is not None and type(scalar) is not float and isinstance(scalar, LocalTensor):
             if scalar.dtype != dt:
