@@ -805,15 +805,27 @@ class Fixpipe(CubeInstruction):
         self._nbytes = self.m * self.n * dst.dtype.itemsize
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
+        # the checks in the order they always ran, each helper called only where it raises
+        # (their verdicts inline, as in LoadData.issue): one Fixpipe per output tile
         src, dst = self.src, self.dst
-        _need_region(src, ("L0C",), "Fixpipe source")
-        if src.dtype != nx.FP32:
+        reg = src.region
+        if reg.name != "L0C":
+            _need_region(src, ("L0C",), "Fixpipe source")     # raises
+        if src.dtype is not nx.FP32 and src.dtype != nx.FP32:
             raise SimulatorError(f"Fixpipe reads fp32 from L0C, got {src.dtype}")
         if dst.layout != "ND":
             raise SimulatorError("Fixpipe here writes ND matrices only")
-        _fit(src, nz_bytes(self.m, self.n, 4), "Fixpipe of a {} x {} fp32 tile", self.m, self.n)
-        src.check(nz_bytes(self.m, self.n, 4) // 4, write=False)
-        dst._check_block(self.r0, self.m, self.c0, self.n)
+        m, n, r0, c0 = self.m, self.n, self.r0, self.c0
+        need = -(-m // FRACTAL) * FRACTAL * (-(-n // FRACTAL) * FRACTAL) * 4     # nz_bytes(m, n, 4)
+        if need > reg.size or need > src.count * src.dtype.itemsize:
+            _fit(src, need, "Fixpipe of a {} x {} fp32 tile", m, n)    # raises
+        # LocalTensor.check (its count fits: tested just above), inline where it would pass
+        addr = src.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or need < 0 or addr < reg.base
+                or addr + need > reg.end):
+            src.check(need // 4, write=False)
+        if m <= 0 or n <= 0 or r0 < 0 or c0 < 0 or r0 + m > dst.rows or c0 + n > dst.cols:
+            dst._check_block(r0, m, c0, n)     # raises (ND: no NZ column rule)
         device = pipe.core.device
         lo, hi = dst.span(self.r0, self.m, self.c0, self.n)
         gm = device.gm

@@ -434,9 +434,18 @@ class DataCopy(Instruction):
             local.array(n)[...] = glob.read(n)
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        # the detail is the dtype, as for vector instructions (an atomic store says so instead)
-        return (self.count, self._nbytes, self.glob.byte_range()[0],
-                "atomic add" if self._atomic else str(self.local.dtype))
+        # the detail is the dtype, as for vector instructions (an atomic store says so instead);
+        # the operands directly, not through the glob/local properties (as in issue), and a
+        # contiguous slice's start inline, as GlobalSlice.byte_range computes it
+        local: LocalTensor
+        glob: GlobalSlice
+        if self._to_gm:
+            local, glob = self.src, self.dst  # type: ignore[assignment]
+        else:
+            glob, local = self.src, self.dst  # type: ignore[assignment]
+        t = glob.tensor
+        lo = t.addr + (t.offset + glob.start) * t.dtype.itemsize if t.is_contiguous else glob.byte_range()[0]
+        return self.count, self._nbytes, lo, "atomic add" if self._atomic else str(local.dtype)
 
 
 class DataCopyPad(DataCopy):
