@@ -59,6 +59,23 @@ def _is_cycles(wait: Any) -> bool:
     return False
 
 
+def _plain_env(env: simpy.Environment) -> bool:
+    """Whether SimPy's own ``timeout`` and ``schedule`` serve ``env`` (neither replaced on its
+    class nor on it): the pipes and the dispatcher then put their events on SimPy's queue
+    themselves, as those would; otherwise they call them (a wrapper sees every event)."""
+    cls, own = type(env), getattr(env, "__dict__", {})
+    return (cls.timeout is simpy.Environment.timeout and cls.schedule is simpy.Environment.schedule
+            and "timeout" not in own and "schedule" not in own)
+
+
+def _plain_core(core: "Core") -> bool:
+    """Whether Core's own ``set_flag`` and ``wait_flag`` serve ``core``: the pipes then do
+    them inline; otherwise the flag instructions call them (a patch sees every flag)."""
+    cls, own = type(core), getattr(core, "__dict__", {})
+    return (cls.set_flag is _SET_FLAG and cls.wait_flag is _WAIT_FLAG
+            and "set_flag" not in own and "wait_flag" not in own)
+
+
 def source_line(program: Any) -> str | None:
     """"file.py:line" where a kernel generator (or the innermost one it delegates to) is paused."""
     gen = program
@@ -73,7 +90,7 @@ def source_line(program: Any) -> str | None:
 class Pipe:
     """One in-order execution pipe of a core."""
 
-    __slots__ = ("core", "name", "queue", "depth", "_item_ev", "_space_ev", "busy_cycles",
+    __slots__ = ("core", "name", "queue", "_depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started",
                  "room")
@@ -83,7 +100,7 @@ class Pipe:
         self.name = name
         self.env = core.env
         self.queue: deque = deque()
-        self.depth = depth
+        self._depth = depth
         # depth - len(queue), kept as the queue changes: the dispatcher asks it for every push
         self.room = depth
         self._item_ev: simpy.Event | None = None
@@ -104,6 +121,16 @@ class Pipe:
         self.proc = self.env.process(self._run())
 
     # -- queue ---------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Entries the queue holds (flags included); ``room`` follows a change."""
+        return self._depth
+
+    @depth.setter
+    def depth(self, depth: int) -> None:
+        self.room += depth - self._depth
+        self._depth = depth
+
     def full(self) -> bool:
         return len(self.queue) >= self.depth
 
@@ -126,7 +153,8 @@ class Pipe:
         # queue entries they make, (time, NORMAL, next event id, event), in the same order), as
         # are SetFlag.complete and WaitFlag.issue with Core.set_flag / wait_flag (classes whose
         # ``inline_sync`` says they are theirs): a handful of Python calls per completion fewer,
-        # the same events at the same times. env._queue is read each time: the fast-forward
+        # the same events at the same times. Where one of those methods is replaced (a wrapper
+        # that counts), it is called instead (_plain_env, _plain_core). env._queue is read each time: the fast-forward
         # replaces the list.
         env = self.env
         core = self.core
@@ -134,6 +162,10 @@ class Pipe:
         queue = self.queue
         flags = core.flags
         waiters = core.flag_waiters
+        # decided once, when the pipe starts: whether SimPy's calls and the core's flag methods
+        # may be done inline (they are unless replaced, see _plain_env / _plain_core)
+        plain = _plain_env(env)
+        inline_flags = _plain_core(core)
         while True:
             if not queue:
                 item = self._item_ev = Event(env)
@@ -147,14 +179,17 @@ class Pipe:
             space = self._space_ev
             if space is not None:
                 self._space_ev = None
-                space._ok = True            # space.succeed()
-                space._value = None
-                heappush(env._queue, (env._now, NORMAL, next(env._eid), space))
+                if plain:
+                    space._ok = True            # space.succeed()
+                    space._value = None
+                    heappush(env._queue, (env._now, NORMAL, next(env._eid), space))
+                else:
+                    space.succeed()
             # env._now, not the property env.now: a Python call, twice per instruction and flag
             # (simulated time is integral: LinkNetwork checks it)
             self.started = env._now    # type: ignore[assignment]
             try:
-                sync = instr.inline_sync
+                sync = instr.inline_sync if inline_flags else 0
                 if sync == 2:
                     # WaitFlag.issue: Core.wait_flag, inline
                     key = (instr.src, instr.dst, instr.event_id)
@@ -188,11 +223,14 @@ class Pipe:
                         # (timed: an int, which mypy cannot tell from the flag)
                         cycles: int = wait       # type: ignore[assignment]
                         if cycles > 0:
-                            timer = Event(env)   # env.timeout(cycles)
-                            timer._ok = True
-                            timer._value = None
-                            heappush(env._queue, (env._now + cycles, NORMAL, next(env._eid), timer))
-                            yield timer
+                            if plain:
+                                timer = Event(env)   # env.timeout(cycles)
+                                timer._ok = True
+                                timer._value = None
+                                heappush(env._queue, (env._now + cycles, NORMAL, next(env._eid), timer))
+                                yield timer
+                            else:
+                                yield env.timeout(cycles)
                     else:
                         self._waiting = instr
                         yield wait
@@ -203,9 +241,12 @@ class Pipe:
                     if key in waiters:
                         ev = waiters[key]
                         del waiters[key]
-                        ev._ok = True       # ev.succeed()
-                        ev._value = None
-                        heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+                        if plain:
+                            ev._ok = True       # ev.succeed()
+                            ev._value = None
+                            heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+                        else:
+                            ev.succeed()
                     else:
                         flags[key] = flags[key] + 1 if key in flags else 1
                     # the producer of this hand-off is the last slice recorded on the source
@@ -433,6 +474,7 @@ class Core:
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
         env = self.env
+        plain = _plain_env(env)
         ff = self.device.ff
         if ff is not None:
             ff.streams += 1
@@ -469,9 +511,12 @@ class Core:
                 item = pipe._item_ev
                 if item is not None:
                     pipe._item_ev = None
-                    item._ok = True             # item.succeed(), inline as in Pipe._run
-                    item._value = None
-                    heappush(env._queue, (env._now, NORMAL, next(env._eid), item))
+                    if plain:
+                        item._ok = True             # item.succeed(), inline as in Pipe._run
+                        item._value = None
+                        heappush(env._queue, (env._now, NORMAL, next(env._eid), item))
+                    else:
+                        item.succeed()
                 stream.held = None
         except SimulatorError as exc:
             raise exc.at(core=self.name) from None
@@ -497,3 +542,8 @@ class Core:
 
     def pipe_busy(self) -> dict[str, int]:
         return {name: p.busy_cycles for name, p in self.pipes.items()}
+
+
+# Core's own flag methods, as defined above (_plain_core compares with them)
+_SET_FLAG = Core.set_flag
+_WAIT_FLAG = Core.wait_flag

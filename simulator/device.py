@@ -545,13 +545,16 @@ class Device:
         self._count_bytes(launch, self._gm_read_key, miss)
         self._count_bytes(launch, "L2 read", hit)
         startup = m.startup + startup_extra
+        route_hit = self._route_hit
         if fast and type(startup) is int and startup >= 0 and type(hit) is int and 0 <= hit <= nbytes \
-                and self._route_load is not None:
-            # the routes checked once; a part of no bytes is a transfer only if it is the whole DMA
+                and self._route_load is not None and (hit == 0 or route_hit is not None):
+            # the routes checked once; a part of no bytes is a transfer only if it is the whole
+            # DMA (a route the checks refused, e.g. a spec's L2 rate of 0, goes the long way
+            # below, whose transfer() names the bad value)
             if hit == 0:
                 return self._with_writeback(net._start(miss, self._route_load, startup, tag), tag, launch)
-            assert self._route_hit is not None  # a hit needs an L2
-            part = net._start(hit, self._route_hit, startup, tag)
+            assert route_hit is not None
+            part = net._start(hit, route_hit, startup, tag)
             if miss:
                 part = net._join(part, net._start(miss, self._route_load, startup, tag))
             return self._with_writeback(part, tag, launch)

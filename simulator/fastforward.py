@@ -71,6 +71,9 @@ from heapq import heappop
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
+from simpy.core import StopSimulation
+from simpy.events import EventPriority
+
 from opsim.simulator import simloop
 from opsim.simulator.errors import SimulatorError
 
@@ -560,8 +563,14 @@ class FastForward:
             # Environment.step
             env._now, _, _, event = heappop(queue)
             callbacks, event.callbacks = event.callbacks, None   # type: ignore[assignment]
-            for callback in callbacks:
-                callback(event)
+            try:
+                for callback in callbacks:
+                    callback(event)
+            except StopSimulation:
+                # as step does: the callbacks after the one that stopped run on resuming
+                event.callbacks = callbacks[callbacks.index(callback) + 1:]
+                env.schedule(event, EventPriority(-1))
+                raise
             if not event._ok and not hasattr(event, "_defused"):
                 # the event failed and nobody handled it: crash, as step does
                 exc = type(event._value)(*event._value.args)

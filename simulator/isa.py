@@ -29,6 +29,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Pipe
 
 
+# the functions marked by _inline_sync, by identity: a wrapper (functools.wraps copies a
+# function's attributes, so a mark on the function would pass to it) is never one of them
+_INLINE_SYNC: dict[Callable, int] = {}
+
+
 class _InstructionType(type):
     """Keeps ``issues`` / ``completes`` true to the class when ``issue`` or ``complete`` is
     assigned after the class statement (a monkeypatch), for the class and its subclasses."""
@@ -86,9 +91,9 @@ class Instruction(metaclass=_InstructionType):
         type.__setattr__(cls, "completes", completes)
         # a method assigned later (a monkeypatch) or overridden carries no mark: back to 0
         sync = 0
-        if completes and not issues and getattr(cls.complete, "inline_sync", 0) == 1:
+        if completes and not issues and _INLINE_SYNC.get(cls.complete) == 1:
             sync = 1
-        elif issues and not completes and getattr(cls.issue, "inline_sync", 0) == 2:
+        elif issues and not completes and _INLINE_SYNC.get(cls.issue) == 2:
             sync = 2
         type.__setattr__(cls, "inline_sync", sync)
 
@@ -148,7 +153,7 @@ def _inline_sync(kind: int) -> Callable[[Callable], Callable]:
     """Marks SetFlag.complete (1) and WaitFlag.issue (2): Pipe._run does what they do inline
     (``Instruction.inline_sync``); keep the two in step."""
     def mark(fn: Callable) -> Callable:
-        fn.inline_sync = kind     # type: ignore[attr-defined]
+        _INLINE_SYNC[fn] = kind
         return fn
     return mark
 

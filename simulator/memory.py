@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -159,7 +160,7 @@ class _SegmentStore:
     """
 
     __slots__ = ("lo", "hi", "granule", "capacity", "owner", "backed", "generation", "shared",
-                 "_starts", "_segs")
+                 "_starts", "_segs", "windows")
 
     def __init__(self, lo: int, hi: int, granule: int | None, capacity: int | None,
                  owner: str) -> None:
@@ -175,6 +176,9 @@ class _SegmentStore:
         self.shared = False
         self._starts: list[int] = []
         self._segs: list[_Segment] = []
+        # the TypedWindows given out on these bytes (weakly: a window dies with its tensor),
+        # retired when the allocation is freed or its region reset
+        self.windows: "weakref.WeakSet[TypedWindow] | None" = None
 
     def view(self, addr: int, nbytes: int, write: bool) -> np.ndarray:
         """Contiguous uint8 view of [addr, addr+nbytes); the range is already checked."""
@@ -313,7 +317,7 @@ class TypedWindow:
     ``array`` None: the allocation is backed page-wise and has no window (see Region.window).
     """
 
-    __slots__ = ("array", "count", "alloc", "store", "seg", "data", "writable")
+    __slots__ = ("array", "count", "alloc", "store", "seg", "data", "writable", "__weakref__")
 
     def __init__(self, array: np.ndarray | None, alloc: "Allocation", store: _SegmentStore,
                  seg: _Segment, data: np.ndarray | None, writable: bool) -> None:
@@ -324,10 +328,30 @@ class TypedWindow:
     def valid(self) -> bool:
         return self.alloc._store is self.store and self.seg.data is self.data
 
+    def retire(self) -> None:
+        """Let go of the memory: its allocation was freed or its region reset. A window lives
+        as long as the GlobalTensor that asked for it (a launch's arguments outlive the call);
+        holding the array would keep freed device memory alive with it. Never valid again
+        (the allocation's store is None, never the sentinel)."""
+        self.array = self.data = None
+        self.count = 0
+        self.store = _RETIRED       # type: ignore[assignment]
+        self.seg = _NO_SEGMENT
+        self.writable = False
+
 
 # the segment of a window without array: its data (None) never changes
 _NO_SEGMENT = _Segment(0, 0, np.zeros(0, _U8))
 _NO_SEGMENT.data = None  # type: ignore[assignment]
+# the store of a retired window: no allocation has it
+_RETIRED = object()
+
+
+def _retire_windows(store: _SegmentStore | None) -> None:
+    if store is not None and store.windows is not None:
+        for w in list(store.windows):
+            w.retire()
+        store.windows = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -525,6 +549,7 @@ class Region:
 
     def _retire(self, alloc: Allocation) -> None:
         alloc.alive = False
+        _retire_windows(alloc._store)
         alloc._store = None
         self.allocated_bytes -= alloc.size
         self._freed.pop(alloc.addr, None)
@@ -550,6 +575,7 @@ class Region:
         self._init_state()
         for alloc in allocs:  # after _init_state so the freed records survive
             alloc.alive = False
+            _retire_windows(alloc._store)
             alloc._store = None
             self._freed[alloc.addr] = alloc
         if self.observer is not None:
@@ -706,16 +732,21 @@ class Region:
         if store is None or addr + nbytes > alloc.addr + alloc.nbytes:
             return None
         if store.granule is not None:
-            return TypedWindow(None, alloc, store, _NO_SEGMENT, None, False)
-        if not store._segs:
-            return None
-        seg = store._segs[0]        # dense: one segment, the whole allocation
-        if not (seg.start <= addr and addr + nbytes <= seg.end):
-            return None
-        data = seg.data
-        off = addr - seg.start
-        writable = not (alloc.read_only or self.read_only or store.shared)
-        return TypedWindow(data[off:off + nbytes].view(np_dtype), alloc, store, seg, data, writable)
+            w = TypedWindow(None, alloc, store, _NO_SEGMENT, None, False)
+        else:
+            if not store._segs:
+                return None
+            seg = store._segs[0]        # dense: one segment, the whole allocation
+            if not (seg.start <= addr and addr + nbytes <= seg.end):
+                return None
+            data = seg.data
+            off = addr - seg.start
+            writable = not (alloc.read_only or self.read_only or store.shared)
+            w = TypedWindow(data[off:off + nbytes].view(np_dtype), alloc, store, seg, data, writable)
+        if store.windows is None:
+            store.windows = weakref.WeakSet()
+        store.windows.add(w)
+        return w
 
     def ensure_backed(self, addr: int, nbytes: int) -> None:
         """Back [addr, addr+nbytes) now, so views taken afterwards stay valid together."""

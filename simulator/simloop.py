@@ -7,8 +7,8 @@ processed in the same order with the same callbacks, the same ``until`` handling
 an URGENT event at that time; an event's later callbacks are put back for the next run, as
 SimPy does) and the same errors, one Python call fewer per event.
 
-While ``simpy.Environment.step`` is replaced (a benchmark that counts events wraps it), both
-loops call it instead, so what the wrapper counts stays true.
+While ``step`` is replaced, on the class or on the environment (a benchmark that counts events
+wraps it), both loops call it instead, so what the wrapper counts stays true.
 """
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ _STEP = Environment.step
 
 
 def step_is_wrapped(env: Environment) -> bool:
-    """Whether ``step`` is not SimPy's own (wrapped or replaced): then the loops call it."""
-    return type(env).step is not _STEP
+    """Whether ``step`` is not SimPy's own (wrapped or replaced, on the class or on this
+    environment itself): then the loops call it."""
+    return type(env).step is not _STEP or "step" in getattr(env, "__dict__", ())
 
 
 def run(env: Environment, until: Any = None) -> Any:

@@ -355,3 +355,19 @@ def test_a_released_stream_refuses_new_work_and_one_with_work_left_is_kept():
     with pytest.raises(SimulatorError, match="stream0 was released"):
         _mse_on(dev, s, 4096, 2)
     assert dev.create_stream().name == "stream1"
+
+
+def test_an_l2_hit_on_a_spec_whose_l2_rate_is_refused_names_the_bad_rate():
+    # the device checks its DMA routes once; a route it refused (l2_read 0.0) must not turn an L2
+    # hit into an AssertionError: the hit goes the long way, whose check names the value
+    import dataclasses
+
+    import opsim
+    from opsim import devices
+    from opsim.kernels import registry
+
+    spec = devices.load("atlas-a2")
+    bad = dataclasses.replace(spec, rates=dataclasses.replace(spec.rates, l2_read=0.0))
+    kw = registry.get("embedding_dense_backward").example(np.random.default_rng(1), spec, "fp32")
+    with pytest.raises(Exception, match=r"base_rate must be finite and > 0, got 0\.0"):
+        opsim.run("embedding_dense_backward", device=bad, mode="full", trace="off", **kw)

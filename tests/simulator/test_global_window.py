@@ -92,3 +92,29 @@ def test_no_window_on_unbacked_memory_or_a_strided_view():
     assert strided.window() is None
     np.testing.assert_array_equal(strided[0:4].read(4), [1, 1, 1, 1])
     np.testing.assert_array_equal(strided[4:8].read(4), [0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("nbytes", [4 << 10, (64 << 20) + 4096], ids=["dense", "page-wise"])
+@pytest.mark.parametrize("how", ["free", "reset"])
+def test_a_window_lets_go_of_its_memory_when_the_allocation_dies(nbytes, how):
+    # a launch keeps its GlobalTensor arguments (and so their windows) after the call: a window
+    # that held the backing would keep freed device memory alive for as long (review finding)
+    import gc
+    import weakref
+    dev = Device(A2)
+    addr = dev.malloc(nbytes)
+    dev.write(addr, np.ones(1024, np.float32))
+    t = GlobalTensor.contiguous(dev, addr, nx.FP32, (nbytes // 4,))
+    t[0:16].read(16)
+    assert t._win[0] is not None and t._win[0].alloc.alive
+    store = t._win[0].alloc._store
+    backing = weakref.ref(store._segs[0].data)
+    del store
+    if how == "free":
+        dev.free(addr)
+    else:
+        dev.gm.reset()
+    gc.collect()
+    assert backing() is None
+    with pytest.raises(MemoryFault, match="after free|unallocated|freed"):
+        t[0:16].read(16)

@@ -189,3 +189,60 @@ def test_an_observer_replaced_by_an_equal_one_stops_and_its_successor_sees_flags
     # the first stops at the busy call that swapped it; from then on the second gets every completion
     assert first.calls[-1][3] and any(not c[3] for c in first.calls)
     assert any(not c[3] for c in second.calls) and any(c[3] for c in second.calls)
+
+
+def test_wrapped_flag_and_simpy_methods_are_called_and_change_nothing(monkeypatch):
+    # the pipes do a flag's set/wait and SimPy's timeout/schedule inline, but a wrapper of any of
+    # them (functools.wraps included, which copies a function's attributes) is called for every
+    # flag and timer, as before the inlining -- with the same result (review finding)
+    import functools
+
+    from opsim.simulator.core import Core
+
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal(5000).astype(np.float32) for _ in range(2))
+
+    def run() -> Any:
+        return opsim.run("mse_loss_backward", device="atlas-a2", grad_output=np.float32(1.0), self=x,
+                         target=y, reduction="none", trace="off")
+
+    plain = run()
+    counts = dict.fromkeys(["SetFlag.complete", "WaitFlag.issue", "Core.set_flag", "Core.wait_flag",
+                            "env.step", "env.timeout"], 0)
+
+    def wrap(cls: Any, name: str, key: str) -> None:
+        orig = getattr(cls, name)
+
+        @functools.wraps(orig)
+        def wrapper(self: Any, *a: Any, **k: Any) -> Any:
+            counts[key] += 1
+            return orig(self, *a, **k)
+        monkeypatch.setattr(cls, name, wrapper)
+
+    wrap(isa.SetFlag, "complete", "SetFlag.complete")
+    wrap(isa.WaitFlag, "issue", "WaitFlag.issue")
+    wrap(Core, "set_flag", "Core.set_flag")
+    wrap(Core, "wait_flag", "Core.wait_flag")
+    real = api.Device
+
+    def device(*a: Any, **kw: Any) -> Any:
+        dev = real(*a, **kw)
+        env = dev.env
+        step, timeout = env.step, env.timeout
+
+        def counted_step() -> Any:
+            counts["env.step"] += 1
+            return step()
+
+        def counted_timeout(*a: Any, **k: Any) -> Any:
+            counts["env.timeout"] += 1
+            return timeout(*a, **k)
+        env.step, env.timeout = counted_step, counted_timeout
+        return dev
+    monkeypatch.setattr(api, "Device", device)
+    wrapped = run()
+    assert all(counts.values()), counts
+    assert counts["SetFlag.complete"] == counts["Core.set_flag"]
+    assert counts["WaitFlag.issue"] == counts["Core.wait_flag"]
+    assert wrapped.cycles == plain.cycles
+    np.testing.assert_array_equal(wrapped.outputs["out"], plain.outputs["out"])
