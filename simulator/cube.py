@@ -174,9 +174,9 @@ class GmMatrix:
 
     def run_geometry(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int, int, int]:
         """(first address, stride, bytes per run, runs): a block is equally spaced runs."""
-        item = self.itemsize
+        item = self.dtype.itemsize      # (the itemsize property and align16 inline: per cube copy)
         if self.layout == "NZ":
-            r16 = align16(self.rows)
+            r16 = -(-self.rows // FRACTAL) * FRACTAL
             nblk = ceil_div(c0 % FRACTAL + nc, FRACTAL)
             lo = self.addr + (self.offset + (c0 // FRACTAL) * r16 * FRACTAL + r0 * FRACTAL) * item
             if nr == r16:   # whole columns of blocks are contiguous
@@ -195,9 +195,9 @@ class GmMatrix:
 
     def span(self, r0: int, nr: int, c0: int, nc: int) -> tuple[int, int]:
         """[lo, hi): the bytes from the first to the last element of the block."""
-        item = self.itemsize
+        item = self.dtype.itemsize      # (the itemsize property and align16 inline: per cube copy)
         if self.layout == "NZ":
-            r16 = align16(self.rows)
+            r16 = -(-self.rows // FRACTAL) * FRACTAL
             first, last = c0 // FRACTAL, (c0 + nc - 1) // FRACTAL
             lo = self.addr + (self.offset + first * r16 * FRACTAL + r0 * FRACTAL) * item
             hi = self.addr + (self.offset + last * r16 * FRACTAL + (r0 + nr) * FRACTAL) * item
@@ -411,8 +411,9 @@ class CopyGmToL1(CubeInstruction):
         spec = device.spec
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("CopyGmToL1", nr, nc, self.repeat, self.repeat_axis, item)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             pr, pc = self.piece()
             plan = memo[key] = (pr, pc, nz_bytes(pr, pc, item))
         pr, pc, need = plan
@@ -424,13 +425,16 @@ class CopyGmToL1(CubeInstruction):
                 or reg.read_only):
             dst.check(need // item, write=True)
         lo, hi = src.span(r0, nr, c0, nc)
-        device.check_global(lo, hi - lo, write=False)
-        model = memo.get("load")
-        if model is None:
-            model = _cube_load_model_of(spec)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, False, 1)
+        else:
+            device.check_global(lo, hi - lo, write=False)
+        model = memo["load"] if "load" in memo else _cube_load_model_of(spec)
         geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
-                                  startup_extra=pipe.head_cycles() + (self.repeat - 1) * model.startup)
+                                  startup_extra=(pipe.head_cycles() if pipe.head_pending else 0)
+                                  + (self.repeat - 1) * model.startup)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -514,8 +518,9 @@ class LoadData(CubeInstruction):
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("LoadData", dname, self.transpose, self.nr, self.nc, self.repeat, self.src_rows, self.src_cols,
                item, self._bytes)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             plan = memo[key] = self._plan(spec, dname, item)
         if (plan[2] < 0 or src.region.name != "L1" or dst.dtype.itemsize != item
                 or plan[0] > dreg.size or plan[0] > dst.count * item):
@@ -534,7 +539,7 @@ class LoadData(CubeInstruction):
             addr = src.addr
             if sreg.backing == "allocation" or addr % sreg.alignment or addr < sreg.base or addr + have > sreg.end:
                 src.check(have // item, write=False)
-        return cost + pipe.head_cycles()
+        return cost + (pipe.head_cycles() if pipe.head_pending else 0)   # (a call only while due)
 
     def _plan(self, spec: Any, dname: str, item: int) -> tuple[int, int, int]:
         """(bytes of one repeat's tile, bytes of the L1 block, cycles without the head) of this
@@ -673,8 +678,9 @@ class Mmad(CubeInstruction):
         spec = pipe.core.device.spec
         memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
         key = ("Mmad", self.m, self.k, self.n, self.repeat, adt.name)
-        plan = memo.get(key)
-        if plan is None:
+        try:                    # (a subscript, not memo.get: no call on a hit)
+            plan = memo[key]
+        except KeyError:
             plan = memo[key] = self._plan(spec)
         a_bytes, b_bytes, c_bytes, cycles = plan
         item = adt.itemsize
@@ -799,24 +805,40 @@ class Fixpipe(CubeInstruction):
         self._nbytes = self.m * self.n * dst.dtype.itemsize
 
     def issue(self, pipe: "Pipe") -> simpy.Event:
+        # the checks in the order they always ran, each helper called only where it raises
+        # (their verdicts inline, as in LoadData.issue): one Fixpipe per output tile
         src, dst = self.src, self.dst
-        _need_region(src, ("L0C",), "Fixpipe source")
-        if src.dtype != nx.FP32:
+        reg = src.region
+        if reg.name != "L0C":
+            _need_region(src, ("L0C",), "Fixpipe source")     # raises
+        if src.dtype is not nx.FP32 and src.dtype != nx.FP32:
             raise SimulatorError(f"Fixpipe reads fp32 from L0C, got {src.dtype}")
         if dst.layout != "ND":
             raise SimulatorError("Fixpipe here writes ND matrices only")
-        _fit(src, nz_bytes(self.m, self.n, 4), "Fixpipe of a {} x {} fp32 tile", self.m, self.n)
-        src.check(nz_bytes(self.m, self.n, 4) // 4, write=False)
-        dst._check_block(self.r0, self.m, self.c0, self.n)
+        m, n, r0, c0 = self.m, self.n, self.r0, self.c0
+        need = -(-m // FRACTAL) * FRACTAL * (-(-n // FRACTAL) * FRACTAL) * 4     # nz_bytes(m, n, 4)
+        if need > reg.size or need > src.count * src.dtype.itemsize:
+            _fit(src, need, "Fixpipe of a {} x {} fp32 tile", m, n)    # raises
+        # LocalTensor.check (its count fits: tested just above), inline where it would pass
+        addr = src.addr
+        if (reg.backing == "allocation" or addr % reg.alignment or need < 0 or addr < reg.base
+                or addr + need > reg.end):
+            src.check(need // 4, write=False)
+        if m <= 0 or n <= 0 or r0 < 0 or c0 < 0 or r0 + m > dst.rows or c0 + n > dst.cols:
+            dst._check_block(r0, m, c0, n)     # raises (ND: no NZ column rule)
         device = pipe.core.device
         lo, hi = dst.span(self.r0, self.m, self.c0, self.n)
-        device.check_global(lo, hi - lo, write=True)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, True, 1)
+        else:
+            device.check_global(lo, hi - lo, write=True)
         model = device.spec.fixp
         if model is None:
             raise UnsupportedInstruction(f"{device.spec.name} has no [fixp] (L0C->GM) model")
         geo = _l2_geometry(device, dst.run_geometry(self.r0, self.m, self.c0, self.n))
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, geometry=geo,
-                                  startup_extra=pipe.head_cycles())
+                                  startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -884,14 +906,18 @@ class CopyUbToNz(Instruction):
         src.check(align16(self.n), write=False)
         device = pipe.core.device
         lo, hi = dst.span(self.row, 1, self.c0, self.n)
-        device.check_global(lo, hi - lo, write=True)
+        gm = device.gm
+        if gm.base <= lo < hi <= gm.end:     # Device.check_global in one call (as GlobalSlice.check)
+            gm._locate(lo, hi - lo, True, 1)
+        else:
+            device.check_global(lo, hi - lo, write=True)
         geo = None                               # not a batch's last row: that one shows the L2 the batch
         if self.l2_rows > 0:
             first = max(0, self.row - self.l2_rows + 1)
             geo = _l2_geometry(device, dst.run_geometry(first, self.row + 1 - first, self.c0, self.n))
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, geometry=geo,
                                   ranges=None if geo is not None else [],
-                                  startup_extra=pipe.head_cycles())
+                                  startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:

@@ -325,7 +325,9 @@ class DataCopy(Instruction):
     any length. With atomic add set, a GM write adds (fp32 compute, one rounding) at completion.
     """
 
-    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "_nbytes", "_atomic")
+    # ``pipe`` is a slot (set with ``_pipe``, which the fast-forward reads), not a property:
+    # the dispatcher reads it for every copy, as for the flags
+    __slots__ = ("dst", "src", "count", "_to_gm", "_pipe", "pipe", "_nbytes", "_atomic")
     name: ClassVar[str] = "DataCopy"
     pad: ClassVar[bool] = False
 
@@ -345,13 +347,9 @@ class DataCopy(Instruction):
         self.dst, self.src, self.count = dst, src, int(count)
         # the local operand (typing.cast would be a call per copy; checked just above)
         local: LocalTensor = src if to_gm else dst   # type: ignore[assignment]
-        self._pipe = local.core.store_pipe if to_gm else local.core.load_pipe
+        self._pipe = self.pipe = local.core.store_pipe if to_gm else local.core.load_pipe  # type: ignore[misc]
         self._nbytes = self.count * local.dtype.itemsize
         self._atomic = False   # set at issue: a GM write while SetAtomicAdd is in effect
-
-    @property
-    def pipe(self) -> str:  # type: ignore[override]
-        return self._pipe
 
     def describe(self) -> str:
         d = "GM->local" if not self._to_gm else "local->GM"
@@ -390,13 +388,19 @@ class DataCopy(Instruction):
             local, glob = self.src, self.dst  # type: ignore[assignment]
         else:
             glob, local = self.src, self.dst  # type: ignore[assignment]
-        if local.dtype.itemsize != glob.dtype.itemsize:
+        if local.dtype.itemsize != glob.tensor.dtype.itemsize:    # (GlobalSlice.dtype, without the call)
             raise SimulatorError(f"{self.name} between {glob.dtype} and {local.dtype}: DMA does not "
                                  f"convert; Cast in the vector unit")
-        if self.count > local.count:
-            raise MemoryFault(f"{self.name} of {self.count} elements overruns the local buffer of "
+        n = self.count
+        if n > local.count:
+            raise MemoryFault(f"{self.name} of {n} elements overruns the local buffer of "
                               f"{local.count}", address=local.addr)
-        local.check(self.count, write=not to_gm)
+        # LocalTensor.check, inline where it would pass (as the cube instructions do): whatever
+        # it would refuse -- and every allocation-backed region -- takes the call, which raises
+        reg, addr, nb = local.region, local.addr, self._nbytes
+        if (reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                or addr + nb > reg.end or (not to_gm and reg.read_only)):
+            local.check(n, write=not to_gm)
         core = pipe.core
         lo, hi = glob.check(self.count, write=to_gm)
         nbytes = self._nbytes
@@ -408,7 +412,9 @@ class DataCopy(Instruction):
             raise SimulatorError(f"{self.name} stores {glob.dtype} while SetAtomicAdd<{atomic}> is in effect; "
                                  f"the atomic dtype must match the GM tensor (or SetAtomicNone first)")
         self._atomic = atomic is not None
-        return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm, startup_extra=pipe.head_cycles())
+        # Pipe.head_cycles only while the head is pending (it returns 0 after): a call fewer
+        return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm,
+                                       startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core
@@ -433,9 +439,18 @@ class DataCopy(Instruction):
             local.array(n)[...] = glob.read(n)
 
     def trace_args(self) -> tuple[int, int, int, str]:
-        # the detail is the dtype, as for vector instructions (an atomic store says so instead)
-        return (self.count, self._nbytes, self.glob.byte_range()[0],
-                "atomic add" if self._atomic else str(self.local.dtype))
+        # the detail is the dtype, as for vector instructions (an atomic store says so instead);
+        # the operands directly, not through the glob/local properties (as in issue), and a
+        # contiguous slice's start inline, as GlobalSlice.byte_range computes it
+        local: LocalTensor
+        glob: GlobalSlice
+        if self._to_gm:
+            local, glob = self.src, self.dst  # type: ignore[assignment]
+        else:
+            glob, local = self.src, self.dst  # type: ignore[assignment]
+        t = glob.tensor
+        lo = t.addr + (t.offset + glob.start) * t.dtype.itemsize if t.is_contiguous else glob.byte_range()[0]
+        return self.count, self._nbytes, lo, "atomic add" if self._atomic else str(local.dtype)
 
 
 class DataCopyPad(DataCopy):
@@ -458,7 +473,7 @@ def vector_cost(spec: "DeviceSpec", op: str, dtype: str, n: int) -> int:
 
 
 def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
-    return vector_cost(pipe.core.device.spec, op, dtype, n) + pipe.head_cycles()
+    return vector_cost(pipe.core.device.spec, op, dtype, n) + (pipe.head_cycles() if pipe.head_pending else 0)
 
 
 def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
@@ -488,21 +503,47 @@ class VectorOp(Instruction):
         self.count = int(dst.count if count is None else count)
 
     def issue(self, pipe: "Pipe") -> int:
-        dt = self.dst.dtype
-        for s in self.srcs:
-            if s.dtype != dt:
+        # the checks in the order they always ran; _require_compute and vector_cost are called
+        # only where they raise (their verdicts inline: a vector instruction per tile), dtypes
+        # compared by identity first (DType.__eq__ is a Python call)
+        dst = self.dst
+        dt = dst.dtype
+        srcs = self.srcs
+        for s in srcs:
+            if s.dtype is not dt and s.dtype != dt:
                 raise SimulatorError(f"{self.name} mixes {s.dtype} and {dt}; Cast first")
-        _require_compute(pipe, self.name, dt)
+        vector = pipe.core.device.spec.vector
+        dtn = dt.name
+        if dtn not in vector.compute_dtypes:
+            _require_compute(pipe, self.name, dt)    # raises
         n = self.count
-        self.dst.check(n, write=True)
-        for s in self.srcs:
-            s.check(n, write=False)
-        if isinstance(self.scalar, LocalTensor):
-            if self.scalar.dtype != dt:
-                raise SimulatorError(f"{self.name} scalar operand is {self.scalar.dtype}, the tensors "
+        # LocalTensor.check of each operand, inline where it would pass (as the cube
+        # instructions do): whatever it would refuse -- and every allocation-backed region --
+        # takes the call, which raises (or checks the allocation) as before, in the same order
+        nb = n * dt.itemsize
+        reg, addr = dst.region, dst.addr
+        if (n > dst.count or reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                or addr + nb > reg.end or reg.read_only):
+            dst.check(n, write=True)
+        for s in srcs:
+            reg, addr = s.region, s.addr
+            if (n > s.count or reg.backing == "allocation" or addr % reg.alignment or nb < 0 or addr < reg.base
+                    or addr + nb > reg.end):
+                s.check(n, write=False)
+        scalar = self.scalar
+        if scalar is not None and type(scalar) is not float and isinstance(scalar, LocalTensor):
+            if scalar.dtype != dt:
+                raise SimulatorError(f"{self.name} scalar operand is {scalar.dtype}, the tensors "
                                      f"are {dt}; Cast first")
-            self.scalar.check(1, write=False)
-        return _vector_cycles(pipe, self.name, dt.name, n)
+            scalar.check(1, write=False)
+        costs = vector.cost
+        name = self.name
+        if name in costs and dtn in costs[name]:
+            k, b = costs[name][dtn]
+            cycles = math.ceil(k * n + b)     # vector_cost
+        else:
+            cycles = vector_cost(pipe.core.device.spec, name, dtn, n)    # raises
+        return cycles + (pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -716,7 +757,7 @@ class Cast(Instruction):
         self.dst.check(n, write=True)
         self.src.check(n, write=False)
         if self.src.dtype == self.dst.dtype:
-            return pipe.head_cycles()   # same-type cast costs nothing (GE-PERF table)
+            return pipe.head_cycles() if pipe.head_pending else 0   # same-type cast costs nothing (GE-PERF table)
         key = f"Cast_{self.src.dtype.name}_{self.dst.dtype.name}"
         return _vector_cycles(pipe, key, self.src.dtype.name, n)
 

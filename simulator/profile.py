@@ -17,7 +17,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from opsim.simulator.cube import GmMatrix
+from opsim.simulator.cube import CopyGmToL1, Fixpipe, GmMatrix, LoadData
+from opsim.simulator.isa import DataCopy, DataCopyPad
 from opsim.simulator.tile import GlobalTensor
 from opsim.traces.tables import LaunchRecord, TensorInfo
 
@@ -78,7 +79,17 @@ class Profiler:
         row[0] += 1
         row[1] += end - start
         if pname in COPY_PIPES or name == "Copy":
-            _, nbytes, addr, _ = instr.trace_args()
+            # the bytes of trace_args, read from the slot it returns them from for the classes
+            # of nearly every copy (their trace_args also builds the detail text and the address,
+            # a few calls each); the address below only where a store needs it
+            cls = type(instr)
+            addr: int | None
+            if cls is LoadData:
+                nbytes, addr = instr._bytes, None
+            elif cls is DataCopy or cls is DataCopyPad or cls is CopyGmToL1 or cls is Fixpipe:
+                nbytes, addr = instr._nbytes, None
+            else:
+                _, nbytes, addr, _ = instr.trace_args()
             row[2] += nbytes
             if pname == "MTE1" or name == "Copy":
                 # on-chip moves: L1 -> L0A/L0B (LoadData), UB -> UB (Copy)
@@ -89,8 +100,17 @@ class Profiler:
                     path = "UB->UB"
                 on_chip = self.on_chip
                 on_chip[path] = on_chip[path] + nbytes if path in on_chip else nbytes
-            elif addr >= 0 and (pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False))):
-                self.stores.setdefault(lid, array("q")).append(addr)
+            elif pname in STORE_PIPES or (pname == "DMA" and getattr(instr, "_to_gm", False)):
+                if addr is None:
+                    # trace_args()[2]: a DataCopy store's contiguous GM slice inline, its start
+                    # as GlobalSlice.byte_range computes it; any other the long way
+                    t = instr.dst.tensor if (cls is DataCopy or cls is DataCopyPad) and instr._to_gm else None
+                    if t is not None and t.is_contiguous:
+                        addr = t.addr + (t.offset + instr.dst.start) * t.dtype.itemsize
+                    else:
+                        addr = instr.trace_args()[2]
+                if addr >= 0:
+                    self.stores.setdefault(lid, array("q")).append(addr)
 
     def forget(self, launches: Any) -> None:
         """Drop what was counted for ``launches`` (their records were taken; ids may be reused)."""

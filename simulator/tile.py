@@ -233,9 +233,23 @@ class GlobalSlice:
         return min(count * self.tensor.dtype.itemsize, hi - lo)
 
     def check(self, count: int, *, write: bool) -> tuple[int, int]:
-        lo, hi = self.byte_range(count)
+        t = self.tensor
+        if t.is_contiguous:     # byte_range without _offsets (every DataCopy checks its slice)
+            item = t.dtype.itemsize
+            lo = t.addr + (t.offset + self.start) * item
+            hi = lo + count * item
+        else:
+            lo, hi = self.byte_range(count)
         if hi > lo:
-            self.tensor.device.check_global(lo, hi - lo, write=write)
+            dev = t.device
+            gm = dev.gm
+            if gm.base <= lo and hi <= gm.end:
+                # Device.check_global's verdict, in one call: a range inside the GM region is
+                # in no other (regions do not overlap), so AddressSpace.region_of would pick
+                # it and Region.check would _locate it (alignment 1): same checks, same faults
+                gm._locate(lo, hi - lo, write, 1)
+            else:
+                dev.check_global(lo, hi - lo, write=write)
         return lo, hi
 
     def read(self, count: int) -> np.ndarray:
