@@ -317,21 +317,21 @@ def cube_load_model(spec: Any) -> DmaModel:
 # recomputing them was a visible share of the cube instructions' issue cost. The spec is kept
 # in the value so that its id is not reused while the entry lives.
 _SPEC_MEMO: dict[int, tuple[Any, dict]] = {}
-# the spec of the latest _spec_memo call and its memo: the cube instructions of a run all ask
-# for the same spec, and an issue tests ``spec is _LAST_SPEC`` instead of making the call
-_LAST_SPEC: Any = None
-_LAST_MEMO: dict = {}
+# (the spec of the latest _spec_memo call, its memo): the cube instructions of a run all ask
+# for the same spec, and an issue tests ``spec is _LAST[0]`` instead of making the call. One
+# tuple, read once and replaced whole: two globals could be paired across threads
+_LAST: tuple[Any, dict] = (None, {})
 
 
 def _spec_memo(spec: Any) -> dict:
     """The per-spec memo of shape-derived costs (``cube_load_model``, Mmad cycles, MTE1 rates)."""
-    global _LAST_SPEC, _LAST_MEMO
+    global _LAST
     entry = _SPEC_MEMO.get(id(spec))
     if entry is None or entry[0] is not spec:
         if len(_SPEC_MEMO) > 64:
             _SPEC_MEMO.clear()
         entry = _SPEC_MEMO[id(spec)] = (spec, {})
-    _LAST_SPEC, _LAST_MEMO = spec, entry[1]
+    _LAST = (spec, entry[1])
     return entry[1]
 
 
@@ -409,7 +409,8 @@ class CopyGmToL1(CubeInstruction):
             src._check_block(r0, nr, c0, nc)    # raises
         device = pipe.core.device
         spec = device.spec
-        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
+        last = _LAST
+        memo = last[1] if last[0] is spec else _spec_memo(spec)
         key = ("CopyGmToL1", nr, nc, self.repeat, self.repeat_axis, item)
         try:                    # (a subscript, not memo.get: no call on a hit)
             plan = memo[key]
@@ -515,7 +516,8 @@ class LoadData(CubeInstruction):
         dreg, item = dst.region, src.dtype.itemsize
         dname = dreg.name
         spec = pipe.core.device.spec
-        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
+        last = _LAST
+        memo = last[1] if last[0] is spec else _spec_memo(spec)
         key = ("LoadData", dname, self.transpose, self.nr, self.nc, self.repeat, self.src_rows, self.src_cols,
                item, self._bytes)
         try:                    # (a subscript, not memo.get: no call on a hit)
@@ -676,7 +678,8 @@ class Mmad(CubeInstruction):
         a, b, c = self.a, self.b, self.c
         adt = a.dtype
         spec = pipe.core.device.spec
-        memo = _LAST_MEMO if spec is _LAST_SPEC else _spec_memo(spec)
+        last = _LAST
+        memo = last[1] if last[0] is spec else _spec_memo(spec)
         key = ("Mmad", self.m, self.k, self.n, self.repeat, adt.name)
         try:                    # (a subscript, not memo.get: no call on a hit)
             plan = memo[key]

@@ -118,3 +118,12 @@ def test_a_window_lets_go_of_its_memory_when_the_allocation_dies(nbytes, how):
     assert backing() is None
     with pytest.raises(MemoryFault, match="after free|unallocated|freed"):
         t[0:16].read(16)
+
+
+def test_a_negative_count_faults_through_the_window_as_on_the_general_path():
+    dev = Device(A2)
+    t = _tensor(dev, np.arange(64, dtype=np.float32))
+    t[0:8].read(8)
+    assert t.window() is not None
+    with pytest.raises(MemoryFault, match="negative access length"):
+        t[8:16].read(-4)
