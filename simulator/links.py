@@ -114,6 +114,10 @@ def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) 
 
 
 _INF = math.inf
+# Module-level aliases: _recompute finds them with a cached global load instead of binding
+# three attribute look-ups per call.
+_ceil = math.ceil
+_heappop = heapq.heappop
 
 
 def _checked(nbytes: Any, base_rate: Any, startup: Any) -> tuple[int, float, int]:
@@ -776,9 +780,6 @@ class LinkNetwork:
         classes = self._classes
         ordered = self._ordered
         active = self._active
-        ceil = math.ceil
-        isclose = math.isclose
-        heappop = heapq.heappop
         emptied: list[_Class] | None = None     # the classes that lost their last member
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
@@ -792,7 +793,7 @@ class LinkNetwork:
                 fix = 0.0
                 k = 0
                 while True:
-                    t = heappop(heap)[2]
+                    t = _heappop(heap)[2]
                     # Credit exactly what was left (it is <= 0 if the last byte arrived before
                     # now), so each transfer's credits add up to nbytes.
                     fix += t.threshold - s
@@ -803,7 +804,7 @@ class LinkNetwork:
                     if not heap:
                         break
                     key = heap[0][0]
-                    if not (key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed)):
+                    if not (key <= s or (elapsed > 0 and _ceil((key - s_last) / rate) <= elapsed)):
                         break
                 c.n = n = c.n - k
                 for link in c.links:
@@ -844,7 +845,7 @@ class LinkNetwork:
         if pending and pending[0][0] <= now:
             rank = self._rank
             while True:
-                t = heappop(pending)[2]
+                t = _heappop(pending)[2]
                 if t.nbytes:
                     c = classes.get(id(t.key))
                     if c is None:
@@ -902,7 +903,7 @@ class LinkNetwork:
             # 6. (in advance) A class's next completion is its heap head: the first integer
             #    cycle by which the head's remainder is within tolerance.  The key already has
             #    the tolerance subtracted, which absorbs rounding error that would add a cycle.
-            c.pred = cycles = ceil((c.heap[0][0] - c.served) / d)
+            c.pred = cycles = _ceil((c.heap[0][0] - c.served) / d)
             if soonest is None or cycles < soonest:
                 soonest = cycles
             if not c.links:
@@ -920,7 +921,7 @@ class LinkNetwork:
                 self._fill(ordered, links, pools)
                 soonest = None
                 for c in ordered:
-                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)
+                    c.pred = cycles = _ceil((c.heap[0][0] - c.served) / c.rate)
                     if soonest is None or cycles < soonest:
                         soonest = cycles
                 break
@@ -976,8 +977,20 @@ class LinkNetwork:
                     steps.append(nbytes)
                 else:
                     prev = steps[-1]
-                    if prev > 0.0 and isclose(nbytes / (now - start), prev / (start - times[-1]),
-                                              rel_tol=_MERGE_REL, abs_tol=0.0):
+                    # math.isclose(a, b, rel_tol=_MERGE_REL, abs_tol=0.0), inline (once per
+                    # segment): b > 0 and a are finite, so it is |a - b| <= _MERGE_REL * |a| or
+                    # <= _MERGE_REL * b, i.e. <= _MERGE_REL * max(|a|, b) (rounding is monotone)
+                    if prev > 0.0:
+                        a = nbytes / (now - start)
+                        b = prev / (start - times[-1])
+                        diff = a - b
+                        if diff < 0.0:
+                            diff = -diff
+                        absa = a if a >= 0.0 else -a
+                        merge = diff <= _MERGE_REL * (absa if absa > b else b)
+                    else:
+                        merge = False
+                    if merge:
                         steps[-1] = prev + nbytes
                     else:
                         times.append(start)
