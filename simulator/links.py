@@ -351,15 +351,16 @@ class _Completion(simpy.Event):
 class _Transfer(_Completion):
     """Mutable state of one transfer inside the network, and the event :meth:`LinkNetwork.transfer`
     returns (one object per transfer, not two; not part of the API).  Made by
-    :meth:`LinkNetwork._start` only, which sets every field (without an ``__init__`` frame):
+    :meth:`LinkNetwork._start` only, which sets the fields of a pending transfer (without an
+    ``__init__`` frame); the admission in :meth:`LinkNetwork._recompute` sets the others:
 
     ``seq`` (issue order), ``tag``, ``nbytes``, ``issue`` (cycle), ``start`` (cycle its startup
-    ends), ``key`` ((base rate, pool, links): its rate class), ``links``, ``tol`` (remaining bytes
-    that count as delivered), ``threshold`` (the class's ``served`` at which its last byte has
-    arrived), ``rank`` (activation order), ``done``, ``cls`` (its class while active).
+    ends), ``key`` ((base rate, pool, links): its rate class), ``tol`` (remaining bytes that
+    count as delivered), ``done``; once admitted, ``threshold`` (the class's ``served`` at which
+    its last byte has arrived), ``rank`` (activation order) and ``cls`` (its class while active).
     """
 
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "tol",
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "tol",
                  "threshold", "rank", "done", "cls")
     seq: int
     tag: object
@@ -367,7 +368,6 @@ class _Transfer(_Completion):
     issue: int
     start: int
     key: tuple
-    links: tuple[Link, ...]
     tol: float
     threshold: float
     rank: int
@@ -618,13 +618,11 @@ class LinkNetwork:
         t.issue = now
         t.start = start
         t.key = key
-        t.links = key[2]
         tol = _REL_TOL * nbytes
         t.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
-        t.threshold = 0.0
-        t.rank = 0
         t.done = False
-        t.cls = None
+        # threshold, rank and cls are set at admission (nothing reads them before: a zero-byte
+        # transfer is never admitted and finishes with only ``cls`` set, to None)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
@@ -784,12 +782,12 @@ class LinkNetwork:
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
-            heap = c.heap                       # never empty: the class has members
             s_last = c.served
-            rate = c.rate
-            c.served = s = s_last + rate * span
-            key = heap[0][0]
+            c.served = s = s_last + c.rate * span
+            key = c.heap[0][0]                  # never empty: the class has members
             if key <= s or (elapsed > 0 and c.pred <= elapsed):
+                heap = c.heap
+                rate = c.rate
                 fix = 0.0
                 k = 0
                 while True:
@@ -1014,10 +1012,11 @@ class LinkNetwork:
 
         # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
-        self.completed += len(finished)
-        if len(finished) > 1:
+        nfinished = len(finished)
+        self.completed += nfinished
+        if nfinished > 1:
             finished.sort(key=_seq)
-        elif finished and (parent := finished[0].parent) is not None:
+        elif nfinished and (parent := finished[0].parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
