@@ -1074,16 +1074,27 @@ class LinkNetwork:
         A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
         the order of ``classes``), then those of the others as they freeze.
         """
-        self._pool_sums(classes, pools, with_links=False)
+        # _pool_sums(classes, pools, with_links=False), inline, in the same pass that finds the
+        # classes to fill and their smallest demand (``low``; a link is oversubscribed, so
+        # some class crosses a link and ``unfrozen`` is not empty)
+        for p in pools:
+            p._alloc = 0.0
+        unfrozen: list[_Class] = []
+        low = _INF
+        for c in classes:
+            if c.links:
+                unfrozen.append(c)
+                if c.demand < low:
+                    low = c.demand
+            elif c.pool is not None:
+                c.pool._alloc += c.rate * c.n
 
         # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
         # (_unfrozen), saturated in this round (_saturated); _share_sum now adds up the rates.
-        unfrozen = [c for c in classes if c.links]
         for link in links:
             link._left = link.capacity
             link._unfrozen = link.active
             link._share_sum = 0.0
-        low = min([c.demand for c in unfrozen])     # the smallest unfrozen demand
         while unfrozen:
             level = low
             for link in links:
