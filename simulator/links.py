@@ -919,7 +919,12 @@ class LinkNetwork:
                 self._fill(ordered, links, pools)
                 soonest = None
                 for c in ordered:
-                    c.pred = cycles = _ceil((c.heap[0][0] - c.served) / c.rate)
+                    # a class the filling left at its demand keeps the prediction made from it
+                    # above (the same quotient of the same floats)
+                    rate = c.rate
+                    if rate != c.demand:
+                        c.pred = _ceil((c.heap[0][0] - c.served) / rate)
+                    cycles = c.pred
                     if soonest is None or cycles < soonest:
                         soonest = cycles
                 break
