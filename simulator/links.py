@@ -437,10 +437,11 @@ class _Class:
     """
 
     __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred", "kid")
+                 "pred", "kid", "key")
 
     def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
         self.base, self.pool, self.links = key
+        self.key = key      # held, so that kid stays this key's id while the class is kept idle
         self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
         self.served = 0.0
@@ -512,6 +513,10 @@ class LinkNetwork:
 
         self._active: dict[int, _Transfer] = {}  # by seq, in activation order
         self._classes: dict[int, _Class] = {}  # rate classes with active members, by id of their key
+        # Classes that lost their last member, by id of their key, taken back when a transfer of
+        # their key is admitted again (a class is made once per route, not once per busy
+        # period).  An idle class is empty: no members, an empty heap and activation order.
+        self._idle: dict[int, _Class] = {}
         self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
         self._seq = 0
         self._rank = 0
@@ -833,9 +838,12 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
+            idle = self._idle
             for c in emptied:
                 del classes[c.kid]
                 ordered.remove(c)
+                c.order.clear()         # its finished members (the heap is empty already)
+                idle[c.kid] = c
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
         #    new class comes last in ``ordered``: its first member is the latest activated.
@@ -847,7 +855,15 @@ class LinkNetwork:
                 if t.nbytes:
                     c = classes.get(id(t.key))
                     if c is None:
-                        c = classes[id(t.key)] = _Class(t.key)
+                        # the idle class of this key (it holds the key, so the id is the key's),
+                        # back at its origin, or a new one; step 4 sets its demand, rate, pred
+                        kid = id(t.key)
+                        c = self._idle.pop(kid, None)
+                        if c is None:
+                            c = _Class(t.key)
+                        else:
+                            c.served = 0.0
+                        classes[kid] = c
                         c.first = rank
                         ordered.append(c)
                     t.cls = c
