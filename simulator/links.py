@@ -114,6 +114,10 @@ def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) 
 
 
 _INF = math.inf
+# Module-level aliases: _recompute finds them with a cached global load instead of binding
+# three attribute look-ups per call.
+_ceil = math.ceil
+_heappop = heapq.heappop
 
 
 def _checked(nbytes: Any, base_rate: Any, startup: Any) -> tuple[int, float, int]:
@@ -347,15 +351,16 @@ class _Completion(simpy.Event):
 class _Transfer(_Completion):
     """Mutable state of one transfer inside the network, and the event :meth:`LinkNetwork.transfer`
     returns (one object per transfer, not two; not part of the API).  Made by
-    :meth:`LinkNetwork._start` only, which sets every field (without an ``__init__`` frame):
+    :meth:`LinkNetwork._start` only, which sets the fields of a pending transfer (without an
+    ``__init__`` frame); the admission in :meth:`LinkNetwork._recompute` sets the others:
 
     ``seq`` (issue order), ``tag``, ``nbytes``, ``issue`` (cycle), ``start`` (cycle its startup
-    ends), ``key`` ((base rate, pool, links): its rate class), ``links``, ``tol`` (remaining bytes
-    that count as delivered), ``threshold`` (the class's ``served`` at which its last byte has
-    arrived), ``rank`` (activation order), ``done``, ``cls`` (its class while active).
+    ends), ``key`` ((base rate, pool, links): its rate class), ``tol`` (remaining bytes that
+    count as delivered), ``done``; once admitted, ``threshold`` (the class's ``served`` at which
+    its last byte has arrived), ``rank`` (activation order) and ``cls`` (its class while active).
     """
 
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "links", "tol",
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "tol",
                  "threshold", "rank", "done", "cls")
     seq: int
     tag: object
@@ -363,7 +368,6 @@ class _Transfer(_Completion):
     issue: int
     start: int
     key: tuple
-    links: tuple[Link, ...]
     tol: float
     threshold: float
     rank: int
@@ -433,10 +437,11 @@ class _Class:
     """
 
     __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred", "kid")
+                 "pred", "kid", "key")
 
     def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
         self.base, self.pool, self.links = key
+        self.key = key      # held, so that kid stays this key's id while the class is kept idle
         self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
         self.served = 0.0
@@ -508,6 +513,10 @@ class LinkNetwork:
 
         self._active: dict[int, _Transfer] = {}  # by seq, in activation order
         self._classes: dict[int, _Class] = {}  # rate classes with active members, by id of their key
+        # Classes that lost their last member, by id of their key, taken back when a transfer of
+        # their key is admitted again (a class is made once per route, not once per busy
+        # period).  An idle class is empty: no members, an empty heap and activation order.
+        self._idle: dict[int, _Class] = {}
         self._pending: list[tuple[int, int, _Transfer]] = []  # heap of (start, seq, transfer)
         self._seq = 0
         self._rank = 0
@@ -614,13 +623,11 @@ class LinkNetwork:
         t.issue = now
         t.start = start
         t.key = key
-        t.links = key[2]
         tol = _REL_TOL * nbytes
         t.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
-        t.threshold = 0.0
-        t.rank = 0
         t.done = False
-        t.cls = None
+        # threshold, rank and cls are set at admission (nothing reads them before: a zero-byte
+        # transfer is never admitted and finishes with only ``cls`` set, to None)
         # A startup of 0 also goes through the heap and a zero-delay wake-up.  All transfers
         # that start in one cycle are then activated by one recompute.
         heappush(self._pending, (start, seq, t))
@@ -776,23 +783,20 @@ class LinkNetwork:
         classes = self._classes
         ordered = self._ordered
         active = self._active
-        ceil = math.ceil
-        isclose = math.isclose
-        heappop = heapq.heappop
         emptied: list[_Class] | None = None     # the classes that lost their last member
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
         for c in classes.values():
-            heap = c.heap                       # never empty: the class has members
             s_last = c.served
-            rate = c.rate
-            c.served = s = s_last + rate * span
-            key = heap[0][0]
+            c.served = s = s_last + c.rate * span
+            key = c.heap[0][0]                  # never empty: the class has members
             if key <= s or (elapsed > 0 and c.pred <= elapsed):
+                heap = c.heap
+                rate = c.rate
                 fix = 0.0
                 k = 0
                 while True:
-                    t = heappop(heap)[2]
+                    t = _heappop(heap)[2]
                     # Credit exactly what was left (it is <= 0 if the last byte arrived before
                     # now), so each transfer's credits add up to nbytes.
                     fix += t.threshold - s
@@ -803,7 +807,7 @@ class LinkNetwork:
                     if not heap:
                         break
                     key = heap[0][0]
-                    if not (key <= s or (elapsed > 0 and ceil((key - s_last) / rate) <= elapsed)):
+                    if not (key <= s or (elapsed > 0 and _ceil((key - s_last) / rate) <= elapsed)):
                         break
                 c.n = n = c.n - k
                 for link in c.links:
@@ -834,9 +838,12 @@ class LinkNetwork:
             if s >= _REBASE:
                 c.rebase()
         if emptied:
+            idle = self._idle
             for c in emptied:
                 del classes[c.kid]
                 ordered.remove(c)
+                c.order.clear()         # its finished members (the heap is empty already)
+                idle[c.kid] = c
 
         # 3. Admit transfers whose startup has elapsed.  Zero-byte ones finish immediately.  A
         #    new class comes last in ``ordered``: its first member is the latest activated.
@@ -844,11 +851,19 @@ class LinkNetwork:
         if pending and pending[0][0] <= now:
             rank = self._rank
             while True:
-                t = heappop(pending)[2]
+                t = _heappop(pending)[2]
                 if t.nbytes:
                     c = classes.get(id(t.key))
                     if c is None:
-                        c = classes[id(t.key)] = _Class(t.key)
+                        # the idle class of this key (it holds the key, so the id is the key's),
+                        # back at its origin, or a new one; step 4 sets its demand, rate, pred
+                        kid = id(t.key)
+                        c = self._idle.pop(kid, None)
+                        if c is None:
+                            c = _Class(t.key)
+                        else:
+                            c.served = 0.0
+                        classes[kid] = c
                         c.first = rank
                         ordered.append(c)
                     t.cls = c
@@ -902,7 +917,7 @@ class LinkNetwork:
             # 6. (in advance) A class's next completion is its heap head: the first integer
             #    cycle by which the head's remainder is within tolerance.  The key already has
             #    the tolerance subtracted, which absorbs rounding error that would add a cycle.
-            c.pred = cycles = ceil((c.heap[0][0] - c.served) / d)
+            c.pred = cycles = _ceil((c.heap[0][0] - c.served) / d)
             if soonest is None or cycles < soonest:
                 soonest = cycles
             if not c.links:
@@ -920,7 +935,12 @@ class LinkNetwork:
                 self._fill(ordered, links, pools)
                 soonest = None
                 for c in ordered:
-                    c.pred = cycles = ceil((c.heap[0][0] - c.served) / c.rate)
+                    # a class the filling left at its demand keeps the prediction made from it
+                    # above (the same quotient of the same floats)
+                    rate = c.rate
+                    if rate != c.demand:
+                        c.pred = _ceil((c.heap[0][0] - c.served) / rate)
+                    cycles = c.pred
                     if soonest is None or cycles < soonest:
                         soonest = cycles
                 break
@@ -976,8 +996,20 @@ class LinkNetwork:
                     steps.append(nbytes)
                 else:
                     prev = steps[-1]
-                    if prev > 0.0 and isclose(nbytes / (now - start), prev / (start - times[-1]),
-                                              rel_tol=_MERGE_REL, abs_tol=0.0):
+                    # math.isclose(a, b, rel_tol=_MERGE_REL, abs_tol=0.0), inline (once per
+                    # segment): b > 0 and a are finite, so it is |a - b| <= _MERGE_REL * |a| or
+                    # <= _MERGE_REL * b, i.e. <= _MERGE_REL * max(|a|, b) (rounding is monotone)
+                    if prev > 0.0:
+                        a = nbytes / (now - start)
+                        b = prev / (start - times[-1])
+                        diff = a - b
+                        if diff < 0.0:
+                            diff = -diff
+                        absa = a if a >= 0.0 else -a
+                        merge = diff <= _MERGE_REL * (absa if absa > b else b)
+                    else:
+                        merge = False
+                    if merge:
                         steps[-1] = prev + nbytes
                     else:
                         times.append(start)
@@ -1001,10 +1033,11 @@ class LinkNetwork:
 
         # 7. Report.  Event callbacks run later in the SimPy loop, so the state is already
         #    consistent if they issue new transfers.
-        self.completed += len(finished)
-        if len(finished) > 1:
+        nfinished = len(finished)
+        self.completed += nfinished
+        if nfinished > 1:
             finished.sort(key=_seq)
-        elif finished and (parent := finished[0].parent) is not None:
+        elif nfinished and (parent := finished[0].parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
             # its relay event and the join's, so the join is scheduled at once (see _Join).
             queue = self.env._queue
@@ -1062,16 +1095,27 @@ class LinkNetwork:
         A pool's rate adds up, from 0.0, first the rates of its classes that cross no link (in
         the order of ``classes``), then those of the others as they freeze.
         """
-        self._pool_sums(classes, pools, with_links=False)
+        # _pool_sums(classes, pools, with_links=False), inline, in the same pass that finds the
+        # classes to fill and their smallest demand (``low``; a link is oversubscribed, so
+        # some class crosses a link and ``unfrozen`` is not empty)
+        for p in pools:
+            p._alloc = 0.0
+        unfrozen: list[_Class] = []
+        low = _INF
+        for c in classes:
+            if c.links:
+                unfrozen.append(c)
+                if c.demand < low:
+                    low = c.demand
+            elif c.pool is not None:
+                c.pool._alloc += c.rate * c.n
 
         # Progressive filling.  Per link: capacity left (_left), unfrozen transfers
         # (_unfrozen), saturated in this round (_saturated); _share_sum now adds up the rates.
-        unfrozen = [c for c in classes if c.links]
         for link in links:
             link._left = link.capacity
             link._unfrozen = link.active
             link._share_sum = 0.0
-        low = min([c.demand for c in unfrozen])     # the smallest unfrozen demand
         while unfrozen:
             level = low
             for link in links:
