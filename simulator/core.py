@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heappush
+from types import MethodType
 from typing import TYPE_CHECKING, Any, Generator, Iterable, Iterator
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL, Event, Timeout
 
 from opsim.simulator.errors import MemoryFault, SimulatorError, UnsupportedInstruction
 
@@ -62,10 +63,15 @@ def _is_cycles(wait: Any) -> bool:
 def _plain_env(env: simpy.Environment) -> bool:
     """Whether SimPy's own ``timeout`` and ``schedule`` serve ``env`` (neither replaced on its
     class nor on it): the pipes and the dispatcher then put their events on SimPy's queue
-    themselves, as those would; otherwise they call them (a wrapper sees every event)."""
+    themselves, as those would; otherwise they call them (a wrapper sees every event).
+    (SimPy itself binds ``timeout`` to every environment, in its ``__dict__``: that one is
+    SimPy's own.)"""
     cls, own = type(env), getattr(env, "__dict__", {})
-    return (cls.timeout is simpy.Environment.timeout and cls.schedule is simpy.Environment.schedule
-            and "timeout" not in own and "schedule" not in own)
+    if cls.timeout is not simpy.Environment.timeout or cls.schedule is not simpy.Environment.schedule \
+            or "schedule" in own:
+        return False
+    t = own.get("timeout")
+    return t is None or (type(t) is MethodType and t.__func__ is Timeout and t.__self__ is env)
 
 
 def _plain_core(core: "Core") -> bool:
@@ -162,10 +168,11 @@ class Pipe:
         queue = self.queue
         flags = core.flags
         waiters = core.flag_waiters
-        # decided once, when the pipe starts: whether SimPy's calls and the core's flag methods
-        # may be done inline (they are unless replaced, see _plain_env / _plain_core)
-        plain = _plain_env(env)
-        inline_flags = _plain_core(core)
+        # whether SimPy's calls and the core's flag methods may be done inline (they are unless
+        # replaced, see _plain_env / _plain_core): decided by the core for each block it starts,
+        # read again whenever the pipe wakes from idle (a patch between launches is seen)
+        plain = core.plain_env
+        inline_flags = core.inline_flags
         while True:
             if not queue:
                 item = self._item_ev = Event(env)
@@ -173,6 +180,8 @@ class Pipe:
                 self.idle_mark = core._blocked_acc + (env._now - since if since is not None else 0.0)
                 yield item
                 self.idle_mark = None
+                plain = core.plain_env
+                inline_flags = core.inline_flags
             instr = queue.popleft()
             self.room += 1
             self.current = instr
@@ -333,6 +342,10 @@ class Core:
         self.store_pipe = store_pipe       # pipe that moves local memory -> GM
         self.local_memory = local_memory   # memory the vector unit computes in
         self._flag_slices: dict[tuple[str, str, int], int] = {}
+        # whether the pipes may do SimPy's calls and the flag methods inline (Core.dispatch
+        # decides again for each block)
+        self.plain_env = _plain_env(self.env)
+        self.inline_flags = _plain_core(self)
         depth = device.spec.scalar.queue_depth
         self.pipes: dict[str, Pipe] = {p: Pipe(self, p, depth) for p in pipes}
         self.flags: dict[tuple[str, str, int], int] = {}
@@ -474,7 +487,8 @@ class Core:
         stream = self.stream = ProgramStream(self, program, pending)
         pipes = self.pipes
         env = self.env
-        plain = _plain_env(env)
+        plain = self.plain_env = _plain_env(env)
+        self.inline_flags = _plain_core(self)
         ff = self.device.ff
         if ff is not None:
             ff.streams += 1

@@ -29,9 +29,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Pipe
 
 
-# the functions marked by _inline_sync, by identity: a wrapper (functools.wraps copies a
-# function's attributes, so a mark on the function would pass to it) is never one of them
-_INLINE_SYNC: dict[Callable, int] = {}
+# the functions marked by _inline_sync, by identity (id -> (function, kind)): a wrapper
+# (functools.wraps copies a function's attributes, so a mark on the function would pass to it)
+# is never one of them, and any callable may be looked up (an unhashable one too)
+_INLINE_SYNC: dict[int, tuple[Callable, int]] = {}
+
+
+def _inline_kind(fn: object) -> int:
+    entry = _INLINE_SYNC.get(id(fn))
+    return entry[1] if entry is not None and entry[0] is fn else 0
 
 
 class _InstructionType(type):
@@ -91,9 +97,9 @@ class Instruction(metaclass=_InstructionType):
         type.__setattr__(cls, "completes", completes)
         # a method assigned later (a monkeypatch) or overridden carries no mark: back to 0
         sync = 0
-        if completes and not issues and _INLINE_SYNC.get(cls.complete) == 1:
+        if completes and not issues and _inline_kind(cls.complete) == 1:
             sync = 1
-        elif issues and not completes and _INLINE_SYNC.get(cls.issue) == 2:
+        elif issues and not completes and _inline_kind(cls.issue) == 2:
             sync = 2
         type.__setattr__(cls, "inline_sync", sync)
 
@@ -153,7 +159,7 @@ def _inline_sync(kind: int) -> Callable[[Callable], Callable]:
     """Marks SetFlag.complete (1) and WaitFlag.issue (2): Pipe._run does what they do inline
     (``Instruction.inline_sync``); keep the two in step."""
     def mark(fn: Callable) -> Callable:
-        _INLINE_SYNC[fn] = kind
+        _INLINE_SYNC[id(fn)] = (fn, kind)
         return fn
     return mark
 

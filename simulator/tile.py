@@ -262,7 +262,8 @@ class GlobalSlice:
             w = t._window_entry()
         if w is not None:
             array, start = w.array, self.start
-            if array is not None and 0 <= count and start + count <= w.count and t.device.drawing is None:
+            if array is not None and 0 <= start and 0 <= count and start + count <= w.count \
+                    and t.device.drawing is None:
                 return array[start:start + count]
         if t.is_contiguous:     # in one call: byte_range without _offsets
             dt = t.dtype
@@ -288,7 +289,7 @@ class GlobalSlice:
             w = t._window_entry()
         if w is not None and w.writable:     # never without array
             start = self.start
-            if start + count <= w.count and t.device.drawing is None:
+            if 0 <= start and start + count <= w.count and t.device.drawing is None:
                 w.array[start:start + count] = values
                 return
         if t.is_contiguous:     # straight into the destination's bytes

@@ -127,3 +127,20 @@ def test_a_negative_count_faults_through_the_window_as_on_the_general_path():
     assert t.window() is not None
     with pytest.raises(MemoryFault, match="negative access length"):
         t[8:16].read(-4)
+
+
+def test_a_slice_starting_before_its_view_reads_and_writes_the_allocation_as_the_general_path():
+    # a view inside its allocation (elements 32..63 of 64): a slice starting before it is inside
+    # the allocation, so it is legal; the window (which starts at the view) must not wrap around
+    from opsim.simulator.tile import GlobalSlice
+    dev = Device(A2)
+    addr = dev.malloc(64 * 4)
+    dev.write(addr, np.arange(64, dtype=np.float32))
+    t = GlobalTensor.contiguous(dev, addr + 32 * 4, nx.FP32, (32,))
+    t[0:8].read(8)
+    assert t.window() is not None
+    np.testing.assert_array_equal(GlobalSlice(t, -8, 4).read(4), np.arange(24, 28, dtype=np.float32))
+    GlobalSlice(t, -8, 4).write(np.full(4, -7, np.float32))
+    got = dev.read(addr, 64 * 4).view(np.float32)
+    np.testing.assert_array_equal(got[24:28], np.full(4, -7, np.float32))
+    np.testing.assert_array_equal(got[56:60], np.arange(56, 60, dtype=np.float32))

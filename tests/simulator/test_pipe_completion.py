@@ -246,3 +246,70 @@ def test_wrapped_flag_and_simpy_methods_are_called_and_change_nothing(monkeypatc
     assert counts["WaitFlag.issue"] == counts["Core.wait_flag"]
     assert wrapped.cycles == plain.cycles
     np.testing.assert_array_equal(wrapped.outputs["out"], plain.outputs["out"])
+
+
+def test_a_devices_own_simpy_environment_is_served_inline():
+    # SimPy binds ``timeout`` into every environment's __dict__: that one is SimPy's own, so the
+    # pipes put their events on the queue themselves (the inlining is not undone by it)
+    from opsim import devices
+    from opsim.simulator.core import _plain_env
+    from opsim.simulator.device import Device
+    dev = Device(devices.load("atlas-a2"), trace=None, functional=False)
+    assert "timeout" in vars(dev.env)
+    assert _plain_env(dev.env)
+    dev.env.timeout = lambda delay, value=None: None     # a wrapper: not plain
+    assert not _plain_env(dev.env)
+
+
+def test_wrappers_installed_between_launches_are_called_in_the_next(monkeypatch):
+    from opsim import devices
+    from opsim.simulator import numerics as nx
+    from opsim.simulator.core import Core
+    from opsim.simulator.device import Device
+
+    def kernel(ctx: Any) -> Any:
+        a = ctx.queue("VECIN", 1, 1024).alloc(nx.FP32)
+        for _ in range(6):
+            yield isa.Add(a, a, a, count=64)
+            yield isa.SetFlag("VECTOR", "MTE3", 0)
+            yield isa.WaitFlag("VECTOR", "MTE3", 0)
+
+    dev = Device(devices.load("atlas-a2"), trace=None, functional=False)
+    stream = dev.create_stream()
+    dev.launch(stream, kernel, 1, unit="vector")
+    dev.synchronize()
+    counts = {"set_flag": 0, "wait_flag": 0, "timeout": 0}
+    real_set, real_wait, real_timeout = Core.set_flag, Core.wait_flag, dev.env.timeout
+
+    def set_flag(self: Any, key: Any) -> Any:
+        counts["set_flag"] += 1
+        return real_set(self, key)
+
+    def wait_flag(self: Any, key: Any) -> Any:
+        counts["wait_flag"] += 1
+        return real_wait(self, key)
+
+    def timeout(delay: Any, value: Any = None) -> Any:
+        counts["timeout"] += 1
+        return real_timeout(delay, value)
+    monkeypatch.setattr(Core, "set_flag", set_flag)
+    monkeypatch.setattr(Core, "wait_flag", wait_flag)
+    dev.env.timeout = timeout
+    dev.launch(stream, kernel, 1, unit="vector")
+    dev.synchronize()
+    assert counts["set_flag"] == counts["wait_flag"] == 6 and counts["timeout"] >= 6
+
+
+def test_an_unhashable_callable_may_be_assigned_as_an_instructions_complete():
+    # the inline-flag marks are looked up by identity; any callable may be assigned (a monkeypatch)
+    class Flag(isa.SetFlag):
+        pass
+
+    class Unhashable:
+        __hash__ = None     # type: ignore[assignment]
+
+        def __call__(self, *a: Any) -> None:
+            pass
+
+    Flag.complete = Unhashable()        # type: ignore[method-assign,assignment]
+    assert Flag.inline_sync == 0 and Flag.completes
