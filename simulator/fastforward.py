@@ -72,7 +72,6 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Iterator
 
 from simpy.core import StopSimulation
-from simpy.events import EventPriority
 
 from opsim.simulator import simloop
 from opsim.simulator.errors import SimulatorError
@@ -567,15 +566,10 @@ class FastForward:
                 for callback in callbacks:
                     callback(event)
             except StopSimulation:
-                # as step does: the callbacks after the one that stopped run on resuming
-                event.callbacks = callbacks[callbacks.index(callback) + 1:]
-                env.schedule(event, EventPriority(-1))
+                simloop.resume_later(env, event, callbacks, callback)    # as step does
                 raise
             if not event._ok and not hasattr(event, "_defused"):
-                # the event failed and nobody handled it: crash, as step does
-                exc = type(event._value)(*event._value.args)
-                exc.__cause__ = event._value
-                raise exc
+                raise simloop.failure(event)        # crash, as step does
 
     def boundary(self) -> None:
         """Called at each clean boundary (every event of this cycle processed)."""

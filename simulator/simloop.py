@@ -27,6 +27,21 @@ def step_is_wrapped(env: Environment) -> bool:
     return type(env).step is not _STEP or "step" in getattr(env, "__dict__", ())
 
 
+def resume_later(env: Environment, event: Event, callbacks: list, stopped: Any) -> None:
+    """What ``step`` does when a callback stops the simulation: the callbacks after the one
+    that stopped (``stopped``) run when the simulation resumes."""
+    event.callbacks = callbacks[callbacks.index(stopped) + 1:]
+    env.schedule(event, EventPriority(-1))
+
+
+def failure(event: Event) -> BaseException:
+    """What ``step`` raises for a failed event nobody handled: a copy of its exception, caused
+    by it (the environment crashes)."""
+    exc = type(event._value)(*event._value.args)
+    exc.__cause__ = event._value
+    return exc
+
+
 def run(env: Environment, until: Any = None) -> Any:
     """``env.run(until)``: process events until ``until`` (an event, or a time) or none is left."""
     if step_is_wrapped(env):
@@ -56,15 +71,10 @@ def run(env: Environment, until: Any = None) -> Any:
                 for callback in callbacks:
                     callback(event)
             except StopSimulation:
-                # the callbacks after the one that stopped run when the simulation resumes
-                event.callbacks = callbacks[callbacks.index(callback) + 1:]
-                env.schedule(event, EventPriority(-1))
+                resume_later(env, event, callbacks, callback)
                 raise
             if not event._ok and not hasattr(event, "_defused"):
-                # a failed event nobody handled crashes the environment (with a copy of it)
-                exc = type(event._value)(*event._value.args)
-                exc.__cause__ = event._value
-                raise exc
+                raise failure(event)
     except StopSimulation as exc:
         return exc.args[0]                           # == until.value
     except EmptySchedule:
