@@ -9,7 +9,7 @@ the outputs (in the emulated dtype), the cycles, statistics and the trace.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -116,6 +116,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         tiling: Mapping[str, Any] | None = None, seed: int = 0,
         device_overrides: Mapping[str, Any] | None = None, source_lines: bool = False,
         sanitize: bool = False, fast_forward: bool = False,
+        progress: Callable[[int], None] | None = None,
         **operands_and_attrs: Any) -> RunResult:
     """Run operator ``op`` on a simulated ``device``.
 
@@ -132,6 +133,11 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     it skipped or why not. It is off by default: where it skips, a jump still replays the L2 and
     draws the program ahead, and measured no faster than stepping (benchmarks/run.py, figure 5).
 
+    ``progress`` (full and timing mode, without ``fast_forward``) is called with the simulated
+    cycle reached, about every quarter second of wall time while the device simulates (a long
+    run: the exact FLCE schedule, 2^30 elements in timing mode); it does not change results.
+    ``opsim run`` shows it on a terminal with the estimate mode's total (opsim/progress.py).
+
     ``sanitize=True`` (full and timing mode) runs the sanitizer (racecheck, memcheck, synccheck;
     docs/sanitizer.md) alongside: ``res.sanitizer`` is its report. Results and cycles are the
     same as without it. A fault still raises; the exception then carries the report as its
@@ -141,6 +147,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         raise TypeError(f"op must be an operator name such as 'mse_loss_backward'; got {type(op).__name__}")
     check_choice("mode", mode, MODES)
     check_choice("trace level", trace, LEVELS)
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a callable taking the simulated cycle, or None; "
+                        f"got {type(progress).__name__}")
     check_device(device)
     seed = check_seed(seed)
     tiling = check_mapping("tiling", tiling, "{'block_dim': 1, 'tile_length': 4096}")
@@ -209,6 +218,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
     profiler = Profiler()
     dev.observers.append(profiler)
     dev.source_lines = source_lines
+    dev.progress = progress
     san = None
     if sanitize:
         from opsim.simulator.sanitizer import Sanitizer

@@ -118,9 +118,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
                                 getattr(args, "operand", None) or ())
-        res = opsim.run(args.op, device=args.device, mode=args.mode, trace=args.trace_level,
-                        tiling=tiling or None, seed=args.seed, device_overrides=overrides or None,
-                        source_lines=args.source_lines, **kwargs)
+        common = dict(device=args.device, tiling=tiling or None, seed=args.seed,
+                      device_overrides=overrides or None, **kwargs)
+        show = args.progress if args.progress is not None else sys.stderr.isatty()
+        progress = None
+        if show and args.mode in ("full", "timing"):
+            from opsim.progress import RunProgress
+
+            def total() -> int:
+                return opsim.run(args.op, mode="estimate", trace="off", **common).cycles
+            progress = RunProgress(total)
+        try:
+            res = opsim.run(args.op, mode=args.mode, trace=args.trace_level,
+                            source_lines=args.source_lines, progress=progress, **common)
+        finally:
+            if progress is not None:
+                progress.close()
     except OpError as exc:
         print(f"opsim: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
@@ -228,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
                                  "per-core and hot-spot tables beside it (docs/profiling.md)")
     r.add_argument("--source-lines", action="store_true",
                    help="stamp instructions with their kernel source line (the code_exe table)")
+    r.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a status line on stderr while a long run simulates: cycles, share of the "
+                        "estimate, seconds (default: on when stderr is a terminal)")
     r.set_defaults(func=cmd_run)
 
     d = sub.add_parser("devices", help="print the device catalogue with provenance")

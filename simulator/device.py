@@ -37,6 +37,7 @@ from opsim.simulator.memory import AddressSpace, Backing, Region
 from opsim.simulator import simloop
 from opsim.simulator.tile import KernelContext
 from opsim.simulator.l2 import StridedRuns   # a line of its own: other branches edit the imports above
+from opsim.simulator.progress import ProgressTicker
 from opsim.traces.bounds import copy_rate_facts
 from opsim.traces.trace import Trace
 
@@ -225,6 +226,10 @@ class Device:
         self.observers: list[Any] = []
         # stamp each instruction with the kernel source line that issued it (Instruction.origin)
         self.source_lines = False
+        # ``progress(cycle)``, called about every quarter second of wall time while the device
+        # simulates (simulator/progress.py; not with the fast-forward, which steps SimPy itself)
+        self.progress: Callable[[int], None] | None = None
+        self._ticker: ProgressTicker | None = None
         self.functional = functional
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -817,6 +822,11 @@ class Device:
             # numpy's floating-point warnings are off for every instruction's numerics at once
             with np.errstate(all="ignore"):
                 if self.ff is None or not isinstance(until, simpy.Event):
+                    if self.progress is not None and self.ff is None:
+                        ticker = self._ticker
+                        if ticker is None or ticker.report is not self.progress:
+                            ticker = self._ticker = ProgressTicker(self.env, self.progress)
+                        ticker.arm()
                     simloop.run(self.env, until)      # env.run(until=until), step inline
                 else:
                     self._run_fast_forward(until)
