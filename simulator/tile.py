@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.memory import Region, TypedWindow
 
 _ISA: Any = None
+# object.__new__: the queues make their flag instructions with it (see TQue.alloc)
+_new = object.__new__
 
 
 def _isa() -> Any:
@@ -424,6 +426,10 @@ class TQue:
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
         isa = _isa()
         self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
+        # the block's pending list (never rebound: the stream drains it in place) and device,
+        # read by the four queue calls without going through the context
+        self._pending: list = ctx.pending
+        self._device = ctx.device
         ctx.queues.append(self)
 
     def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
@@ -434,21 +440,26 @@ class TQue:
         free = self._free
         i = free[0]
         del free[0]
-        ctx = self.ctx
         # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
         # the four queue calls for every buffer it moves, and FLCE's cube side moves ten buffers
-        # per L1 chunk (three fewer calls per flag)
-        lines = ctx.device.source_lines
+        # per L1 chunk (three fewer calls per flag). Each is made by object.__new__ with the
+        # fields its class's __init__ sets (keep the four in step with SetFlag.__init__ and
+        # WaitFlag.__init__): no Python __init__ frame for the flags, 3/4 of FLCE's completions
+        lines = self._device.source_lines
         if self._used_before[i]:
-            flag = self._wait_flag(self.consumer, self.producer, self.event_ids[i])
-            if lines:
-                flag.origin = _caller_line()
-            ctx.pending.append(flag)
+            flag = _new(self._wait_flag)       # WaitFlag(consumer, producer, event id)
+            flag.tile = -1
+            flag.origin = _caller_line() if lines else None
+            flag.src = self.consumer
+            flag.dst = flag.pipe = self.producer
+            flag.event_id = self.event_ids[i]
+            self._pending.append(flag)
         self._used_before[i] = True
         dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
         t = self._tensors[i]
         if t is None or t.dtype is not dt:
-            t = self._tensors[i] = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+            t = self._tensors[i] = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt,
+                                               self.nbytes // dt.itemsize)
         self._out[t.addr] = i
         if lines:
             self._alloc_origin[t.addr] = _caller_line()
@@ -470,11 +481,13 @@ class TQue:
             i = self._out[t.addr]
         except KeyError:
             i = self._index(t)           # raises
-        ctx = self.ctx
-        flag = self._set_flag(self.producer, self.consumer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._set_flag)            # SetFlag(producer, consumer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = flag.pipe = self.producer
+        flag.dst = self.consumer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         self._fifo.append((i, t))
 
     def deque(self) -> LocalTensor:
@@ -483,11 +496,13 @@ class TQue:
             raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
         i, t = fifo[0]
         del fifo[0]
-        ctx = self.ctx
-        flag = self._wait_flag(self.producer, self.consumer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._wait_flag)           # WaitFlag(producer, consumer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = self.producer
+        flag.dst = flag.pipe = self.consumer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         return t
 
     def free(self, t: LocalTensor) -> None:
@@ -498,11 +513,13 @@ class TQue:
         except KeyError:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here") from None
         del out[addr]
-        ctx = self.ctx
-        flag = self._free_flag(self.consumer, self.producer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._free_flag)           # QueueFreeFlag(consumer, producer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = flag.pipe = self.consumer
+        flag.dst = self.producer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         self._free.append(i)
 
 
