@@ -106,9 +106,12 @@ def test_a_queue_flag_is_the_instruction_its_class_constructor_makes(lines: bool
     q.deque()
     q.free(t)
     q.alloc(nx.FP32)
+    ctx.emit_set("VECTOR", "MTE3", 5)                 # the context's own flags are made the same way
+    ctx.emit_wait("VECTOR", "MTE3", 5)
     made = ctx.pending[:]
     expected = [SetFlag("MTE2", "VECTOR", q.event_ids[0]), WaitFlag("MTE2", "VECTOR", q.event_ids[0]),
-                QueueFreeFlag("VECTOR", "MTE2", q.event_ids[0]), WaitFlag("VECTOR", "MTE2", q.event_ids[0])]
+                QueueFreeFlag("VECTOR", "MTE2", q.event_ids[0]), WaitFlag("VECTOR", "MTE2", q.event_ids[0]),
+                SetFlag("VECTOR", "MTE3", 5), WaitFlag("VECTOR", "MTE3", 5)]
     assert [type(f) for f in made] == [type(e) for e in expected]
     for f, e in zip(made, expected):
         got, want = _fields(f), _fields(e)
