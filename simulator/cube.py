@@ -379,9 +379,14 @@ class CopyGmToL1(CubeInstruction):
         self.tile, self.origin = -1, None
         if repeat < 1:
             raise SimulatorError(f"repeat must be >= 1, got {repeat}")
-        self.repeat = int(repeat)
+        # int() only where an operand is not an int already (a numpy integer, a bool): the
+        # kernels pass ints, and the conversions were a C call per field (here, in LoadData and
+        # Mmad: 54 per FLCE L1 chunk); the stored values are the same
+        if not (type(r0) is type(nr) is type(c0) is type(nc) is type(repeat) is int):
+            r0, nr, c0, nc, repeat = int(r0), int(nr), int(c0), int(nc), int(repeat)
+        self.repeat = repeat
         self.dst, self.src = dst, src
-        self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
+        self.r0, self.nr, self.c0, self.nc = r0, nr, c0, nc
         self.repeat_axis = repeat_axis
         self._nbytes = self.nr * self.nc * src.dtype.itemsize
 
@@ -489,11 +494,16 @@ class LoadData(CubeInstruction):
         self.tile, self.origin = -1, None
         if repeat < 1:
             raise SimulatorError(f"repeat must be >= 1, got {repeat}")
-        self.repeat = int(repeat)
+        # int() and bool() only where needed, as in CopyGmToL1
+        if not (type(src_rows) is type(src_cols) is type(r0) is type(nr) is type(c0) is type(nc)
+                is type(repeat) is int):
+            src_rows, src_cols, repeat = int(src_rows), int(src_cols), int(repeat)
+            r0, nr, c0, nc = int(r0), int(nr), int(c0), int(nc)
+        self.repeat = repeat
         self.dst, self.src = dst, src
-        self.src_rows, self.src_cols = int(src_rows), int(src_cols)
-        self.r0, self.nr, self.c0, self.nc = int(r0), int(nr), int(c0), int(nc)
-        self.transpose = bool(transpose)
+        self.src_rows, self.src_cols = src_rows, src_cols
+        self.r0, self.nr, self.c0, self.nc = r0, nr, c0, nc
+        self.transpose = transpose if type(transpose) is bool else bool(transpose)
         # nz_bytes of tile_shape(), inline (one LoadData per base-K slice of every L1 chunk)
         self._bytes = -(-self.nr // FRACTAL) * FRACTAL * (-(-self.nc // FRACTAL) * FRACTAL) * src.dtype.itemsize
 
@@ -652,10 +662,13 @@ class Mmad(CubeInstruction):
         self.tile, self.origin = -1, None
         if repeat < 1:
             raise SimulatorError(f"repeat must be >= 1, got {repeat}")
-        self.repeat = int(repeat)
+        # int() and bool() only where needed, as in CopyGmToL1
+        if not (type(m) is type(k) is type(n) is type(repeat) is int):
+            m, k, n, repeat = int(m), int(k), int(n), int(repeat)
+        self.repeat = repeat
         self.c, self.a, self.b = c, a, b
-        self.m, self.k, self.n = int(m), int(k), int(n)
-        self.accumulate = bool(accumulate)
+        self.m, self.k, self.n = m, k, n
+        self.accumulate = accumulate if type(accumulate) is bool else bool(accumulate)
 
     def cycles(self, spec: Any) -> int:
         cube = spec.cube

@@ -199,6 +199,12 @@ class ProgramStream:
                         raise SimulatorError(f"kernel yielded {item!r}, which is not an instruction",
                                              core=core.name)
                     known.add(cls)
+                if not pending and not device.source_lines:
+                    # the instruction alone (no flags queued before it, no line to stamp): the
+                    # stamping and the checks below in short (the program yielded: not done)
+                    item.tile = core.tile
+                    yield (item,)
+                    continue
                 batch = [*pending, item] if pending else (item,)
             del pending[:]                       # pending.clear(), without the call
             tile = core.tile

@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.memory import Region, TypedWindow
 
 _ISA: Any = None
+# object.__new__: the queues make their flag instructions with it (see TQue.alloc)
+_new = object.__new__
 
 
 def _isa() -> Any:
@@ -415,40 +417,48 @@ class TQue:
         # oldest first: lists taken from the front by index and ``del`` (a queue holds a few
         # buffers; a deque's popleft is a call per queue operation, four per buffer moved)
         self._free: list[int] = list(range(depth))
-        self._used_before = [False] * depth
         self._fifo: list[tuple[int, LocalTensor]] = []
         self._out: dict[int, int] = {}  # buffer start address -> buffer index (allocated, not freed)
         # the tensor alloc() last returned for each buffer: returned again for the same dtype
-        # (a LocalTensor is a value that nothing modifies; one object fewer per alloc)
+        # (a LocalTensor is a value that nothing modifies; one object fewer per alloc); None
+        # until the buffer's first alloc, after which each alloc waits for its free flag
         self._tensors: list[LocalTensor | None] = [None] * depth
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
         isa = _isa()
         self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
+        # the block's pending list (never rebound: the stream drains it in place) and device,
+        # read by the four queue calls without going through the context
+        self._pending: list = ctx.pending
+        self._device = ctx.device
         ctx.queues.append(self)
 
     def alloc(self, dtype: Any = nx.FP32) -> LocalTensor:
         """AllocTensor: the next free buffer (waits on the consumer's free flag if reused)."""
-        if not self._free:
+        free = self._free
+        if not free:
             raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
                                  f"(free() one first)", core=self.ctx.core.name)
-        free = self._free
         i = free[0]
         del free[0]
-        ctx = self.ctx
         # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
         # the four queue calls for every buffer it moves, and FLCE's cube side moves ten buffers
-        # per L1 chunk (three fewer calls per flag)
-        lines = ctx.device.source_lines
-        if self._used_before[i]:
-            flag = self._wait_flag(self.consumer, self.producer, self.event_ids[i])
-            if lines:
-                flag.origin = _caller_line()
-            ctx.pending.append(flag)
-        self._used_before[i] = True
-        dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
+        # per L1 chunk (three fewer calls per flag). Each is made by object.__new__ with the
+        # fields its class's __init__ sets (keep the four in step with SetFlag.__init__ and
+        # WaitFlag.__init__): no Python __init__ frame for the flags, 3/4 of FLCE's completions
+        lines = self._device.source_lines
         t = self._tensors[i]
+        if t is not None:                      # handed out before: wait for its free flag
+            flag = _new(self._wait_flag)       # WaitFlag(consumer, producer, event id)
+            flag.tile = -1
+            flag.origin = _caller_line() if lines else None
+            flag.src = self.consumer
+            flag.dst = flag.pipe = self.producer
+            flag.event_id = self.event_ids[i]
+            self._pending.append(flag)
+        dt = dtype if type(dtype) is nx.DType else nx.dtype(dtype)
         if t is None or t.dtype is not dt:
-            t = self._tensors[i] = LocalTensor(ctx.core, self.region, self.buffers[i], dt, self.nbytes // dt.itemsize)
+            t = self._tensors[i] = LocalTensor(self.ctx.core, self.region, self.buffers[i], dt,
+                                               self.nbytes // dt.itemsize)
         self._out[t.addr] = i
         if lines:
             self._alloc_origin[t.addr] = _caller_line()
@@ -470,11 +480,13 @@ class TQue:
             i = self._out[t.addr]
         except KeyError:
             i = self._index(t)           # raises
-        ctx = self.ctx
-        flag = self._set_flag(self.producer, self.consumer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._set_flag)            # SetFlag(producer, consumer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = flag.pipe = self.producer
+        flag.dst = self.consumer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         self._fifo.append((i, t))
 
     def deque(self) -> LocalTensor:
@@ -483,11 +495,13 @@ class TQue:
             raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
         i, t = fifo[0]
         del fifo[0]
-        ctx = self.ctx
-        flag = self._wait_flag(self.producer, self.consumer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._wait_flag)           # WaitFlag(producer, consumer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = self.producer
+        flag.dst = flag.pipe = self.consumer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         return t
 
     def free(self, t: LocalTensor) -> None:
@@ -498,11 +512,13 @@ class TQue:
         except KeyError:
             raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here") from None
         del out[addr]
-        ctx = self.ctx
-        flag = self._free_flag(self.consumer, self.producer, self.event_ids[i])
-        if ctx.device.source_lines:
-            flag.origin = _caller_line()
-        ctx.pending.append(flag)
+        flag = _new(self._free_flag)           # QueueFreeFlag(consumer, producer, event id), as in alloc
+        flag.tile = -1
+        flag.origin = _caller_line() if self._device.source_lines else None
+        flag.src = flag.pipe = self.consumer
+        flag.dst = self.producer
+        flag.event_id = self.event_ids[i]
+        self._pending.append(flag)
         self._free.append(i)
 
 
@@ -630,18 +646,25 @@ class KernelContext:
             instr.origin = _caller_line()
         self.pending.append(instr)
 
-    # emit_set / emit_wait build and queue the flag themselves (as TQue does): no layer of
-    # calls between a kernel's flag and the pending list, the source line found the same way
+    # emit_set / emit_wait build and queue the flag themselves (as TQue.alloc does, with the
+    # fields of SetFlag.__init__ / WaitFlag.__init__): no layer of calls between a kernel's flag
+    # and the pending list, the source line found the same way
     def emit_set(self, src: str, dst: str, event_id: int) -> None:
-        flag = (_ISA or _isa()).SetFlag(src, dst, event_id)
-        if self.device.source_lines:
-            flag.origin = _caller_line()
+        flag = _new((_ISA or _isa()).SetFlag)  # SetFlag(src, dst, event_id)
+        flag.tile = -1
+        flag.origin = _caller_line() if self.device.source_lines else None
+        flag.src = flag.pipe = src
+        flag.dst = dst
+        flag.event_id = event_id
         self.pending.append(flag)
 
     def emit_wait(self, src: str, dst: str, event_id: int) -> None:
-        flag = (_ISA or _isa()).WaitFlag(src, dst, event_id)
-        if self.device.source_lines:
-            flag.origin = _caller_line()
+        flag = _new((_ISA or _isa()).WaitFlag)  # WaitFlag(src, dst, event_id)
+        flag.tile = -1
+        flag.origin = _caller_line() if self.device.source_lines else None
+        flag.src = src
+        flag.dst = flag.pipe = dst
+        flag.event_id = event_id
         self.pending.append(flag)
 
 
@@ -685,6 +708,9 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
     copy_pad = (_ISA or _isa()).DataCopyPad
     end = start + length
     n_in = len(inputs)
+    # the views' element counts, read once (a cached_property lookup per copy otherwise)
+    numels = [g.numel for g in inputs]
+    out_numel = output.numel
     # (input buffer address, elements) -> the inputs' slots in that buffer: the same few
     # (buffers x {tile, tail}) every tile; compute gets a fresh list of them each time
     slots: dict[tuple[int, int], tuple[LocalTensor, ...]] = {}
@@ -704,8 +730,8 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
             v = slots[buf.addr, n]
         except KeyError:
             v = views(buf, n)
-        for dst, g in zip(v, inputs):
-            yield copy_pad(dst, GlobalSlice(g, start, n) if 0 <= start and start + n <= g.numel
+        for dst, g, numel in zip(v, inputs, numels):
+            yield copy_pad(dst, GlobalSlice(g, start, n) if 0 <= start and start + n <= numel
                            else g[start:start + n], n)
         inq.enque(buf)
     for t in ctx.tiles(ntiles):
@@ -722,8 +748,8 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
                 v = slots[buf.addr, n]
             except KeyError:
                 v = views(buf, n)
-            for dst, g in zip(v, inputs):
-                yield copy_pad(dst, GlobalSlice(g, off, n) if 0 <= off and off + n <= g.numel
+            for dst, g, numel in zip(v, inputs, numels):
+                yield copy_pad(dst, GlobalSlice(g, off, n) if 0 <= off and off + n <= numel
                                else g[off:off + n], n)
             inq.enque(buf)
         # Compute and CopyOut of tile t
@@ -742,7 +768,7 @@ def elementwise_pipeline(ctx: KernelContext, *, inputs: Sequence[GlobalTensor], 
         inq.free(buf)
         outq.enque(out)
         out = outq.deque()
-        yield copy_pad(GlobalSlice(output, off, n) if 0 <= off and off + n <= output.numel
+        yield copy_pad(GlobalSlice(output, off, n) if 0 <= off and off + n <= out_numel
                        else output[off:off + n], out, n)
         outq.free(out)
 

@@ -590,7 +590,8 @@ class TargetUpdate(Instruction):
         self.buf.check(self.count, write=True)
         self.target.check()
         self.mask.check()
-        return vector_cost(pipe.core.device.spec, "Adds", "fp32", 8) + pipe.head_cycles()
+        # Pipe.head_cycles only while the head is pending (a call fewer per row chunk after)
+        return vector_cost(pipe.core.device.spec, "Adds", "fp32", 8) + (pipe.head_cycles() if pipe.head_pending else 0)
 
     def complete(self, pipe: Any) -> None:
         if not pipe.core.device.functional:

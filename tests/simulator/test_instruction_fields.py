@@ -3,6 +3,7 @@ starts with (no tile, no source line, its pipe from its operands) and the operan
 raise, naming what was given."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from opsim import devices
@@ -74,3 +75,21 @@ def test_a_cube_repeat_below_one_is_refused_naming_it(dev: Device, make: str) ->
         else:
             Mmad(_l(dev, "L0C", nx.FP32), _l(dev, "L0A"), _l(dev, "L0B"), 16, 64, 16, accumulate=True,
                  repeat=0)
+
+
+def test_cube_instructions_keep_their_shape_fields_as_python_ints_and_bools(dev: Device) -> None:
+    # a kernel may pass numpy integers (shapes read from arrays): the fields are plain ints and
+    # bools all the same, equal to what plain ints give (the constructors convert only those)
+    m = GmMatrix.nd(GlobalTensor.contiguous(dev, dev.malloc(64 * 64 * 2), nx.BF16, (64, 64)))
+    for conv, flag in ((int, bool), (np.int64, np.bool_)):
+        copy = CopyGmToL1(_l(dev, "L1"), m, conv(0), conv(16), conv(0), conv(64), repeat=conv(1))
+        load = LoadData(_l(dev, "L0A"), _l(dev, "L1"), conv(16), conv(64), conv(0), conv(16), conv(0), conv(64),
+                        transpose=flag(False), repeat=conv(1))
+        mmad = Mmad(_l(dev, "L0C", nx.FP32), _l(dev, "L0A"), _l(dev, "L0B"), conv(16), conv(64), conv(16),
+                    accumulate=flag(True), repeat=conv(1))
+        ints = [copy.r0, copy.nr, copy.c0, copy.nc, copy.repeat, load.src_rows, load.src_cols, load.r0,
+                load.nr, load.c0, load.nc, load.repeat, mmad.m, mmad.k, mmad.n, mmad.repeat]
+        assert [type(v) for v in ints] == [int] * len(ints)
+        assert ints == [0, 16, 0, 64, 1, 16, 64, 0, 16, 0, 64, 1, 16, 64, 16, 1]
+        assert (type(load.transpose), load.transpose, type(mmad.accumulate), mmad.accumulate) == (bool, False, bool, True)
+        assert (copy._nbytes, load._bytes) == (16 * 64 * 2, 16 * 64 * 2)

@@ -85,3 +85,37 @@ def test_misuse_is_refused_with_the_queue_named() -> None:
         q.free(t)
     assert q.unfreed() == []
     assert other.unfreed()[0][1] == other.buffers[0]
+
+
+def _fields(instr: object) -> dict[str, object]:
+    """Every slot of an instruction (its class's and its bases'), by name."""
+    names = [n for c in type(instr).__mro__ for n in getattr(c, "__slots__", ())]
+    return {n: getattr(instr, n, "<unset>") for n in names}
+
+
+@pytest.mark.parametrize("lines", [False, True])
+def test_a_queue_flag_is_the_instruction_its_class_constructor_makes(lines: bool) -> None:
+    # the queue builds its flags without calling their __init__: every field must still be
+    # what SetFlag / WaitFlag / QueueFreeFlag(src, dst, event_id) sets (a new field of theirs
+    # that the queue does not set fails here), the source line aside when lines are recorded
+    ctx = _ctx()
+    ctx.device.source_lines = lines
+    q = ctx.queue("VECIN", 1, 256)
+    t = q.alloc(nx.FP32)
+    q.enque(t)
+    q.deque()
+    q.free(t)
+    q.alloc(nx.FP32)
+    ctx.emit_set("VECTOR", "MTE3", 5)                 # the context's own flags are made the same way
+    ctx.emit_wait("VECTOR", "MTE3", 5)
+    made = ctx.pending[:]
+    expected = [SetFlag("MTE2", "VECTOR", q.event_ids[0]), WaitFlag("MTE2", "VECTOR", q.event_ids[0]),
+                QueueFreeFlag("VECTOR", "MTE2", q.event_ids[0]), WaitFlag("VECTOR", "MTE2", q.event_ids[0]),
+                SetFlag("VECTOR", "MTE3", 5), WaitFlag("VECTOR", "MTE3", 5)]
+    assert [type(f) for f in made] == [type(e) for e in expected]
+    for f, e in zip(made, expected):
+        got, want = _fields(f), _fields(e)
+        if lines:
+            assert str(got.pop("origin")).startswith(__file__ + ":")
+            want.pop("origin")
+        assert got == want
