@@ -130,6 +130,11 @@ class Pipe:
         self.current: "Instruction | None" = None   # issued, not yet complete (fast-forward reads it)
         self.started = 0     # cycle ``current`` was issued (an attribute: the fast-forward shifts it)
         self.proc = self.env.process(self._run())
+        # SimPy's Process._resume appends ``self._resume`` to the event the process waits on at
+        # every resumption, a new bound method each time; bound once and kept on the process it
+        # is found first (an instance attribute shadows the method) and equal to a fresh one
+        # (Process.interrupt removes it by equality): no allocation per pipe wake-up
+        self.proc._resume = self.proc._resume        # type: ignore[method-assign]
 
     # -- queue ---------------------------------------------------------------------------------
     @property
