@@ -50,6 +50,11 @@ def pipe_head_cycles(spec: "DeviceSpec", pipe: str, block_dim: int) -> int:
 # classes of the events a pipe has waited on (none is an int): see Pipe._run
 _EVENT_CLASSES: set[type] = set()
 
+# object.__new__: the pipes and the dispatcher make their events as ``_new(Event)`` plus the two
+# attributes simpy.Event.__init__ sets (env, callbacks), in its order -- the same object without
+# the __init__ frame (a quarter of the cost of each of the ~1 event per completion they make)
+_new = object.__new__
+
 
 def _is_cycles(wait: Any) -> bool:
     """Whether an instruction's wait is cycles (an int) rather than an event (whose class is
@@ -125,6 +130,11 @@ class Pipe:
         self.current: "Instruction | None" = None   # issued, not yet complete (fast-forward reads it)
         self.started = 0     # cycle ``current`` was issued (an attribute: the fast-forward shifts it)
         self.proc = self.env.process(self._run())
+        # SimPy's Process._resume appends ``self._resume`` to the event the process waits on at
+        # every resumption, a new bound method each time; bound once and kept on the process it
+        # is found first (an instance attribute shadows the method) and equal to a fresh one
+        # (Process.interrupt removes it by equality): no allocation per pipe wake-up
+        self.proc._resume = self.proc._resume        # type: ignore[method-assign]
 
     # -- queue ---------------------------------------------------------------------------------
     @property
@@ -175,7 +185,9 @@ class Pipe:
         inline_flags = core.inline_flags
         while True:
             if not queue:
-                item = self._item_ev = Event(env)
+                item = self._item_ev = _new(Event)      # Event(env), inline (see _new)
+                item.env = env
+                item.callbacks = []
                 since = core.blocked_since          # core.blocked_clock(), inline
                 self.idle_mark = core._blocked_acc + (env._now - since if since is not None else 0.0)
                 yield item
@@ -198,7 +210,10 @@ class Pipe:
             # (simulated time is integral: LinkNetwork checks it)
             self.started = env._now    # type: ignore[assignment]
             try:
-                sync = instr.inline_sync if inline_flags else 0
+                # the class's STEP_* bits (Instruction.steps): its inline_sync, issues, completes
+                # and busy in one class-attribute lookup (each is several times a slot's cost)
+                steps = instr.steps
+                sync = steps & 3 if inline_flags else 0       # STEP_SET_FLAG | STEP_WAIT_FLAG
                 if sync == 2:
                     # WaitFlag.issue: Core.wait_flag, inline
                     key = (instr.src, instr.dst, instr.event_id)
@@ -209,11 +224,13 @@ class Pipe:
                     else:
                         if key in waiters:
                             raise SimulatorError(f"two pipes wait on flag {key}", core=core.name)
-                        wait = waiters[key] = Event(env)
+                        wait = waiters[key] = _new(Event)      # Event(env), inline
+                        wait.env = env
+                        wait.callbacks = []
                 else:
                     # the base class's issue (no cost, no wait) and complete (no effect) are not
                     # called: most instructions that use them are flags (Instruction.issues)
-                    wait = instr.issue(self) if instr.issues else None
+                    wait = instr.issue(self) if steps & 4 else None       # STEP_ISSUES
                 # a wait is cycles (an int) or an event; the classes of events seen are kept,
                 # so that telling them apart costs no isinstance call
                 if wait is None:
@@ -221,8 +238,9 @@ class Pipe:
                 else:
                     wcls = wait.__class__
                     timed = wcls is int or (wcls not in _EVENT_CLASSES and _is_cycles(wait))
+                busy = steps & 32                                     # STEP_BUSY
                 if self.held:
-                    if instr.busy:
+                    if busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
                         self.held = 0
                     elif wait is not None and not timed:
@@ -233,7 +251,9 @@ class Pipe:
                         cycles: int = wait       # type: ignore[assignment]
                         if cycles > 0:
                             if plain:
-                                timer = Event(env)   # env.timeout(cycles)
+                                timer = _new(Event)   # env.timeout(cycles): Event(env), inline
+                                timer.env = env
+                                timer.callbacks = []
                                 timer._ok = True
                                 timer._value = None
                                 heappush(env._queue, (env._now + cycles, NORMAL, next(env._eid), timer))
@@ -262,7 +282,9 @@ class Pipe:
                     # pipe (traced runs only: last_slice stays -1 without a trace)
                     if self.last_slice >= 0 and instr.dst in core.pipes:
                         core._flag_slices[key] = self.last_slice
-                elif instr.completes:
+                elif steps & 8 and (steps & 16 or device.functional):
+                    # STEP_COMPLETES; a data_only complete (STEP_TIMING unset) does nothing
+                    # unless the device is functional: not called in timing mode
                     instr.complete(self)
             except SimulatorError as exc:
                 if getattr(exc, "origin", None) is None:
@@ -272,7 +294,7 @@ class Pipe:
             end: int = env._now        # type: ignore[assignment]
             start = self.started
             self.current = None
-            if instr.busy:
+            if busy:
                 self.busy_cycles += end - start
                 self.instructions += 1
             if self.track >= 0:
@@ -282,7 +304,7 @@ class Pipe:
                 # flags; in default runs that is the profiler, the only observer)
                 observers = device.observers
                 if observers:
-                    if instr.busy:
+                    if busy:
                         for ob in observers:
                             ob.on_instruction(core, self, instr, start, end)
                     else:
@@ -506,7 +528,9 @@ class Core:
                     while True:
                         space = pipe._space_ev
                         if space is None:
-                            space = pipe._space_ev = Event(env)
+                            space = pipe._space_ev = _new(Event)   # Event(env), inline
+                            space.env = env
+                            space.callbacks = []
                         yield space
                         if pipe.room > 0:
                             break

@@ -47,7 +47,7 @@ import simpy
 from opsim.devices.spec import DmaModel
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError, UnsupportedInstruction
-from opsim.simulator.isa import Instruction
+from opsim.simulator.isa import Instruction, data_only
 from opsim.simulator.tile import GlobalTensor, LocalTensor
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -442,6 +442,7 @@ class CopyGmToL1(CubeInstruction):
                                   startup_extra=(pipe.head_cycles() if pipe.head_pending else 0)
                                   + (self.repeat - 1) * model.startup)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return
@@ -600,6 +601,7 @@ class LoadData(CubeInstruction):
         startup = spec.mte1.startup if spec.mte1 is not None else 0
         return math.ceil(self._bytes / rate) + self.repeat * startup + pipe.head_cycles()
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return
@@ -758,6 +760,7 @@ class Mmad(CubeInstruction):
         c.check(c_bytes // 4, write=True)
         return self.cycles(pipe.core.device.spec)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return
@@ -856,6 +859,7 @@ class Fixpipe(CubeInstruction):
         return device.gm_transfer(pipe, lo, self._nbytes, write=True, model=model, geometry=geo,
                                   startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return
@@ -935,6 +939,7 @@ class CopyUbToNz(Instruction):
                                   ranges=None if geo is not None else [],
                                   startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return

@@ -40,18 +40,41 @@ def _inline_kind(fn: object) -> int:
     return entry[1] if entry is not None and entry[0] is fn else 0
 
 
+# the ``complete`` methods marked by data_only (id -> function), by identity as above
+_DATA_ONLY: dict[int, Callable] = {}
+
+
+def data_only(fn: Callable) -> Callable:
+    """Marks a ``complete`` that does nothing unless the device is functional (it returns at once
+    when ``pipe.core.device.functional`` is false): Pipe._run does not call it in timing mode
+    (``Instruction.steps``). A method assigned in its place carries no mark and is called."""
+    _DATA_ONLY[id(fn)] = fn
+    return fn
+
+
+# bits of ``Instruction.steps``: what Pipe._run does for an instruction of the class, read in
+# one class-attribute lookup per completion instead of four (inline_sync, issues, completes,
+# busy: each a lookup through the instance, several times the cost of a slot)
+STEP_SET_FLAG = 1      # inline_sync == 1
+STEP_WAIT_FLAG = 2     # inline_sync == 2
+STEP_ISSUES = 4        # issues
+STEP_COMPLETES = 8     # completes
+STEP_TIMING = 16       # completes, and its complete is not data_only (called in timing mode too)
+STEP_BUSY = 32         # busy
+
+
 class _InstructionType(type):
     """Keeps ``issues`` / ``completes`` true to the class when ``issue`` or ``complete`` is
     assigned after the class statement (a monkeypatch), for the class and its subclasses."""
 
     def __setattr__(cls, name: str, value: object) -> None:
         super().__setattr__(name, value)
-        if name in ("issue", "complete"):
+        if name in ("issue", "complete", "busy"):
             cls._reflag()
 
     def __delattr__(cls, name: str) -> None:
         super().__delattr__(name)
-        if name in ("issue", "complete"):
+        if name in ("issue", "complete", "busy"):
             cls._reflag()
 
     def _reflag(cls) -> None:
@@ -83,6 +106,8 @@ class Instruction(metaclass=_InstructionType):
     # WaitFlag's and its complete the base no-op; else 0 (set by _flags). Pipe._run does the
     # flag's effect inline for 1 and 2: flags are most completions of a cube schedule
     inline_sync: ClassVar[int] = 0
+    # the STEP_* bits of the class (set by _flags; ``busy`` is watched too): Pipe._run's one read
+    steps: ClassVar[int] = STEP_BUSY
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -102,6 +127,12 @@ class Instruction(metaclass=_InstructionType):
         elif issues and not completes and _inline_kind(cls.issue) == 2:
             sync = 2
         type.__setattr__(cls, "inline_sync", sync)
+        complete = cls.complete
+        steps = (sync | (STEP_ISSUES if issues else 0) | (STEP_COMPLETES if completes else 0)
+                 | (STEP_BUSY if cls.busy else 0))
+        if completes and not (id(complete) in _DATA_ONLY and _DATA_ONLY[id(complete)] is complete):
+            steps |= STEP_TIMING
+        type.__setattr__(cls, "steps", steps)
 
     def __init__(self) -> None:
         self.tile = -1
@@ -422,6 +453,7 @@ class DataCopy(Instruction):
         return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm,
                                        startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         core = pipe.core
         if not core.device.functional:
@@ -551,6 +583,7 @@ class VectorOp(Instruction):
             cycles = vector_cost(pipe.core.device.spec, name, dtn, n)    # raises
         return cycles + (pipe.head_cycles() if pipe.head_pending else 0)
 
+    @data_only
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
             return

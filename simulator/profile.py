@@ -110,7 +110,12 @@ class Profiler:
                     else:
                         addr = instr.trace_args()[2]
                 if addr >= 0:
-                    self.stores.setdefault(lid, array("q")).append(addr)
+                    # (not setdefault(lid, array("q")): that makes an array for every store)
+                    stores = self.stores
+                    if lid in stores:
+                        stores[lid].append(addr)
+                    else:
+                        stores[lid] = array("q", (addr,))
 
     def forget(self, launches: Any) -> None:
         """Drop what was counted for ``launches`` (their records were taken; ids may be reused)."""
