@@ -448,11 +448,15 @@ class _Class:
     the next member to finish, and a recompute touches only the members that finish.
     """
 
-    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred", "kid", "key")
+    __slots__ = ("base", "pool", "links", "link", "n", "served", "heap", "order", "first", "demand",
+                 "rate", "pred", "kid", "key")
 
     def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
         self.base, self.pool, self.links = key
+        # The only link of a one-link route (every DMA route of a device), else None: the
+        # recompute's per-transfer and per-class steps update it without a loop (and its
+        # iterator) over ``links``.
+        self.link: Link | None = self.links[0] if len(self.links) == 1 else None
         self.key = key      # held, so that kid stays this key's id while the class is kept idle
         self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
@@ -752,13 +756,14 @@ class LinkNetwork:
         self._gen = gen = self._gen + 1
         self._wake_at = when
 
-        def wake(_ev: simpy.Event) -> None:
-            # the wake-up itself, inline (it runs once per recompute); fastforward.py finds the
-            # generation in this closure
-            if gen == self._gen:
-                self._wake_at = None
-                now = self.env._now     # simpy.Environment.now without the property call
-                self._recompute(now if type(now) is int else self._now())
+        def wake(_ev: simpy.Event, gen: int = gen, net: LinkNetwork = self) -> None:
+            # the wake-up itself, inline (it runs once per recompute).  Its generation and the
+            # network are defaults, not closure cells: one tuple per wake-up instead of two
+            # cells and a tuple (fastforward.py reads the generation as the first default)
+            if gen == net._gen:
+                net._wake_at = None
+                now = net.env._now      # simpy.Environment.now without the property call
+                net._recompute(now if type(now) is int else net._now())
         # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
         # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
         env = self.env
@@ -897,9 +902,14 @@ class LinkNetwork:
                     heappush(c.heap, (threshold - (tol if tol > _ABS_TOL else _ABS_TOL), t.seq, t))
                     c.order.append(t)
                     c.n += 1
-                    for link in c.links:
-                        link._touched = stamp
-                        link.active += 1
+                    one = c.link
+                    if one is not None:         # a one-link route, without the loop (_Class.link)
+                        one._touched = stamp
+                        one.active += 1
+                    else:
+                        for link in c.links:
+                            link._touched = stamp
+                            link.active += 1
                     if c.pool is not None:
                         c.pool.active += 1
                 else:
@@ -943,6 +953,15 @@ class LinkNetwork:
             c.pred = cycles = _ceil((c.heap[0][0] - c.served) / d)
             if soonest is None or cycles < soonest:
                 soonest = cycles
+            one = c.link
+            if one is not None:         # a one-link route, without the loop below (_Class.link)
+                if one._stamp != stamp:
+                    one._stamp = stamp
+                    one._share_sum = dm
+                    links.append(one)
+                else:
+                    one._share_sum += dm
+                continue
             if not c.links:
                 linkless = True         # nothing to share with
                 continue
