@@ -355,12 +355,18 @@ class _Transfer(_Completion):
     ``__init__`` frame); the admission in :meth:`LinkNetwork._recompute` sets the others:
 
     ``seq`` (issue order), ``tag``, ``nbytes``, ``issue`` (cycle), ``start`` (cycle its startup
-    ends), ``key`` ((base rate, pool, links): its rate class), ``tol`` (remaining bytes that
-    count as delivered), ``done``; once admitted, ``threshold`` (the class's ``served`` at which
-    its last byte has arrived), ``rank`` (activation order) and ``cls`` (its class while active).
+    ends), ``key`` ((base rate, pool, links): its rate class), ``done``; once admitted,
+    ``threshold`` (the class's ``served`` at which its last byte has arrived), ``rank``
+    (activation order) and ``cls`` (its class while active).
+
+    Its event succeeds with ``None``: the device's DMAs, which start here through
+    :meth:`LinkNetwork._start`, are waited on by pipes that never read the value, and a
+    :class:`TransferRecord` per transfer was the costliest line of a completion.  The transfers
+    of the public :meth:`LinkNetwork.transfer` are :class:`_RecordedTransfer` and succeed with
+    their record.
     """
 
-    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key", "tol",
+    __slots__ = ("seq", "tag", "nbytes", "issue", "start", "key",
                  "threshold", "rank", "done", "cls")
     seq: int
     tag: object
@@ -368,11 +374,17 @@ class _Transfer(_Completion):
     issue: int
     start: int
     key: tuple
-    tol: float
     threshold: float
     rank: int
     done: bool
     cls: _Class | None
+
+
+class _RecordedTransfer(_Transfer):
+    """A transfer of :meth:`LinkNetwork.transfer`: its event succeeds with its
+    :class:`TransferRecord` (the type tells it apart, with no field to set per transfer)."""
+
+    __slots__ = ()
 
 
 class _WakeUp(simpy.Event):
@@ -436,11 +448,15 @@ class _Class:
     the next member to finish, and a recompute touches only the members that finish.
     """
 
-    __slots__ = ("base", "pool", "links", "n", "served", "heap", "order", "first", "demand", "rate",
-                 "pred", "kid", "key")
+    __slots__ = ("base", "pool", "links", "link", "n", "served", "heap", "order", "first", "demand",
+                 "rate", "pred", "kid", "key")
 
     def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
         self.base, self.pool, self.links = key
+        # The only link of a one-link route (every DMA route of a device), else None: the
+        # recompute's per-transfer and per-class steps update it without a loop (and its
+        # iterator) over ``links``.
+        self.link: Link | None = self.links[0] if len(self.links) == 1 else None
         self.key = key      # held, so that kid stays this key's id while the class is kept idle
         self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
@@ -473,6 +489,8 @@ class _Class:
 _first_rank = operator.attrgetter("first")
 #: Sort key of transfers: issue order.
 _seq = operator.attrgetter("seq")
+#: Sort key of active transfers: activation order.
+_rank = operator.attrgetter("rank")
 
 
 class LinkNetwork:
@@ -511,7 +529,6 @@ class LinkNetwork:
         self.completed: int = 0
         self.recompute_count: int = 0
 
-        self._active: dict[int, _Transfer] = {}  # by seq, in activation order
         self._classes: dict[int, _Class] = {}  # rate classes with active members, by id of their key
         # Classes that lost their last member, by id of their key, taken back when a transfer of
         # their key is admitted again (a class is made once per route, not once per busy
@@ -573,7 +590,7 @@ class LinkNetwork:
             nb, base, st = nbytes, base_rate, startup
         else:
             nb, base, st = _checked(nbytes, base_rate, startup)
-        return self._start(nb, self._route(base, links, pool), st, tag)
+        return self._start(nb, self._route(base, links, pool), st, tag, _RecordedTransfer)
 
     def _route(self, base_rate: float, links: Sequence[Link], pool: Pool | None) -> tuple:
         """The rate-class key ``(base rate, pool, links)`` of a transfer, checked: the stored
@@ -602,9 +619,11 @@ class LinkNetwork:
         self._keys[key] = key
         return key
 
-    def _start(self, nbytes: int, key: tuple, startup: int, tag: object) -> _Completion:
+    def _start(self, nbytes: int, key: tuple, startup: int, tag: object,
+               kind: type[_Transfer] = _Transfer) -> _Completion:
         """:meth:`transfer` of checked arguments: ``nbytes`` and ``startup`` ints >= 0, ``key``
-        from :meth:`_route`."""
+        from :meth:`_route`.  Its event succeeds with ``None`` (``kind`` :class:`_Transfer`, what
+        the device's DMAs need) or with a :class:`TransferRecord` (:class:`_RecordedTransfer`)."""
         env = self.env
         now = env._now                  # simpy.Environment.now without the property call
         if type(now) is not int:
@@ -613,7 +632,7 @@ class LinkNetwork:
         self._seq = seq + 1
         start = now + startup
         # the transfer and its event, made field by field (no __init__ frame: one per transfer)
-        t = _new_event(_Transfer)
+        t = _new_event(kind)
         t.env = env
         t.callbacks = []
         t.parent = None
@@ -623,8 +642,6 @@ class LinkNetwork:
         t.issue = now
         t.start = start
         t.key = key
-        tol = _REL_TOL * nbytes
-        t.tol = tol if tol > _ABS_TOL else _ABS_TOL      # max(_ABS_TOL, tol), without the call
         t.done = False
         # threshold, rank and cls are set at admission (nothing reads them before: a zero-byte
         # transfer is never admitted and finishes with only ``cls`` set, to None)
@@ -697,9 +714,18 @@ class LinkNetwork:
         second.callbacks.append(fire)
         return join
 
+    @property
+    def _active(self) -> dict[int, _Transfer]:
+        """The active transfers by seq, in activation order.  Built when asked (the statistics
+        below, the fast-forward's shift), not kept up to date: a dict insert and delete per
+        transfer cost more than every question asked of it in a run."""
+        members = [t for c in self._classes.values() for t in c.order if not t.done]
+        members.sort(key=_rank)
+        return {t.seq: t for t in members}
+
     def active_count(self) -> int:
         """Transfers currently moving bytes (startup paid, not yet completed)."""
-        return len(self._active)
+        return sum(c.n for c in self._classes.values())
 
     def pending_count(self) -> int:
         """Transfers still paying their startup latency."""
@@ -730,13 +756,14 @@ class LinkNetwork:
         self._gen = gen = self._gen + 1
         self._wake_at = when
 
-        def wake(_ev: simpy.Event) -> None:
-            # the wake-up itself, inline (it runs once per recompute); fastforward.py finds the
-            # generation in this closure
-            if gen == self._gen:
-                self._wake_at = None
-                now = self.env._now     # simpy.Environment.now without the property call
-                self._recompute(now if type(now) is int else self._now())
+        def wake(_ev: simpy.Event, gen: int = gen, net: LinkNetwork = self) -> None:
+            # the wake-up itself, inline (it runs once per recompute).  Its generation and the
+            # network are defaults, not closure cells: one tuple per wake-up instead of two
+            # cells and a tuple (fastforward.py reads the generation as the first default)
+            if gen == net._gen:
+                net._wake_at = None
+                now = net.env._now      # simpy.Environment.now without the property call
+                net._recompute(now if type(now) is int else net._now())
         # env.timeout(when - now) with the wake-up as its callback, inline: the same queue entry
         # (time, NORMAL priority, next event id) that Timeout.__init__ and env.schedule make
         env = self.env
@@ -782,7 +809,6 @@ class LinkNetwork:
         #    sharing a link are added to it in that order.
         classes = self._classes
         ordered = self._ordered
-        active = self._active
         emptied: list[_Class] | None = None     # the classes that lost their last member
         resort = False                  # an earliest active member finished: reorder classes
         c: _Class | None                # a class; step 3 looks one up by key
@@ -802,7 +828,6 @@ class LinkNetwork:
                     fix += t.threshold - s
                     t.done = True
                     finished.append(t)
-                    del active[t.seq]
                     k += 1
                     if not heap:
                         break
@@ -869,14 +894,22 @@ class LinkNetwork:
                     t.cls = c
                     t.rank = rank
                     rank += 1
-                    t.threshold = threshold = c.served + t.nbytes
-                    heappush(c.heap, (threshold - t.tol, t.seq, t))
+                    nb = t.nbytes
+                    t.threshold = threshold = c.served + nb
+                    # the remainder that counts as delivered: max(_ABS_TOL, _REL_TOL * nbytes),
+                    # without the call (computed here, once, not kept on the transfer)
+                    tol = _REL_TOL * nb
+                    heappush(c.heap, (threshold - (tol if tol > _ABS_TOL else _ABS_TOL), t.seq, t))
                     c.order.append(t)
                     c.n += 1
-                    active[t.seq] = t
-                    for link in c.links:
-                        link._touched = stamp
-                        link.active += 1
+                    one = c.link
+                    if one is not None:         # a one-link route, without the loop (_Class.link)
+                        one._touched = stamp
+                        one.active += 1
+                    else:
+                        for link in c.links:
+                            link._touched = stamp
+                            link.active += 1
                     if c.pool is not None:
                         c.pool.active += 1
                 else:
@@ -920,6 +953,15 @@ class LinkNetwork:
             c.pred = cycles = _ceil((c.heap[0][0] - c.served) / d)
             if soonest is None or cycles < soonest:
                 soonest = cycles
+            one = c.link
+            if one is not None:         # a one-link route, without the loop below (_Class.link)
+                if one._stamp != stamp:
+                    one._stamp = stamp
+                    one._share_sum = dm
+                    links.append(one)
+                else:
+                    one._share_sum += dm
+                continue
             if not c.links:
                 linkless = True         # nothing to share with
                 continue
@@ -1035,7 +1077,12 @@ class LinkNetwork:
         #    consistent if they issue new transfers.
         nfinished = len(finished)
         self.completed += nfinished
-        if nfinished > 1:
+        if nfinished == 2:
+            # sort(key=_seq) of two, without the key list and calls (the usual case of several)
+            first, second = finished
+            if first.seq > second.seq:
+                finished = [second, first]
+        elif nfinished > 2:
             finished.sort(key=_seq)
         elif nfinished and (parent := finished[0].parent) is not None:
             # The last leg of a join would be the only event due now: nothing can run between
@@ -1063,7 +1110,8 @@ class LinkNetwork:
                 t.cls = None
                 parent = t.parent
                 if parent is None:
-                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now)
+                    value: TransferRecord | None = TransferRecord(t.tag, t.nbytes, t.issue, t.start, now) \
+                        if type(t) is _RecordedTransfer else None
                 else:                   # a leg of a join: only the last one relays (_scheduled)
                     parent.remaining -= 1
                     if parent.remaining:
