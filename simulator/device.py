@@ -541,14 +541,15 @@ class Device:
                        else sum(n for _, n in runs))
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
-        if self.l2 is not None and covered:
-            self.l2.count(hit, nbytes - hit)
+        if l2 is not None and covered:
+            l2.count(hit, nbytes - hit)
         if self._trace_l2:
             assert self.trace is not None and self.l2 is not None   # _trace_l2 says so
             self.trace.add_counter("memory", "L2 hit rate %", int(self.env.now), 100.0 * self.l2.hit_rate)
         miss = nbytes - hit
         self._count_bytes(launch, self._gm_read_key, miss)
-        self._count_bytes(launch, "L2 read", hit)
+        if hit:                         # (a load that hits nothing has nothing to count here)
+            self._count_bytes(launch, "L2 read", hit)
         startup = m.startup + startup_extra
         route_hit = self._route_hit
         if fast and type(startup) is int and startup >= 0 and type(hit) is int and 0 <= hit <= nbytes \
@@ -579,7 +580,9 @@ class Device:
     def _with_writeback(self, event: simpy.Event, tag: str, launch: Launch | None) -> simpy.Event:
         """``event`` joined with the HBM write of the dirty L2 lines the access evicted (a
         write-back L2), which the transfer waits for: the line it fills must be free."""
-        wb = self.l2.take_writeback() if self.l2 is not None else 0
+        l2 = self.l2
+        # nothing owed (no dirty line evicted): take_writeback would change nothing
+        wb = l2.take_writeback() if l2 is not None and l2.pending_writeback else 0
         if not wb:
             return event
         self._count_bytes(launch, self._gm_write_key, wb)

@@ -108,6 +108,13 @@ class L2Cache:
         # ever shown to the cache (every line weighs one); None: in _lru/_dirty/_used (a sample
         # with a weight other than one, or lines too far apart for the arrays, moved it there)
         self._arr: LineArrays | None = LineArrays(self.capacity_chunks, chunk)
+        self._shapes: dict[tuple[int, int, int], np.ndarray] = {}   # _row_lines
+        # the lines of the last access on the arrays, when LineArrays.touch took them all: they
+        # are then the most recent lines, in that order, until anything else touches the cache
+        # (every other access, invalidation or restore clears it), so reading them again moves
+        # nothing -- all hits, the same cache (a panel of the FLCE read twice in a row)
+        self._recent: tuple[int, int, int, int] | None = None
+        self._parts: dict[tuple[int, int, int], np.ndarray] = {}    # _line_bytes
 
     def _evict(self) -> None:
         """Drop least-recently-used lines until the cache fits; a dirty line's bytes (lines of
@@ -188,20 +195,27 @@ class L2Cache:
         c = self.chunk
         mark = write and self.write_back
         hits = hits or not write
+        recent, self._recent = self._recent, None
         if (type(runs) is tuple or type(runs) is list) and len(runs) == 1:
             # one run (a DMA transfer of contiguous bytes): its lines are a slice of the arrays
             a, n = runs[0]
             if n <= 0:
+                self._recent = recent           # nothing touched
                 return 0
             end = a + n
             first, last = a // c, (end - 1) // c
             count = last - first + 1
+            key = (first, 1, count, 1)          # the lines touched, as rows (below)
+            if key == recent and not mark:
+                self._recent = key
+                return n if hits else 0
             i0 = first - arr.base
             covered = i0 >= 0 and i0 + count <= arr.stamp.size or arr.cover(first, last)
             if covered and count <= arr.cap:
                 i0 = first - arr.base
                 got = arr.touch(slice(i0, i0 + count), count, mark)
                 if got is not None:
+                    self._recent = key
                     res, nres, owed = got
                     if owed:
                         self.pending_writeback += owed * c
@@ -243,24 +257,34 @@ class L2Cache:
         elif type(runs) is StridedRuns:
             a0, stride, run, rows = runs.a0, runs.stride, runs.run, runs.rows
             if run <= 0 or rows <= 0:
+                self._recent = recent           # nothing touched
                 return 0
             off = a0 % c
             first = a0 // c
             span = (off + run - 1) // c + 1
             if stride % c == 0 and (rows == 1 or stride >= span * c) and rows * span <= arr.cap:
                 step = stride // c if rows > 1 else span
-                if arr.cover(first, first + step * (rows - 1) + span - 1):
+                if step == span:                # contiguous lines: the key of one run (above)
+                    key = (first, 1, rows * span, 1)
+                else:
+                    key = (first, step, span, rows)
+                if key == recent and not mark:
+                    self._recent = key
+                    return rows * run if hits else 0
+                i0 = first - arr.base
+                hi = i0 + step * (rows - 1) + span        # one past the last line's index
+                if i0 >= 0 and hi <= arr.stamp.size or arr.cover(first, first + step * (rows - 1) + span - 1):
                     i0 = first - arr.base
                     idx: np.ndarray | slice
-                    if step == span:                    # the rows' lines are contiguous
+                    if span == 1:                       # one line a row: a slice (strided or not)
+                        idx = slice(i0, i0 + step * rows, step)
+                    elif step == span:                  # the rows' lines are contiguous
                         idx = slice(i0, i0 + rows * span)
-                    elif span == 1:
-                        idx = np.arange(i0, i0 + step * rows, step, dtype=np.int64)
                     else:
-                        idx = (np.arange(i0, i0 + step * rows, step, dtype=np.int64)[:, None]
-                               + np.arange(span, dtype=np.int64)).ravel()
+                        idx = self._row_lines(step, span, rows) + i0
                     got = arr.touch(idx, rows * span, mark)
                     if got is not None:
+                        self._recent = key
                         res, nres, owed = got
                         if owed:
                             self.pending_writeback += owed * c
@@ -269,8 +293,7 @@ class L2Cache:
                         if span == 1 or res is None:
                             return nres * run if span == 1 or nres < rows * span else rows * run
                         # line i of a row holds the row's bytes [i*c - off, (i+1)*c - off), clipped
-                        part = np.minimum(np.arange(1, span + 1) * c, off + run) - np.maximum(np.arange(span) * c, off)
-                        return int(res.reshape(rows, span).sum(axis=0) @ part)
+                        return int(res.reshape(rows, span).sum(axis=0) @ self._line_bytes(span, off, run))
             runs = list(runs)
         else:
             runs = list(runs)
@@ -325,6 +348,7 @@ class L2Cache:
         # the walk, line by line, over lines the arrays cover
         lo = min((a // c for a, n in runs if n > 0), default=None)
         if lo is None:
+            self._recent = recent               # nothing touched
             return 0
         hi = max((a + n - 1) // c for a, n in runs if n > 0)
         if not arr.cover(lo, hi):
@@ -334,6 +358,32 @@ class L2Cache:
         if owed:
             self.pending_writeback += owed
         return hit if hits else 0
+
+    def _row_lines(self, step: int, span: int, rows: int) -> np.ndarray:
+        """The line indices, relative to the first, of ``rows`` rows of ``span`` lines each,
+        ``step`` lines apart, in touch order (kept: a tiled kernel moves tiles of a few shapes,
+        and making them was several array operations per transfer)."""
+        key = (step, span, rows)
+        rel = self._shapes.get(key)
+        if rel is None:
+            if len(self._shapes) >= 64:
+                self._shapes.clear()
+            rel = self._shapes[key] = (np.arange(0, step * rows, step, dtype=np.int64)[:, None]
+                                       + np.arange(span, dtype=np.int64)).ravel()
+        return rel
+
+    def _line_bytes(self, span: int, off: int, run: int) -> np.ndarray:
+        """The bytes a row of ``run`` bytes starting ``off`` bytes into its first line holds in
+        each of its ``span`` lines (kept, as :meth:`_row_lines`)."""
+        key = (span, off, run)
+        part = self._parts.get(key)
+        if part is None:
+            if len(self._parts) >= 64:
+                self._parts.clear()
+            c = self.chunk
+            part = self._parts[key] = (np.minimum(np.arange(1, span + 1) * c, off + run)
+                                       - np.maximum(np.arange(span) * c, off))
+        return part
 
     def _to_ordered(self) -> None:
         """Move the state from the arrays to the OrderedDict walk's (for good)."""
@@ -774,6 +824,7 @@ class L2Cache:
         """Drop chunks of [addr, addr+nbytes) (host writes and frees make cached copies stale)."""
         if self._arr is not None:
             if nbytes > 0:
+                self._recent = None
                 self._arr.invalidate(addr // self.chunk, (addr + nbytes - 1) // self.chunk)
             return
         if nbytes <= 0 or not self._lru:
@@ -799,6 +850,7 @@ class L2Cache:
     def restore_state(self, state: tuple) -> None:
         """Put back a state taken by :meth:`save_state`."""
         self._tail = None
+        self._recent = None
         if isinstance(state[0], LineArrays):
             arr, self.pending_writeback, self.hit_bytes, self.miss_bytes, self.writeback_bytes = state
             self._arr = arr.copy()

@@ -38,6 +38,10 @@ MIN_SPAN = 1 << 20
 SPAN_PER_LINE = 8
 
 
+# the longest ramp (0, 1, 2, ...) a cache keeps for the indices of strided touches (512 KiB)
+RAMP_MAX = 1 << 16
+
+
 def span_limit(capacity: int) -> int:
     """The widest span of lines the arrays of a cache of ``capacity`` lines cover."""
     return min(MAX_SPAN, max(MIN_SPAN, SPAN_PER_LINE * capacity))
@@ -47,6 +51,7 @@ try:        # the C function (numpy.count_nonzero is a Python wrapper around it:
 except ImportError:         # numpy < 2
     _count = np.count_nonzero
 _nnz = cast(Callable[[np.ndarray], np.integer], _count)   # a numpy integer: int() it
+_min = np.minimum.reduce        # ndarray.min() without its Python wrapper (half the cost)
 
 
 class LineArrays:
@@ -118,17 +123,19 @@ class LineArrays:
         them and where the queue resumes after it (nothing is changed)."""
         stamp, queue, qstamp = self.stamp, self.queue, self.qstamp
         h = self.head
-        seg = queue[h:h + over]
-        if _nnz(stamp[seg] == qstamp[h:h + over]) == over:     # no stale touch among them
-            return seg, int(qstamp[h + over - 1]), h + over
-        k = 2 * over + 64
+        # one pass over a window with room for a few stale touches (a line touched twice, as
+        # the boundary line two adjacent tiles share, leaves one): a first pass over exactly
+        # ``over`` touches would fail whenever one of them is stale
+        k = over + (over >> 2) + 16
         while True:
             seg = queue[h:h + k]
-            valid = np.flatnonzero(stamp[seg] == qstamp[h:h + k])
+            valid = (stamp[seg] == qstamp[h:h + k]).nonzero()[0]
             if valid.size >= over or h + k >= self.tail:
                 break
             k *= 4
         last = int(valid[over - 1])
+        if last == over - 1:            # no stale touch among them: the lines are a slice
+            return seg[:over], int(qstamp[h + last]), h + over
         return seg[valid[:over]], int(qstamp[h + last]), h + last + 1
 
     def _evict(self, lines: np.ndarray, resume: int) -> int:
@@ -144,20 +151,25 @@ class LineArrays:
 
     # -- accesses --------------------------------------------------------------------------------
     def touch(self, idx: np.ndarray | slice, n: int, mark: bool) -> tuple[np.ndarray | None, int, int] | None:
-        """Touch ``n`` distinct lines (indices ``idx``, in order; n <= capacity) when the walk's
+        """Touch ``n`` distinct lines (indices ``idx``: an array or a slice, whose step may be
+        more than one -- the rows of a strided tile --, in order; n <= capacity) when the walk's
         outcome follows without walking (module docstring): returns (which were resident -- None
         if all or none were --, how many were resident, dirty lines evicted), or None, having
         changed nothing."""
         stamp = self.stamp
         old = stamp[idx]
         nres = int(_nnz(old))
-        res = old != 0 if 0 < nres < n else None   # (old may be a view: taken before the touch)
+        # (old may be a view: taken before the touch; astype(bool) is old != 0 without the
+        # comparison with a Python scalar, which costs twice as much)
+        res = old.astype(bool) if 0 < nres < n else None
         over = self.used + n - nres - self.cap
         owed = 0
         if over > 0:
             front, last, resume = self._front(over)
-            if nres and int(old[old != 0].min() if res is None else old[res].min()) <= last:
-                return None             # a line of the access is among those to evict: walk
+            # a resident line of the access among those to evict (a stamp in 1..last; the
+            # lines not resident have stamp 0): walk
+            if nres and (int(_min(old)) <= last if res is None else int(_nnz(old <= last)) > n - nres):
+                return None
             owed = self._evict(front, resume)
         t = self.tail
         if t + n > self.queue.size:
@@ -170,10 +182,17 @@ class LineArrays:
         np.add(ramp[:n], self.clock + 1, out=stamps)
         self.clock += n
         stamp[idx] = stamps
-        if type(idx) is slice:
-            np.add(ramp[:n], idx.start, out=self.queue[t:t + n])
-        else:
+        if type(idx) is not slice:
             self.queue[t:t + n] = idx
+        elif idx.step is None or idx.step == 1:
+            np.add(ramp[:n], idx.start, out=self.queue[t:t + n])
+        elif n * idx.step <= RAMP_MAX:
+            # the indices start, start + step, ...: a strided view of the ramp (grown to cover it)
+            if ramp.size < n * idx.step:
+                ramp = self._ramp = np.arange(max(n * idx.step, 2 * ramp.size), dtype=np.int64)
+            np.add(ramp[:n * idx.step:idx.step], idx.start, out=self.queue[t:t + n])
+        else:
+            self.queue[t:t + n] = np.arange(idx.start, idx.start + n * idx.step, idx.step, dtype=np.int64)
         self.tail = t + n
         self.used += n - nres
         if mark:

@@ -58,13 +58,18 @@ def _random_runs(rng: np.random.Generator, span: int):
     return [(BASE + int(rng.integers(0, span * LINE)), int(rng.integers(0, 4 * LINE))) for _ in range(3)]
 
 
+@pytest.mark.parametrize("repeat", [0.0, 0.4])
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("lines", [8, 48, 400])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back):
-    rng = np.random.default_rng(seed * 100 + lines)
+def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back, repeat):
+    # ``repeat``: how often an access is the last one again (a tile read twice in a row: the
+    # arrays take the lines they just touched as the most recent ones, in order, until anything
+    # else touches the cache)
+    rng = np.random.default_rng(seed * 100 + lines + int(repeat * 10))
     arrays, ordered = _pair(lines, write_back)
     saved: list = []
+    runs = None
     for step in range(600):
         u = rng.random()
         if u < 0.06:
@@ -83,7 +88,8 @@ def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back)
             assert arrays.access_lines(lines_, weight=1, write=write) == \
                 ordered.access_lines(lines_, weight=1, write=write)
         else:
-            runs = _random_runs(rng, 3 * lines)
+            if runs is None or rng.random() >= repeat:
+                runs = _random_runs(rng, 3 * lines)
             write = bool(rng.random() < 0.3)
             hit = arrays.access_runs(runs, write=write)
             assert hit == ordered.access_runs(runs, write=write), step
