@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
+import mmap
 import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
@@ -73,7 +73,7 @@ Backing = Literal["allocation", "flat", "sparse"]
 PAGE = 4096
 
 # Ranges up to this size (an allocation, a flat region) are backed by one array covering the
-# whole range on first write: np.zeros uses calloc, so untouched pages cost the host nothing,
+# whole range on first write: its zeros are fresh pages (_zeros), so untouched ones cost the host nothing,
 # and one segment means views never move.  Larger ranges are backed page-wise like sparse
 # memory, because a single huge calloc can be refused by the host's overcommit policy.
 DENSE_LIMIT = 64 << 20
@@ -87,41 +87,41 @@ _U8 = np.uint8
 _MAX_VIEWS = 4096
 
 
-# numpy asks the kernel for transparent huge pages (madvise) for every array of 4 MiB or more.
-# The backing of a large allocation -- an operator's output -- is fresh memory written once, and
-# on the project's machines (a VM) its 2 MiB pages cost ~8 ms of system time each to fault in
-# when the host has taken the freed memory back: 0.22-0.27 s for a 64 MiB output (3 runs of 3,
-# MSE backward fp32 2^24), against ~0.01 s system (~0.06 s user) in 4 KiB pages. So backings ask
-# for ordinary pages; None where numpy does not have the switch (then numpy decides, as before).
-def _thp_switch() -> Callable[[bool], bool] | None:
-    import importlib
-    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):    # numpy 2, numpy 1
-        try:
-            switch = getattr(importlib.import_module(name), "_set_madvise_hugepage", None)
-        except ImportError:
-            continue
-        if callable(switch):
-            return cast(Callable[[bool], bool], switch)
-    return None
+# Backings of _MMAP_MIN bytes or more are fresh anonymous memory (mmap), not np.zeros. np.zeros
+# is calloc, and calloc hands out zero pages without touching them only while they come
+# straight from the kernel: glibc raises its mmap threshold to the size of each large block
+# freed (up to 32 MiB), so from the second run of a process on, every UB, L1 and output backing
+# came from reused heap memory that calloc clears byte by byte -- each core's whole UB (48 x
+# 192 KiB on Atlas A2) and the operator's output, used or not: 10-26 MB of memset per MSE
+# backward run (callgrind, 2^20 and 2^22 fp32). Fresh pages are zeroed by the kernel when first
+# touched, so the bytes a kernel never touches cost nothing, as DENSE_LIMIT above assumes.
+# Smaller backings stay np.zeros (a system call costs more than clearing them).
+_MMAP_MIN = 64 << 10
 
-
-_set_thp = _thp_switch()
-_THP_MIN = 4 << 20     # numpy's own threshold for the madvise
-_THP_LOCK = threading.Lock()
+# The kernel would back a large mapping with transparent huge pages where its policy is
+# "always" (numpy's own arrays of 4 MiB or more ask for them with madvise). The backing of a
+# large allocation -- an operator's output -- is fresh memory written once, and on the
+# project's machines (a VM) its 2 MiB pages cost ~8 ms of system time each to fault in when the
+# host has taken the freed memory back: 0.22-0.27 s for a 64 MiB output (3 runs of 3, MSE
+# backward fp32 2^24), against ~0.01 s system (~0.06 s user) in 4 KiB pages. So large backings
+# ask for ordinary pages (where the platform has the advice).
+_THP_MIN = 4 << 20
+_NO_HUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", None)
 
 
 def _zeros(nbytes: int) -> np.ndarray:
-    """``np.zeros(nbytes, uint8)`` in ordinary (not huge) pages; see ``_set_thp`` above."""
-    if _set_thp is None or nbytes < _THP_MIN:
+    """A writable uint8 array of ``nbytes`` zeros: np.zeros for small backings, fresh
+    anonymous memory in ordinary pages for the rest (see ``_MMAP_MIN`` above)."""
+    if nbytes < _MMAP_MIN:
         return np.zeros(nbytes, _U8)
-    # the switch is numpy's, for the whole process: one thread at a time saves, clears and
-    # restores it (two interleaved would leave it off for good)
-    with _THP_LOCK:
-        was = _set_thp(False)
+    m = mmap.mmap(-1, nbytes)
+    if _NO_HUGEPAGE is not None and nbytes >= _THP_MIN:
         try:
-            return np.zeros(nbytes, _U8)
-        finally:
-            _set_thp(was)
+            m.madvise(_NO_HUGEPAGE)
+        except OSError:       # a kernel without transparent huge pages: nothing to advise
+            pass
+    # the array keeps the mapping alive (its base); unmapped when the last view is gone
+    return np.frombuffer(m, _U8)
 
 
 def align_up(x: int, a: int) -> int:

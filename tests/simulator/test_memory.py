@@ -551,44 +551,44 @@ def test_deadlock_error_lists_waiters_and_faults_survive_pickling():
     assert (type(clone), str(clone), clone.needed) == (CapacityError, str(cap), 2)
 
 
-def test_a_large_backing_is_zeros_and_leaves_numpys_huge_page_switch_as_it_was():
-    # backings of 4 MiB or more are made with numpy's huge-page madvise off (memory._zeros)
+def test_a_large_backing_is_fresh_zero_memory_that_the_device_writes_and_reads():
+    # backings of _MMAP_MIN bytes or more are anonymous mappings (memory._zeros): zero, writable,
+    # alive as long as a view of them is, and written and read like any other backing
     from opsim.simulator import memory
     region = Region("GM", 0, 64 << 20, backing="allocation")
     alloc = region.allocate(8 << 20)
-    if memory._set_thp is not None:
-        before = memory._set_thp(True)
-        memory._set_thp(before)
     region.write(alloc.addr + 4096, b"\x01\x02")
     got = region.read(alloc.addr, 8 << 20)
     assert got[4096] == 1 and got[4097] == 2 and int(got.sum()) == 3
-    if memory._set_thp is not None:
-        now = memory._set_thp(before)
-        assert now == before
+    view = region.view(alloc.addr, 8 << 20, write=True)
+    assert isinstance(view.base.base, memoryview)        # the mapping, not a calloc'd array
+    small = memory._zeros(memory._MMAP_MIN - 1)
+    assert small.flags.owndata and not small.any()       # below the threshold: np.zeros
+    for n in (memory._MMAP_MIN, memory._THP_MIN, memory._THP_MIN + 5):
+        z = memory._zeros(n)
+        assert z.nbytes == n and z.flags.writeable and not z.any()
+        z[-1] = 7
+        del z                                            # unmapped with its last view
 
 
-def test_large_backings_made_by_several_threads_leave_numpys_huge_page_switch_as_it_was():
-    # the switch is process-wide: threads that save, clear and restore it in turn must not
-    # interleave, or the last restore can leave it off for good (review finding)
+def test_backings_made_by_several_threads_are_each_their_own_zeros():
     import threading
 
     from opsim.simulator import memory
-    if memory._set_thp is None:
-        pytest.skip("this numpy has no huge-page switch")
-    before = memory._set_thp(True)
-    try:
-        start = threading.Barrier(8)
+    start = threading.Barrier(8)
+    made: list[int] = []
 
-        def make() -> None:
-            start.wait()
-            for _ in range(40):
-                assert memory._zeros(4 << 20).nbytes == 4 << 20
+    def make() -> None:
+        start.wait()
+        for _ in range(10):
+            z = memory._zeros(4 << 20)
+            assert z.nbytes == 4 << 20 and not z[::65536].any()    # none sees another's writes
+            z[::65536] = 1
+            made.append(int(z[:65537].sum()))
 
-        threads = [threading.Thread(target=make) for _ in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert memory._set_thp(True) is True       # still on: every thread restored what it found
-    finally:
-        memory._set_thp(before)
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert made == [2] * 80
