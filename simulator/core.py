@@ -183,6 +183,10 @@ class Pipe:
         # read again whenever the pipe wakes from idle (a patch between launches is seen)
         plain = core.plain_env
         inline_flags = core.inline_flags
+        # the STEP_* bits of Instruction.steps, as locals (isa imports this module's types)
+        from opsim.simulator.isa import (STEP_BUSY, STEP_COMPLETES, STEP_ISSUES, STEP_SET_FLAG,
+                                         STEP_TIMING, STEP_WAIT_FLAG)
+        sync_bits = STEP_SET_FLAG | STEP_WAIT_FLAG
         while True:
             if not queue:
                 item = self._item_ev = _new(Event)      # Event(env), inline (see _new)
@@ -213,8 +217,8 @@ class Pipe:
                 # the class's STEP_* bits (Instruction.steps): its inline_sync, issues, completes
                 # and busy in one class-attribute lookup (each is several times a slot's cost)
                 steps = instr.steps
-                sync = steps & 3 if inline_flags else 0       # STEP_SET_FLAG | STEP_WAIT_FLAG
-                if sync == 2:
+                sync = steps & sync_bits if inline_flags else 0
+                if sync == STEP_WAIT_FLAG:
                     # WaitFlag.issue: Core.wait_flag, inline
                     key = (instr.src, instr.dst, instr.event_id)
                     n = flags[key] if key in flags else 0
@@ -230,7 +234,7 @@ class Pipe:
                 else:
                     # the base class's issue (no cost, no wait) and complete (no effect) are not
                     # called: most instructions that use them are flags (Instruction.issues)
-                    wait = instr.issue(self) if steps & 4 else None       # STEP_ISSUES
+                    wait = instr.issue(self) if steps & STEP_ISSUES else None
                 # a wait is cycles (an int) or an event; the classes of events seen are kept,
                 # so that telling them apart costs no isinstance call
                 if wait is None:
@@ -238,7 +242,7 @@ class Pipe:
                 else:
                     wcls = wait.__class__
                     timed = wcls is int or (wcls not in _EVENT_CLASSES and _is_cycles(wait))
-                busy = steps & 32                                     # STEP_BUSY
+                busy = steps & STEP_BUSY
                 if self.held:
                     if busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held
@@ -264,7 +268,7 @@ class Pipe:
                         self._waiting = instr
                         yield wait
                         self._waiting = None
-                if sync == 1:
+                if sync == STEP_SET_FLAG:
                     # SetFlag.complete: Core.set_flag, inline
                     key = (instr.src, instr.dst, instr.event_id)
                     if key in waiters:
@@ -282,8 +286,8 @@ class Pipe:
                     # pipe (traced runs only: last_slice stays -1 without a trace)
                     if self.last_slice >= 0 and instr.dst in core.pipes:
                         core._flag_slices[key] = self.last_slice
-                elif steps & 8 and (steps & 16 or device.functional):
-                    # STEP_COMPLETES; a data_only complete (STEP_TIMING unset) does nothing
+                elif steps & STEP_COMPLETES and (steps & STEP_TIMING or device.functional):
+                    # a data_only complete (STEP_TIMING unset) does nothing
                     # unless the device is functional: not called in timing mode
                     instr.complete(self)
             except SimulatorError as exc:
