@@ -73,9 +73,10 @@ Backing = Literal["allocation", "flat", "sparse"]
 PAGE = 4096
 
 # Ranges up to this size (an allocation, a flat region) are backed by one array covering the
-# whole range on first write: its zeros are fresh pages (_zeros), so untouched ones cost the host nothing,
-# and one segment means views never move.  Larger ranges are backed page-wise like sparse
-# memory, because a single huge calloc can be refused by the host's overcommit policy.
+# whole range on first write: its zeros are fresh pages (_zeros), so untouched ones cost the
+# host nothing, and one segment means views never move.  Larger ranges are backed page-wise
+# like sparse memory, because a single huge mapping can be refused by the host's overcommit
+# policy.
 DENSE_LIMIT = 64 << 20
 
 # Cap on speculative host-side growth when segments merge (see _SegmentStore._ensure).
@@ -107,6 +108,10 @@ _MMAP_MIN = 64 << 10
 # ask for ordinary pages (where the platform has the advice).
 _THP_MIN = 4 << 20
 _NO_HUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", None)
+# private mappings (POSIX; Windows' anonymous mappings take no flags): Python's default is
+# MAP_SHARED, which a forked child (a multiprocessing worker) would share with the parent, and
+# whose pages are allocated even when only read (a private mapping reads the zero page)
+_PRIVATE = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
 
 
 def _zeros(nbytes: int) -> np.ndarray:
@@ -114,7 +119,7 @@ def _zeros(nbytes: int) -> np.ndarray:
     anonymous memory in ordinary pages for the rest (see ``_MMAP_MIN`` above)."""
     if nbytes < _MMAP_MIN:
         return np.zeros(nbytes, _U8)
-    m = mmap.mmap(-1, nbytes)
+    m = mmap.mmap(-1, nbytes, **_PRIVATE)
     if _NO_HUGEPAGE is not None and nbytes >= _THP_MIN:
         try:
             m.madvise(_NO_HUGEPAGE)

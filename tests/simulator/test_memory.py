@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import resource
 
@@ -592,3 +593,19 @@ def test_backings_made_by_several_threads_are_each_their_own_zeros():
     for t in threads:
         t.join()
     assert made == [2] * 80
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork (POSIX)")
+def test_a_large_backing_is_not_shared_with_a_forked_child():
+    # a multiprocessing worker forked after a run must not write into the parent's outputs
+    # (anonymous mappings are MAP_SHARED by Python's default; the backings ask for MAP_PRIVATE)
+    from opsim.simulator import memory
+    z = memory._zeros(memory._MMAP_MIN)
+    z[0] = 1
+    pid = os.fork()
+    if pid == 0:                        # the child: write, then leave without cleanup
+        z[0] = 99
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert z[0] == 1
