@@ -825,12 +825,16 @@ class Device:
             # numpy's floating-point warnings are off for every instruction's numerics at once
             with np.errstate(all="ignore"):
                 if self.ff is None or not isinstance(until, simpy.Event):
+                    ticker = self._ticker
                     if self.progress is not None and self.ff is None:
-                        ticker = self._ticker
                         if ticker is None or ticker.report is not self.progress:
                             ticker = self._ticker = ProgressTicker(self.env, self.progress)
                         ticker.arm()
-                    simloop.run(self.env, until)      # env.run(until=until), step inline
+                    try:
+                        simloop.run(self.env, until)      # env.run(until=until), step inline
+                    finally:
+                        if ticker is not None:
+                            ticker.disarm()
                 else:
                     self._run_fast_forward(until)
         except SimulatorError as exc:

@@ -7,14 +7,16 @@ one extra SimPy event now and then, at a simulated time chosen so that ticks com
 ``period_s`` apart in wall time. It reads the clock and calls the report; it changes no state of
 the machine, so every other event keeps its order (SimPy orders same-time events by when they
 were scheduled, and a tick schedules nothing else) and results, cycles and traces are those of a
-run without it. It re-arms only while other events are pending, so a machine that runs dry (its
-work done, or deadlocked) is seen as such.
+run without it. A tick is never later than the latest event pending when it is scheduled, and
+re-arms only while other events are pending, so a machine that runs dry (its work done, or
+deadlocked) stops at the same cycle as without it; :meth:`ProgressTicker.disarm` takes a
+pending tick off the queue when the device stops running.
 """
 from __future__ import annotations
 
 import time
 import warnings
-from heapq import heappush
+from heapq import heapify, heappush
 from typing import Callable
 
 import simpy
@@ -28,10 +30,11 @@ MAX_CYCLES = 1 << 40
 
 class ProgressTicker:
     """Calls ``report(cycle)`` about every ``period_s`` seconds of wall time while the device's
-    event loop runs (:meth:`arm` before running it). A report that raises is warned about
-    (RuntimeWarning) and the ticker stops; the run goes on."""
+    event loop runs (:meth:`arm` before running it, :meth:`disarm` after). A report that raises
+    is warned about (RuntimeWarning) and the ticker stops for good; the run goes on."""
 
-    __slots__ = ("env", "report", "period_s", "cycles", "armed", "_last_tick", "_last_report")
+    __slots__ = ("env", "report", "period_s", "cycles", "armed", "failed", "_last_tick",
+                 "_last_report")
 
     def __init__(self, env: simpy.Environment, report: Callable[[int], None], *,
                  period_s: float = 0.25) -> None:
@@ -39,26 +42,45 @@ class ProgressTicker:
         self.report = report
         self.period_s = period_s
         self.cycles = FIRST_CYCLES      # simulated cycles to the next tick (adapted per tick)
-        self.armed = False
+        self.armed: Event | None = None     # the pending tick
+        self.failed = False                 # the report raised: no more ticks
         now = time.perf_counter()
         self._last_tick = now
         self._last_report = now
 
     def arm(self) -> None:
-        """Schedule the next tick, unless one is scheduled already."""
-        if self.armed:
-            return
-        self.armed = True
+        """Schedule the next tick, unless one is scheduled already or nothing else is."""
         env = self.env
-        tick = Event(env)
+        queue = env._queue
+        if self.armed is not None or self.failed or not queue:
+            return
+        # no later than the latest pending event: if the machine then runs dry, the clock stops
+        # where it would have stopped without the tick
+        at = min(env._now + self.cycles, max(entry[0] for entry in queue))
+        tick = self.armed = Event(env)
         tick._ok = True
         tick._value = None
         tick.callbacks = [self._tick]
-        # env.schedule(tick, NORMAL, self.cycles), as an entry of SimPy's queue
-        heappush(env._queue, (env._now + self.cycles, NORMAL, next(env._eid), tick))
+        # env.schedule(tick, NORMAL, at - now), as an entry of SimPy's queue
+        heappush(queue, (at, NORMAL, next(env._eid), tick))
+
+    def disarm(self) -> None:
+        """Take the pending tick, if any, off SimPy's queue (the device stopped running: a
+        later run arms its own, and a callback replaced meanwhile is not called)."""
+        tick = self.armed
+        if tick is None:
+            return
+        self.armed = None
+        queue = self.env._queue
+        for i, entry in enumerate(queue):
+            if entry[3] is tick:
+                queue[i] = queue[-1]
+                queue.pop()
+                heapify(queue)
+                break
 
     def _tick(self, _event: Event) -> None:
-        self.armed = False
+        self.armed = None
         wall = time.perf_counter()
         spent = wall - self._last_tick
         self._last_tick = wall
@@ -74,8 +96,9 @@ class ProgressTicker:
                 self.report(int(self.env.now))
             except Exception as exc:
                 # a failing display must not fail the simulation it only watches
+                self.failed = True
                 warnings.warn(f"the progress callback raised {type(exc).__name__}: {exc}; "
-                              f"no further progress reports in this run", RuntimeWarning, stacklevel=2)
+                              f"no further progress reports from this device", RuntimeWarning,
+                              stacklevel=1)
                 return
-        if self.env._queue:
-            self.arm()
+        self.arm()
