@@ -184,8 +184,8 @@ class Pipe:
         plain = core.plain_env
         inline_flags = core.inline_flags
         # the STEP_* bits of Instruction.steps, as locals (isa imports this module's types)
-        from opsim.simulator.isa import (STEP_BUSY, STEP_COMPLETES, STEP_ISSUES, STEP_SET_FLAG,
-                                         STEP_TIMING, STEP_WAIT_FLAG)
+        from opsim.simulator.isa import (STEP_BUSY, STEP_COMPLETES, STEP_ISSUES, STEP_OWN_BUSY,
+                                         STEP_SET_FLAG, STEP_TIMING, STEP_WAIT_FLAG)
         sync_bits = STEP_SET_FLAG | STEP_WAIT_FLAG
         while True:
             if not queue:
@@ -242,7 +242,9 @@ class Pipe:
                 else:
                     wcls = wait.__class__
                     timed = wcls is int or (wcls not in _EVENT_CLASSES and _is_cycles(wait))
-                busy = steps & STEP_BUSY
+                # (an instruction whose busy is its own -- a property, an instance attribute --
+                # is asked, as Instruction.busy documents)
+                busy = instr.busy if steps & STEP_OWN_BUSY else steps & STEP_BUSY
                 if self.held:
                     if busy:
                         core.issue_starved[self.name] = core.issue_starved.get(self.name, 0) + self.held

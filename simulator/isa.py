@@ -61,11 +61,14 @@ STEP_ISSUES = 4        # issues
 STEP_COMPLETES = 8     # completes
 STEP_TIMING = 16       # completes, and its complete is not data_only (called in timing mode too)
 STEP_BUSY = 32         # busy
+STEP_OWN_BUSY = 64     # busy is read from the instruction: a property, or instances with a
+                       # __dict__ (no __slots__) that may set their own
 
 
 class _InstructionType(type):
-    """Keeps ``issues`` / ``completes`` true to the class when ``issue`` or ``complete`` is
-    assigned after the class statement (a monkeypatch), for the class and its subclasses."""
+    """Keeps ``issues`` / ``completes`` / ``inline_sync`` / ``steps`` true to the class when
+    ``issue``, ``complete`` or ``busy`` is assigned after the class statement (a monkeypatch),
+    for the class and its subclasses."""
 
     def __setattr__(cls, name: str, value: object) -> None:
         super().__setattr__(name, value)
@@ -128,8 +131,11 @@ class Instruction(metaclass=_InstructionType):
             sync = 2
         type.__setattr__(cls, "inline_sync", sync)
         complete = cls.complete
+        busy = cls.busy
         steps = (sync | (STEP_ISSUES if issues else 0) | (STEP_COMPLETES if completes else 0)
-                 | (STEP_BUSY if cls.busy else 0))
+                 | (STEP_BUSY if busy else 0))
+        if type(busy) is not bool or cls.__dictoffset__:
+            steps |= STEP_OWN_BUSY
         if completes and not (id(complete) in _DATA_ONLY and _DATA_ONLY[id(complete)] is complete):
             steps |= STEP_TIMING
         type.__setattr__(cls, "steps", steps)

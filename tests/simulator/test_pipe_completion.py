@@ -313,3 +313,48 @@ def test_an_unhashable_callable_may_be_assigned_as_an_instructions_complete():
 
     Flag.complete = Unhashable()        # type: ignore[method-assign,assignment]
     assert Flag.inline_sync == 0 and Flag.completes
+
+
+def test_an_instructions_own_busy_is_asked_per_instance() -> None:
+    # Pipe._run reads the class's busy from Instruction.steps; a subclass whose busy is an
+    # instance attribute or a property is asked per instruction, as before that cache
+    from opsim import devices
+    from opsim.simulator.device import Device
+
+    class Wait(isa.Instruction):               # no __slots__: instances have a __dict__
+        pipe = "VECTOR"
+        name = "Wait"
+
+        def __init__(self, cycles: int, busy: bool) -> None:
+            super().__init__()
+            self.cycles = cycles
+            self.busy = busy                   # type: ignore[misc]
+
+        def issue(self, pipe: Any) -> int:
+            return self.cycles
+
+    class Flagged(Wait):
+        busy = property(lambda self: self.cycles < 150)    # type: ignore[assignment]
+
+        def __init__(self, cycles: int, busy: bool) -> None:
+            isa.Instruction.__init__(self)
+            self.cycles = cycles
+
+    for cls in (Wait, Flagged):
+        def kernel(ctx: Any, cls: type = cls) -> Any:
+            yield cls(100, True)
+            yield cls(200, False)              # waits, but not busy
+        dev = Device(devices.load("atlas-a2"))
+        s = dev.create_stream()
+        dev.launch(s, kernel, 1)
+        dev.synchronize(s)
+        vec = [p for c in dev.all_cores() for p in c.pipes.values() if p.name == "VECTOR" and p.instructions]
+        assert [(p.busy_cycles, p.instructions) for p in vec] == [(100, 1)], cls.__name__
+
+
+def test_simpy_events_are_made_with_the_fields_event_init_sets() -> None:
+    # core.py makes its events as object.__new__(Event) plus env and callbacks, the fields
+    # simpy.Event.__init__ sets (_value comes from the class): a SimPy release that sets more
+    # must be followed there
+    import simpy
+    assert set(vars(simpy.Event(simpy.Environment()))) == {"env", "callbacks"}
