@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo lint test test-slow bench corpus docs clean
+.PHONY: demo lint test test-slow test-pure native bench corpus docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,7 +15,19 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The engine's hot modules compiled with mypyc into build/native (simulator/native.py): rebuilt
+# when one of them changes. Optional: if it cannot build (no C compiler), everything runs as
+# pure Python, which the same source is (OPSIM_PURE_PYTHON=1 chooses it).
+NATIVE_SRC := $(patsubst %,simulator/%.py,$(shell sed -n 's/^MODULES: tuple\[str, ...\] = (\(.*\))$$/\1/p' simulator/native.py | tr -d '",'))
+NATIVE := build/native/.stamp
+
+$(NATIVE): $(STAMP) simulator/native.py $(NATIVE_SRC)
+	$(BIN)/python simulator/native.py build || echo "opsim: no native build; the engine runs as pure Python"
+	@mkdir -p build/native && touch $(NATIVE)
+
+native: $(NATIVE)
+
+demo: $(NATIVE)
 	$(BIN)/opsim demo
 
 # ruff over the repository, then mypy over the installed package (.ci/typecheck builds the
@@ -31,18 +43,22 @@ lint: $(STAMP)
 WORKERS ?= 2
 XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadfile)
 
-test: lint
+test: lint $(NATIVE)
 	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
-test-slow: $(STAMP)
+test-slow: $(NATIVE)
 	$(BIN)/python -m pytest -m slow $(XDIST)
+
+# The default lane once more with the engine as pure Python (CI runs it after the other two).
+test-pure: $(STAMP)
+	OPSIM_PURE_PYTHON=1 $(BIN)/python -m pytest -m "not slow" $(XDIST)
 
 # Replays the regression corpus and lists differences (`python benchmarks/corpus.py --update`
 # rewrites it on purpose, for a fidelity fix, with the reason in the commit).
-corpus: $(STAMP)
+corpus: $(NATIVE)
 	$(BIN)/python benchmarks/corpus.py
 
-bench: $(STAMP)
+bench: $(NATIVE)
 	$(BIN)/python benchmarks/run.py
 
 # Every figure of README.md and docs/ from a fresh run: the README blocks between

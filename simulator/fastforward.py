@@ -75,6 +75,7 @@ from simpy.core import StopSimulation
 
 from opsim.simulator import simloop
 from opsim.simulator.errors import SimulatorError
+from opsim.simulator.links import _WakeUp
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.core import Core, Pipe
@@ -702,11 +703,10 @@ class FastForward:
                 proc = getattr(cb, "__self__", None)
                 if proc is not None and id(proc) in owner:
                     who = ("pipe", owner[id(proc)])
-                elif getattr(cb, "__qualname__", "").startswith("LinkNetwork._schedule"):
-                    gen = _wakeup_generation(cb)
-                    if gen is not None and gen != net._gen:
+                elif type(ev) is _WakeUp:
+                    if ev.gen != net._gen:
                         continue                      # superseded wake-up: a no-op when it fires
-                    who = ("net",) if gen is not None else None
+                    who = ("net",)
             if who is None:
                 self.reason = ("a core outside the repeating set is still working, or an event the "
                                "fast-forward does not model is scheduled")
@@ -1090,19 +1090,6 @@ class FastForward:
             h0, m0, _ = c0["l2"]
             h1, m1, _ = c1["l2"]
             dev.l2.count(k * (h1 - h0), k * (m1 - m0))
-
-
-def _wakeup_generation(cb: Any) -> int | None:
-    """The generation a wake-up of ``LinkNetwork._schedule`` was made for (its callback binds
-    ``gen`` as a default or a closure cell); only the newest one acts when it fires."""
-    defaults = getattr(cb, "__defaults__", None)
-    if defaults and isinstance(defaults[0], int):
-        return defaults[0]
-    code, cells = getattr(cb, "__code__", None), getattr(cb, "__closure__", None)
-    if code is not None and cells and "gen" in code.co_freevars:
-        value = cells[code.co_freevars.index("gen")].cell_contents
-        return value if isinstance(value, int) else None
-    return None
 
 
 def _key(key: tuple) -> tuple:

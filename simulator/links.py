@@ -89,7 +89,7 @@ class TransferRecord:
     it began moving bytes.  ``end`` is the completion cycle.
     """
 
-    tag: object
+    tag: Any        # (Any, not object: mypyc's dataclass support looks names up at run time)
     nbytes: int
     issue: int
     start: int
@@ -101,7 +101,7 @@ class TransferRecord:
         return self.end - self.issue
 
 
-def _check_capacity(kind: str, name: str, capacity: float, *, allow_zero: bool) -> float:
+def _check_capacity(kind: str, name: Any, capacity: Any, *, allow_zero: bool) -> float:
     try:
         cap = float(capacity)
     except (TypeError, ValueError):
@@ -156,7 +156,7 @@ class Link:
       time (see the module docstring for how the carried rate differs from the nominal rate).
     """
 
-    def __init__(self, name: str, capacity: float) -> None:
+    def __init__(self, name: str, capacity: Any) -> None:
         self.name = name
         self.capacity = _check_capacity("link", name, capacity, allow_zero=False)
         self.bytes_carried: float = 0.0
@@ -323,7 +323,7 @@ class Pool:
     transfer rate, not only the pool part.
     """
 
-    def __init__(self, name: str, capacity: float) -> None:
+    def __init__(self, name: str, capacity: Any) -> None:
         self.name = name
         self.capacity = _check_capacity("pool", name, capacity, allow_zero=True)
         self.active: int = 0
@@ -341,8 +341,8 @@ class _Completion(simpy.Event):
     ``parent`` is the join it is part of, if any (the join holds no reference to its parts,
     so joining makes no reference cycle: the garbage collector would have to find each one)."""
 
-    def __init__(self, env: simpy.Environment) -> None:
-        # simpy.Event.__init__ sets these two, inline
+    def __init__(self, env: Any = None) -> None:
+        # simpy.Event.__init__ sets these two, inline.  (The default: see _new_event.)
         self.env = env
         self.callbacks = []
         self.parent: _Join | None = None
@@ -394,14 +394,27 @@ class _WakeUp(simpy.Event):
     # triggered already, with the value None: the same for every wake-up (never set per instance)
     _value = None
     _ok = True
+    gen: int        # the network's wake-up generation it was made for: only the newest acts
 
-    def __init__(self, env: simpy.Environment, callback: Callable[[simpy.Event], None]) -> None:
+    def __init__(self, env: Any = None, callback: Any = None) -> None:
         # what simpy.Timeout.__init__ sets per instance, inline: one is made per recompute
         self.env = env
         self.callbacks = [callback]
 
 
-_new_event = object.__new__     # an event without its __init__ call (the caller sets the fields)
+# Compiled by mypyc (simulator/native.py), this module's __file__ is its extension module.
+_COMPILED = not __file__.endswith(".py")
+
+
+def _made(cls: Any) -> Any:
+    return cls()
+
+
+# An event without its __init__ call, whose fields the caller sets: object.__new__ in Python (an
+# __init__ frame per transfer and wake-up saved).  Compiled, the classes have a C-level
+# constructor that object.__new__ refuses, and their __init__ costs next to nothing: the
+# constructor with its defaults (the caller still sets every field).
+_new_event: Callable[[Any], Any] = _made if _COMPILED else object.__new__
 
 
 class _Join(_Completion):
@@ -416,7 +429,7 @@ class _Join(_Completion):
     would have been scheduled, and triggers nothing.
     """
 
-    def __init__(self, env: simpy.Environment, remaining: int) -> None:
+    def __init__(self, env: Any = None, remaining: int = 0) -> None:
         super().__init__(env)
         self.remaining = remaining
 
@@ -451,13 +464,15 @@ class _Class:
     __slots__ = ("base", "pool", "links", "link", "n", "served", "heap", "order", "first", "demand",
                  "rate", "pred", "kid", "key")
 
-    def __init__(self, key: tuple[float, Pool | None, tuple[Link, ...]]) -> None:
+    def __init__(self, key: tuple) -> None:
+        # ``key`` is (base rate, pool, links).  Typed as a bare tuple: mypyc unboxes a tuple of
+        # fixed length and boxes it again on the way out, a new object, and the id is the key.
         self.base, self.pool, self.links = key
         # The only link of a one-link route (every DMA route of a device), else None: the
         # recompute's per-transfer and per-class steps update it without a loop (and its
         # iterator) over ``links``.
         self.link: Link | None = self.links[0] if len(self.links) == 1 else None
-        self.key = key      # held, so that kid stays this key's id while the class is kept idle
+        self.key: tuple = key      # held, so that kid stays this key's id while the class is kept idle
         self.kid = id(key)  # its key in LinkNetwork._classes
         self.n = 0  # active members
         self.served = 0.0
@@ -556,7 +571,7 @@ class LinkNetwork:
 
     # -- construction -------------------------------------------------------------------------
 
-    def add_link(self, name: str, capacity: float) -> Link:
+    def add_link(self, name: str, capacity: Any) -> Link:
         """Create a link of ``capacity`` bytes/cycle (> 0).  Names are unique per network."""
         if name in self.links:
             raise ValueError(f"link {name!r} already exists")
@@ -564,7 +579,7 @@ class LinkNetwork:
         self.links[name] = link
         return link
 
-    def add_pool(self, name: str, capacity: float) -> Pool:
+    def add_pool(self, name: str, capacity: Any) -> Pool:
         """Create a bonus pool of ``capacity`` bytes/cycle (>= 0).  Names are unique per network."""
         if name in self.pools:
             raise ValueError(f"pool {name!r} already exists")
@@ -574,8 +589,8 @@ class LinkNetwork:
 
     # -- transfers ----------------------------------------------------------------------------
 
-    def transfer(self, nbytes: int, *, base_rate: float, links: Sequence[Link] = (),
-                 pool: Pool | None = None, startup: int = 0, tag: object = None) -> simpy.Event:
+    def transfer(self, nbytes: Any, *, base_rate: Any, links: Sequence[Link] = (),
+                 pool: Any = None, startup: Any = 0, tag: object = None) -> simpy.Event:
         """Start moving ``nbytes`` over ``links``.  Returns an event that succeeds with a
         :class:`TransferRecord` when the transfer completes.
 
@@ -584,7 +599,9 @@ class LinkNetwork:
         cycles before any byte moves.  A zero-byte transfer completes right after its startup.
         """
         # The usual types are accepted at once (this runs once per transfer); anything else
-        # goes through the conversions and checks, which name the bad value.
+        # goes through the conversions and checks, which name the bad value.  (The arguments
+        # are annotated Any: compiled, this module would refuse any other type with mypyc's
+        # own TypeError before these checks could name it.)
         if type(nbytes) is int and nbytes >= 0 and type(base_rate) is float and 0.0 < base_rate < _INF \
                 and type(startup) is int and startup >= 0:
             nb, base, st = nbytes, base_rate, startup
@@ -592,7 +609,7 @@ class LinkNetwork:
             nb, base, st = _checked(nbytes, base_rate, startup)
         return self._start(nb, self._route(base, links, pool), st, tag, _RecordedTransfer)
 
-    def _route(self, base_rate: float, links: Sequence[Link], pool: Pool | None) -> tuple:
+    def _route(self, base_rate: float, links: Sequence[Link], pool: Any) -> tuple:
         """The rate-class key ``(base rate, pool, links)`` of a transfer, checked: the stored
         tuple, the same object for every transfer of that class (its rate class is found by the
         key's id; hashing a nested tuple at every admission cost more than the lookup).
@@ -759,7 +776,7 @@ class LinkNetwork:
         def wake(_ev: simpy.Event, gen: int = gen, net: LinkNetwork = self) -> None:
             # the wake-up itself, inline (it runs once per recompute).  Its generation and the
             # network are defaults, not closure cells: one tuple per wake-up instead of two
-            # cells and a tuple (fastforward.py reads the generation as the first default)
+            # cells and a tuple
             if gen == net._gen:
                 net._wake_at = None
                 now = net.env._now      # simpy.Environment.now without the property call
@@ -770,6 +787,7 @@ class LinkNetwork:
         timer = _new_event(_WakeUp)     # _WakeUp(env, wake) without the __init__ frame
         timer.env = env
         timer.callbacks = [wake]
+        timer.gen = gen                 # which wake-up it is (the fast-forward asks)
         heappush(env._queue, (env._now + (when - now), _NORMAL, next(env._eid), timer))
 
     def _recompute(self, now: int) -> None:

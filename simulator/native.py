@@ -1,0 +1,161 @@
+"""The engine's hot modules compiled to C with mypyc, and the switch that uses them.
+
+The simulator is pure Python. A handful of its modules -- the ones every simulated instruction
+runs through (:data:`MODULES`) -- are also valid input to mypyc, the compiler that ships with
+mypy: ``make native`` (run by ``make test`` and ``make demo``) compiles them into
+``build/native/`` of the repository. When ``opsim.simulator`` is imported, :func:`enable` puts
+that directory in front of the package's search path if the build matches the sources byte for
+byte (a SHA-256 of each source is kept in the build's manifest), so ``import
+opsim.simulator.links`` loads the compiled module. The same source runs either way; the
+regression corpus (``tests/test_corpus.py``) replays identically in both, and CI runs the
+default test lane in both.
+
+Nothing requires the build: without a C compiler, with the build missing, or with
+``OPSIM_PURE_PYTHON=1`` in the environment, everything runs as pure Python. A build that no
+longer matches its sources (a module edited since) is not used, with a warning that says how to
+rebuild it. :func:`status` tells which one runs.
+
+    python -m opsim.simulator.native build     # compile MODULES into build/native
+    python -m opsim.simulator.native status    # which engine an import gets, and why
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import sys
+import sysconfig
+import warnings
+from typing import Any
+
+# The modules compiled, in the package opsim.simulator. Each must run the same compiled and as
+# Python: no object.__new__ on its classes, no identity of fixed-length tuples (mypyc unboxes
+# them), annotations that hold at run time (mypyc checks them), no class patched at run time.
+# (The Makefile reads the next line, to rebuild when one of these sources changes.)
+MODULES: tuple[str, ...] = ("links",)
+
+PURE_ENV = "OPSIM_PURE_PYTHON"
+_PKG = pathlib.Path(__file__).resolve().parent          # the sources of opsim.simulator
+_ROOT = _PKG.parent                                     # the repository (editable installs)
+BUILD = _ROOT / "build" / "native"
+_OUT = BUILD / "lib" / "opsim" / "simulator"            # where the extension modules go
+_MANIFEST = _OUT / "manifest.json"
+
+# what enable() found: "compiled", or the reason the engine runs as pure Python
+_state: dict[str, Any] = {"engine": "python", "reason": "not checked"}
+
+
+def _digest(name: str) -> str:
+    return hashlib.sha256((_PKG / f"{name}.py").read_bytes()).hexdigest()
+
+
+def _platform() -> str:
+    return f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def _check() -> str | None:
+    """Why the build cannot be used, or None if it matches the sources and this Python."""
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return f"{PURE_ENV} is set"
+    if not _MANIFEST.is_file():
+        return "no native build (make native)"
+    try:
+        manifest = json.loads(_MANIFEST.read_text())
+    except (OSError, ValueError):
+        return f"unreadable manifest {_MANIFEST}"
+    if manifest.get("platform") != _platform():
+        return f"built for {manifest.get('platform')}, this Python is {_platform()} (make native)"
+    built = manifest.get("modules", {})
+    if tuple(sorted(built)) != tuple(sorted(MODULES)):
+        return "the build compiled other modules than native.MODULES (make native)"
+    stale = [n for n in MODULES if built[n] != _digest(n)]
+    if stale:
+        return f"the native build is older than {', '.join(n + '.py' for n in stale)} (make native)"
+    return None
+
+
+def enable(path: list[str]) -> None:
+    """Put the native build in front of ``path`` (``opsim.simulator.__path__``) if it can be
+    used; warn if it exists but is out of date. Called once, by the package's ``__init__``."""
+    why = _check()
+    if why is None:
+        path.insert(0, str(_OUT))
+        _state.update(engine="compiled", reason=f"mypyc build in {_OUT}")
+        return
+    _state.update(engine="python", reason=why)
+    if "older than" in why or "built for" in why:
+        warnings.warn(f"opsim: running the engine as pure Python: {why}", RuntimeWarning, stacklevel=3)
+
+
+def status() -> dict[str, Any]:
+    """Which engine runs: ``{"engine": "compiled" | "python", "reason": ..., "modules": {name:
+    "compiled" | "python"}}`` (each of :data:`MODULES` as actually imported, if it is)."""
+    if _state["reason"] == "not checked":      # not imported as opsim.simulator's (a script)
+        why = _check()
+        _state.update(engine="compiled" if why is None else "python",
+                      reason=why or f"mypyc build in {_OUT}")
+    mods = {}
+    for name in MODULES:
+        mod = sys.modules.get(f"opsim.simulator.{name}")
+        if mod is not None:
+            mods[name] = "python" if str(getattr(mod, "__file__", "")).endswith(".py") else "compiled"
+    return {**_state, "modules": mods}
+
+
+def build(opt_level: str = "3") -> int:
+    """Compile :data:`MODULES` into ``build/native`` and write the manifest; 0 on success.
+
+    mypyc resolves imports through the installed layout (``opsim.simulator`` is the folder
+    ``simulator/``), so it runs in the symlink tree ``.ci/typecheck`` uses, built here too."""
+    import shutil
+    import subprocess
+
+    tree = BUILD / "src"
+    pkg = tree / "opsim"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    pkg.mkdir(parents=True)
+    for entry in (_ROOT / "opsim").iterdir():
+        if entry.name != "__pycache__":
+            (pkg / entry.name).symlink_to(entry)
+    for layer in ("simulator", "kernels", "traces", "devices"):
+        (pkg / layer).symlink_to(_ROOT / layer)
+    if _OUT.exists():
+        shutil.rmtree(_OUT)
+    script = (
+        "import sys\n"
+        "from setuptools import setup\n"
+        "from mypyc.build import mypycify\n"
+        "mods = sys.argv[1].split(',')\n"
+        "setup(name='opsim-native', ext_modules=mypycify(\n"
+        "    [f'opsim/simulator/{m}.py' for m in mods], opt_level=sys.argv[2], separate=True,\n"
+        "    target_dir=sys.argv[3]),\n"
+        "    script_args=['build_ext', '--build-lib', sys.argv[4], '--build-temp', sys.argv[3]])\n"
+    )
+    cmd = [sys.executable, "-c", script, ",".join(MODULES), opt_level, str(BUILD / "tmp"), str(BUILD / "lib")]
+    digests = {n: _digest(n) for n in MODULES}     # of the sources being compiled
+    proc = subprocess.run(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode:
+        sys.stderr.write(proc.stdout[-4000:])
+        sys.stderr.write(f"\nopsim: the native build failed (exit {proc.returncode}); "
+                         "the engine runs as pure Python\n")
+        return proc.returncode
+    _OUT.mkdir(parents=True, exist_ok=True)
+    _MANIFEST.write_text(json.dumps({"platform": _platform(), "modules": digests}, indent=1) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["build"]:
+        return build(os.environ.get("MYPYC_OPT_LEVEL", "3"))
+    if args[:1] in (["status"], []):
+        print(json.dumps(status(), indent=1))
+        return 0
+    print(__doc__.strip().splitlines()[-2:], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The optional compiled engine (simulator/native.py): used only when it matches its sources."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import pytest
+
+import opsim.simulator.links as links
+from opsim.simulator import native
+
+
+def _fake_build(tmp_path, monkeypatch, digests: dict[str, str]) -> None:
+    out = tmp_path / "lib"
+    out.mkdir()
+    manifest = out / "manifest.json"
+    manifest.write_text(json.dumps({"platform": native._platform(), "modules": digests}))
+    monkeypatch.setattr(native, "_OUT", out)
+    monkeypatch.setattr(native, "_MANIFEST", manifest)
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    monkeypatch.setattr(native, "_state", dict(native._state))   # enable() records what it found
+
+
+def test_a_build_matching_every_source_goes_first_on_the_package_path(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, {n: native._digest(n) for n in native.MODULES})
+    path = ["src"]
+    native.enable(path)
+    assert path == [str(tmp_path / "lib"), "src"]
+
+
+def test_a_build_older_than_a_source_is_not_used_and_says_how_to_rebuild(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, {n: "0" * 64 for n in native.MODULES})
+    path = ["src"]
+    with pytest.warns(RuntimeWarning, match=r"older than links\.py.*make native"):
+        native.enable(path)
+    assert path == ["src"]
+
+
+def test_the_environment_variable_chooses_pure_python_silently(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, {n: native._digest(n) for n in native.MODULES})
+    monkeypatch.setenv(native.PURE_ENV, "1")
+    path = ["src"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        native.enable(path)
+    assert path == ["src"]
+    assert "OPSIM_PURE_PYTHON" in (native._check() or "")
+
+
+def test_a_build_of_another_python_or_module_list_is_not_used(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, {"other": "0"})
+    assert "other modules" in native._check()
+    manifest = native._MANIFEST
+    manifest.write_text(json.dumps({"platform": "cpython-00 .so", "modules": {}}))
+    assert "built for cpython-00" in native._check()
+
+
+def test_the_engine_this_process_runs_is_the_one_status_reports():
+    """Where a usable build exists (make test builds one if it can), the modules are compiled;
+    with OPSIM_PURE_PYTHON=1 (make test-pure) they are the Python sources."""
+    compiled = not links.__file__.endswith(".py")
+    st = native.status()
+    assert st["modules"]["links"] == ("compiled" if compiled else "python")
+    assert st["engine"] == ("compiled" if compiled else "python")
+    if os.environ.get(native.PURE_ENV):
+        assert not compiled
+    elif native._check() is None:
+        assert compiled, st
