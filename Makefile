@@ -16,16 +16,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # The engine's hot modules compiled with mypyc into build/native (simulator/native.py): rebuilt
-# when one of them changes. Optional: if it cannot build (no C compiler), everything runs as
-# pure Python, which the same source is (OPSIM_PURE_PYTHON=1 chooses it).
-NATIVE_SRC := $(patsubst %,simulator/%.py,$(shell sed -n 's/^MODULES: tuple\[str, ...\] = (\(.*\))$$/\1/p' simulator/native.py | tr -d '",'))
-NATIVE := build/native/.stamp
-
-$(NATIVE): $(STAMP) simulator/native.py $(NATIVE_SRC)
-	$(BIN)/python simulator/native.py build || echo "opsim: no native build; the engine runs as pure Python"
-	@mkdir -p build/native && touch $(NATIVE)
-
-native: $(NATIVE)
+# when one of them changes (a build that failed is not retried for the same sources). Optional:
+# if it cannot build (no C compiler), everything runs as pure Python, which the same source is
+# (OPSIM_PURE_PYTHON=1 chooses it; OPSIM_REQUIRE_NATIVE=1 makes a failed build an error).
+NATIVE := native
+native: $(STAMP)
+	$(BIN)/python simulator/native.py ensure
 
 demo: $(NATIVE)
 	$(BIN)/opsim demo

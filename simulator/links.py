@@ -100,6 +100,11 @@ class TransferRecord:
         """Cycles from issue to completion, startup latency included."""
         return self.end - self.issue
 
+    def __reduce__(self) -> tuple:
+        # pickled and copied through the constructor: compiled, the dataclass's own way would
+        # assign to a frozen field
+        return (TransferRecord, (self.tag, self.nbytes, self.issue, self.start, self.end))
+
 
 def _check_capacity(kind: str, name: Any, capacity: Any, *, allow_zero: bool) -> float:
     try:
@@ -156,7 +161,7 @@ class Link:
       time (see the module docstring for how the carried rate differs from the nominal rate).
     """
 
-    def __init__(self, name: str, capacity: Any) -> None:
+    def __init__(self, name: Any, capacity: Any) -> None:
         self.name = name
         self.capacity = _check_capacity("link", name, capacity, allow_zero=False)
         self.bytes_carried: float = 0.0
@@ -229,7 +234,7 @@ class Link:
         self._open_start = now
         self._open_bytes = 0.0
 
-    def forget_history(self, before: int) -> None:
+    def forget_history(self, before: Any) -> None:
         """Fold the closed steps that end at or before cycle ``before`` into aggregates
         (``history_start``, ``bytes_forgotten`` and the peak), so a device that keeps running
         holds a bounded history.  ``bytes_carried`` and :meth:`peak_rate` are unchanged; the
@@ -323,7 +328,7 @@ class Pool:
     transfer rate, not only the pool part.
     """
 
-    def __init__(self, name: str, capacity: Any) -> None:
+    def __init__(self, name: Any, capacity: Any) -> None:
         self.name = name
         self.capacity = _check_capacity("pool", name, capacity, allow_zero=True)
         self.active: int = 0
@@ -589,7 +594,7 @@ class LinkNetwork:
 
     # -- transfers ----------------------------------------------------------------------------
 
-    def transfer(self, nbytes: Any, *, base_rate: Any, links: Sequence[Link] = (),
+    def transfer(self, nbytes: Any, *, base_rate: Any, links: Sequence[Any] = (),
                  pool: Any = None, startup: Any = 0, tag: object = None) -> simpy.Event:
         """Start moving ``nbytes`` over ``links``.  Returns an event that succeeds with a
         :class:`TransferRecord` when the transfer completes.
@@ -609,7 +614,7 @@ class LinkNetwork:
             nb, base, st = _checked(nbytes, base_rate, startup)
         return self._start(nb, self._route(base, links, pool), st, tag, _RecordedTransfer)
 
-    def _route(self, base_rate: float, links: Sequence[Link], pool: Any) -> tuple:
+    def _route(self, base_rate: float, links: Sequence[Any], pool: Any) -> tuple:
         """The rate-class key ``(base rate, pool, links)`` of a transfer, checked: the stored
         tuple, the same object for every transfer of that class (its rate class is found by the
         key's id; hashing a nested tuple at every admission cost more than the lookup).
@@ -617,13 +622,16 @@ class LinkNetwork:
         its usual routes once (Device._gm_transfer) and starts its transfers with
         :meth:`_start`, without these look-ups."""
         path = tuple(links)
-        key = (base_rate, pool, path)
+        # a bare tuple, one object: mypyc would keep a tuple of known length unboxed and box it
+        # anew at each use, and the rate class is found by this object's id
+        key: tuple = (base_rate, pool, path)
         try:
             known = self._keys.get(key)
         except TypeError:  # an unhashable stand-in for a link: refused below, with its name
             known = None
         if known is not None:
             return known
+        link: Any
         for link in path:
             if not isinstance(link, Link) or self.links.get(link.name) is not link:
                 raise ValueError(f"{link!r} is not a link of this network")

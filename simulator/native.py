@@ -15,8 +15,14 @@ Nothing requires the build: without a C compiler, with the build missing, or wit
 longer matches its sources (a module edited since) is not used, with a warning that says how to
 rebuild it. :func:`status` tells which one runs.
 
-    python -m opsim.simulator.native build     # compile MODULES into build/native
-    python -m opsim.simulator.native status    # which engine an import gets, and why
+    python simulator/native.py ensure   # build unless a usable build exists (make native)
+    python simulator/native.py build    # compile MODULES into build/native
+    python simulator/native.py status   # which engine an import gets, and why
+
+A build that failed is not retried by ``ensure`` until a source or this Python changes (a
+machine without a compiler pays for the attempt once); with ``OPSIM_REQUIRE_NATIVE=1`` (CI)
+a failed build is an error and ``tests/simulator/test_native.py`` requires the compiled
+modules.
 """
 from __future__ import annotations
 
@@ -36,11 +42,13 @@ from typing import Any
 MODULES: tuple[str, ...] = ("links",)
 
 PURE_ENV = "OPSIM_PURE_PYTHON"
+REQUIRE_ENV = "OPSIM_REQUIRE_NATIVE"
 _PKG = pathlib.Path(__file__).resolve().parent          # the sources of opsim.simulator
 _ROOT = _PKG.parent                                     # the repository (editable installs)
 BUILD = _ROOT / "build" / "native"
 _OUT = BUILD / "lib" / "opsim" / "simulator"            # where the extension modules go
 _MANIFEST = _OUT / "manifest.json"
+_FAILED = BUILD / "failed.json"                         # the sources a build failed for
 
 # what enable() found: "compiled", or the reason the engine runs as pure Python
 _state: dict[str, Any] = {"engine": "python", "reason": "not checked"}
@@ -72,7 +80,14 @@ def _check() -> str | None:
     stale = [n for n in MODULES if built[n] != _digest(n)]
     if stale:
         return f"the native build is older than {', '.join(n + '.py' for n in stale)} (make native)"
+    missing = [a for a in manifest.get("artifacts", ()) if not (_OUT / a).is_file()]
+    if missing or not manifest.get("artifacts"):
+        return f"the native build is incomplete: {', '.join(missing) or 'no modules'} missing (make native)"
     return None
+
+
+def _wanted() -> dict[str, Any]:
+    return {"platform": _platform(), "modules": {n: _digest(n) for n in MODULES}}
 
 
 def enable(path: list[str]) -> None:
@@ -84,7 +99,7 @@ def enable(path: list[str]) -> None:
         _state.update(engine="compiled", reason=f"mypyc build in {_OUT}")
         return
     _state.update(engine="python", reason=why)
-    if "older than" in why or "built for" in why:
+    if "older than" in why or "built for" in why or "incomplete" in why:
         warnings.warn(f"opsim: running the engine as pure Python: {why}", RuntimeWarning, stacklevel=3)
 
 
@@ -121,8 +136,12 @@ def build(opt_level: str = "3") -> int:
             (pkg / entry.name).symlink_to(entry)
     for layer in ("simulator", "kernels", "traces", "devices"):
         (pkg / layer).symlink_to(_ROOT / layer)
-    if _OUT.exists():
-        shutil.rmtree(_OUT)
+    lib, new = BUILD / "lib", BUILD / "lib.new"
+    for old in (lib, new):
+        if old.exists():        # never a build of other sources left behind, whatever follows
+            shutil.rmtree(old)
+    if _FAILED.exists():
+        _FAILED.unlink()
     script = (
         "import sys\n"
         "from setuptools import setup\n"
@@ -133,21 +152,44 @@ def build(opt_level: str = "3") -> int:
         "    target_dir=sys.argv[3]),\n"
         "    script_args=['build_ext', '--build-lib', sys.argv[4], '--build-temp', sys.argv[3]])\n"
     )
-    cmd = [sys.executable, "-c", script, ",".join(MODULES), opt_level, str(BUILD / "tmp"), str(BUILD / "lib")]
-    digests = {n: _digest(n) for n in MODULES}     # of the sources being compiled
+    cmd = [sys.executable, "-c", script, ",".join(MODULES), opt_level, str(BUILD / "tmp"), str(new)]
+    wanted = _wanted()          # the sources being compiled
     proc = subprocess.run(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode:
+    out = new / "opsim" / "simulator"
+    artifacts = sorted(p.name for p in out.glob("*.so")) if out.is_dir() else []
+    if proc.returncode or not artifacts:
         sys.stderr.write(proc.stdout[-4000:])
         sys.stderr.write(f"\nopsim: the native build failed (exit {proc.returncode}); "
                          "the engine runs as pure Python\n")
-        return proc.returncode
-    _OUT.mkdir(parents=True, exist_ok=True)
-    _MANIFEST.write_text(json.dumps({"platform": _platform(), "modules": digests}, indent=1) + "\n")
+        BUILD.mkdir(parents=True, exist_ok=True)
+        _FAILED.write_text(json.dumps(wanted) + "\n")
+        return proc.returncode or 1
+    (out / "manifest.json").write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=1) + "\n")
+    new.rename(lib)             # the complete build appears at once
     return 0
+
+
+def ensure() -> int:
+    """Build unless a usable build exists, or a build of these very sources failed already."""
+    why = _check()
+    if why is None or why.startswith(PURE_ENV):
+        return 0
+    require = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+    try:
+        failed = json.loads(_FAILED.read_text()) if _FAILED.is_file() else None
+    except (OSError, ValueError):
+        failed = None
+    if failed == _wanted() and not require:
+        print(f"opsim: the native build failed for these sources before; pure Python ({_FAILED})")
+        return 0
+    rc = build(os.environ.get("MYPYC_OPT_LEVEL", "3"))
+    return rc if require else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["ensure"]:
+        return ensure()
     if args[:1] == ["build"]:
         return build(os.environ.get("MYPYC_OPT_LEVEL", "3"))
     if args[:1] in (["status"], []):

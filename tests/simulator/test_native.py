@@ -15,7 +15,9 @@ def _fake_build(tmp_path, monkeypatch, digests: dict[str, str]) -> None:
     out = tmp_path / "lib"
     out.mkdir()
     manifest = out / "manifest.json"
-    manifest.write_text(json.dumps({"platform": native._platform(), "modules": digests}))
+    (out / "links.so").write_bytes(b"")
+    manifest.write_text(json.dumps({"platform": native._platform(), "modules": digests,
+                                    "artifacts": ["links.so"]}))
     monkeypatch.setattr(native, "_OUT", out)
     monkeypatch.setattr(native, "_MANIFEST", manifest)
     monkeypatch.delenv(native.PURE_ENV, raising=False)
@@ -65,5 +67,42 @@ def test_the_engine_this_process_runs_is_the_one_status_reports():
     assert st["engine"] == ("compiled" if compiled else "python")
     if os.environ.get(native.PURE_ENV):
         assert not compiled
-    elif native._check() is None:
-        assert compiled, st
+    elif native._check() is None or os.environ.get(native.REQUIRE_ENV):
+        assert compiled, st     # CI requires the native build (OPSIM_REQUIRE_NATIVE=1)
+
+
+def test_a_build_missing_a_module_file_is_not_used(tmp_path, monkeypatch):
+    _fake_build(tmp_path, monkeypatch, {n: native._digest(n) for n in native.MODULES})
+    (tmp_path / "lib" / "links.so").unlink()
+    path = ["src"]
+    with pytest.warns(RuntimeWarning, match="incomplete: links.so missing"):
+        native.enable(path)
+    assert path == ["src"]
+
+
+def test_a_failed_build_is_not_retried_for_the_same_sources_unless_required(tmp_path, monkeypatch):
+    monkeypatch.setattr(native, "_MANIFEST", tmp_path / "none.json")
+    monkeypatch.setattr(native, "_FAILED", tmp_path / "failed.json")
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    monkeypatch.delenv(native.REQUIRE_ENV, raising=False)
+    calls = []
+    monkeypatch.setattr(native, "build", lambda opt="3": calls.append(opt) or 1)
+    (tmp_path / "failed.json").write_text(json.dumps(native._wanted()))
+    assert native.ensure() == 0 and calls == []
+    monkeypatch.setenv(native.REQUIRE_ENV, "1")
+    assert native.ensure() == 1 and len(calls) == 1
+
+
+def test_transfers_of_one_route_share_one_rate_class():
+    """The class is found by the route key's identity; compiled, a key of fixed-length tuple type
+    would be boxed anew at each use and split a route into several classes (whose float sums
+    differ in the last bits)."""
+    import simpy
+
+    env = simpy.Environment()
+    net = links.LinkNetwork(env)
+    hbm = net.add_link("hbm", 10.0)
+    for _ in range(3):
+        net.transfer(10_000, base_rate=4.0, links=[hbm])
+    env.run(until=5)
+    assert len(net._classes) == 1 and next(iter(net._classes.values())).n == 3
