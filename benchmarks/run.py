@@ -165,7 +165,10 @@ def main(argv: list[str] | None = None) -> dict:
         "timing_instructions_per_s": ips_timing, "simpy_timeouts_per_s": sps,
         "instructions_over_simpy": ips / sps, "timing_instructions_over_simpy": ips_timing / sps,
     }
-    print(f"load average {load:.2f} at the start")
+    from opsim.simulator import native
+    engine = native.status()
+    figures["engine"] = engine["engine"]
+    print(f"load average {load:.2f} at the start; engine {engine['engine']} ({engine['reason']})")
     print(f"MSE backward fp32, {n} elements on atlas-a2 ({res.cycles} simulated cycles, {instr} instructions)")
     print(f"  numpy reference              {t_np * 1e3:9.1f} ms")
     print(f"  opsim full mode              {t_full * 1e3:9.1f} ms   = {t_full / t_np:6.1f} x numpy   (target <= 5)")

@@ -49,6 +49,12 @@ BUILD = _ROOT / "build" / "native"
 _OUT = BUILD / "lib" / "opsim" / "simulator"            # where the extension modules go
 _MANIFEST = _OUT / "manifest.json"
 _FAILED = BUILD / "failed.json"                         # the sources a build failed for
+# the build runs in a checkout of the repository (an editable install), never in site-packages
+_CHECKOUT = (_ROOT / "Makefile").is_file() and (_ROOT / "opsim").is_dir()
+_USAGE = """usage: python simulator/native.py {ensure | build | status}
+  ensure   build unless a usable build exists (make native)
+  build    compile native.MODULES into build/native
+  status   which engine an import gets, and why"""
 
 # what enable() found: "compiled", or the reason the engine runs as pure Python
 _state: dict[str, Any] = {"engine": "python", "reason": "not checked"}
@@ -66,6 +72,8 @@ def _check() -> str | None:
     """Why the build cannot be used, or None if it matches the sources and this Python."""
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return f"{PURE_ENV} is set"
+    if not _CHECKOUT:
+        return "installed from a wheel: the native build is made in a checkout of the repository (make native)"
     if not _MANIFEST.is_file():
         return "no native build (make native)"
     try:
@@ -126,6 +134,10 @@ def build(opt_level: str = "3") -> int:
     import shutil
     import subprocess
 
+    if not _CHECKOUT:
+        sys.stderr.write(f"opsim: {_ROOT} is not a checkout of the repository: the native build is "
+                         "made there (pip install -e . and make native); the engine runs as pure Python\n")
+        return 1
     tree = BUILD / "src"
     pkg = tree / "opsim"
     if pkg.exists():
@@ -195,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["status"], []):
         print(json.dumps(status(), indent=1))
         return 0
-    print(__doc__.strip().splitlines()[-2:], file=sys.stderr)
+    print(_USAGE, file=sys.stderr)
     return 2
 
 

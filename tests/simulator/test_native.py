@@ -93,6 +93,23 @@ def test_a_failed_build_is_not_retried_for_the_same_sources_unless_required(tmp_
     assert native.ensure() == 1 and len(calls) == 1
 
 
+def test_an_install_outside_a_checkout_runs_pure_python_and_build_says_where_it_builds(
+        monkeypatch, capsys):
+    """Installed from a wheel (no Makefile next to the package), nothing is built into
+    site-packages: the engine is pure Python and ``build`` explains, without a traceback."""
+    monkeypatch.setattr(native, "_CHECKOUT", False)
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    assert "checkout of the repository" in native._check()
+    assert native.build() == 1
+    assert "pip install -e ." in capsys.readouterr().err
+
+
+def test_an_unknown_command_prints_the_usage(capsys):
+    assert native.main(["bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage:") and "ensure" in err and "status" in err
+
+
 def test_transfers_of_one_route_share_one_rate_class():
     """The class is found by the route key's identity; compiled, a key of fixed-length tuple type
     would be boxed anew at each use and split a route into several classes (whose float sums
