@@ -73,7 +73,7 @@ def _check() -> str | None:
     if os.environ.get(PURE_ENV, "") not in ("", "0"):
         return f"{PURE_ENV} is set"
     if not _CHECKOUT:
-        return "installed from a wheel: the native build is made in a checkout of the repository (make native)"
+        return "installed from a wheel: no native build (it is made in a checkout of the repository)"
     if not _MANIFEST.is_file():
         return "no native build (make native)"
     try:
