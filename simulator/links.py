@@ -576,7 +576,7 @@ class LinkNetwork:
 
     # -- construction -------------------------------------------------------------------------
 
-    def add_link(self, name: str, capacity: Any) -> Link:
+    def add_link(self, name: Any, capacity: Any) -> Link:
         """Create a link of ``capacity`` bytes/cycle (> 0).  Names are unique per network."""
         if name in self.links:
             raise ValueError(f"link {name!r} already exists")
@@ -584,7 +584,7 @@ class LinkNetwork:
         self.links[name] = link
         return link
 
-    def add_pool(self, name: str, capacity: Any) -> Pool:
+    def add_pool(self, name: Any, capacity: Any) -> Pool:
         """Create a bonus pool of ``capacity`` bytes/cycle (>= 0).  Names are unique per network."""
         if name in self.pools:
             raise ValueError(f"pool {name!r} already exists")

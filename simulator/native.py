@@ -26,6 +26,7 @@ modules.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,12 +34,12 @@ import pathlib
 import sys
 import sysconfig
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 # The modules compiled, in the package opsim.simulator. Each must run the same compiled and as
 # Python: no object.__new__ on its classes, no identity of fixed-length tuples (mypyc unboxes
 # them), annotations that hold at run time (mypyc checks them), no class patched at run time.
-# (The Makefile reads the next line, to rebuild when one of these sources changes.)
 MODULES: tuple[str, ...] = ("links",)
 
 PURE_ENV = "OPSIM_PURE_PYTHON"
@@ -75,6 +76,9 @@ def _check() -> str | None:
     if not _CHECKOUT:
         return "installed from a wheel: no native build (it is made in a checkout of the repository)"
     if not _MANIFEST.is_file():
+        if _failed_before():
+            return (f"the native build failed for these sources ({_FAILED}; "
+                    "python simulator/native.py build retries)")
         return "no native build (make native)"
     try:
         manifest = json.loads(_MANIFEST.read_text())
@@ -126,18 +130,58 @@ def status() -> dict[str, Any]:
     return {**_state, "modules": mods}
 
 
+@contextlib.contextmanager
+def _lock() -> Iterator[None]:
+    """Hold ``build/native/.lock`` (two ``make`` runs at once in one checkout build one after
+    the other; the second finds the first's build and keeps it). No lock where fcntl is missing."""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".lock", "w") as fh:
+        try:
+            import fcntl
+        except ImportError:         # not POSIX
+            yield
+            return
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# The compile step. -ffp-contract=off: a C compiler may fuse a * b + c into one rounding (GCC
+# does on aarch64, or with -march=native), which pure Python never does; the user's CFLAGS are
+# not passed (a -ffast-math there would change results just as silently).
+_SCRIPT = (
+    "import sys\n"
+    "from setuptools import setup\n"
+    "from mypyc.build import mypycify\n"
+    "mods = sys.argv[1].split(',')\n"
+    "exts = mypycify([f'opsim/simulator/{m}.py' for m in mods], opt_level=sys.argv[2],\n"
+    "                separate=True, target_dir=sys.argv[3])\n"
+    "for ext in exts:\n"
+    "    ext.extra_compile_args = [*ext.extra_compile_args, '-ffp-contract=off']\n"
+    "setup(name='opsim-native', ext_modules=exts,\n"
+    "      script_args=['build_ext', '--build-lib', sys.argv[4], '--build-temp', sys.argv[3]])\n"
+)
+
+
 def build(opt_level: str = "3") -> int:
     """Compile :data:`MODULES` into ``build/native`` and write the manifest; 0 on success.
 
     mypyc resolves imports through the installed layout (``opsim.simulator`` is the folder
     ``simulator/``), so it runs in the symlink tree ``.ci/typecheck`` uses, built here too."""
-    import shutil
-    import subprocess
-
     if not _CHECKOUT:
         sys.stderr.write(f"opsim: {_ROOT} is not a checkout of the repository: the native build is "
                          "made there (pip install -e . and make native); the engine runs as pure Python\n")
         return 1
+    with _lock():
+        return _build(opt_level)
+
+
+def _build(opt_level: str) -> int:
+    import shutil
+    import subprocess
+
     tree = BUILD / "src"
     pkg = tree / "opsim"
     if pkg.exists():
@@ -148,54 +192,71 @@ def build(opt_level: str = "3") -> int:
             (pkg / entry.name).symlink_to(entry)
     for layer in ("simulator", "kernels", "traces", "devices"):
         (pkg / layer).symlink_to(_ROOT / layer)
-    lib, new = BUILD / "lib", BUILD / "lib.new"
-    for old in (lib, new):
-        if old.exists():        # never a build of other sources left behind, whatever follows
-            shutil.rmtree(old)
+    lib, new, old = BUILD / "lib", BUILD / "lib.new", BUILD / "lib.old"
+    for stale in (new, old):
+        if stale.exists():
+            shutil.rmtree(stale)
     if _FAILED.exists():
         _FAILED.unlink()
-    script = (
-        "import sys\n"
-        "from setuptools import setup\n"
-        "from mypyc.build import mypycify\n"
-        "mods = sys.argv[1].split(',')\n"
-        "setup(name='opsim-native', ext_modules=mypycify(\n"
-        "    [f'opsim/simulator/{m}.py' for m in mods], opt_level=sys.argv[2], separate=True,\n"
-        "    target_dir=sys.argv[3]),\n"
-        "    script_args=['build_ext', '--build-lib', sys.argv[4], '--build-temp', sys.argv[3]])\n"
-    )
-    cmd = [sys.executable, "-c", script, ",".join(MODULES), opt_level, str(BUILD / "tmp"), str(new)]
+    cmd = [sys.executable, "-c", _SCRIPT, ",".join(MODULES), opt_level, str(BUILD / "tmp"), str(new)]
+    env = {k: v for k, v in os.environ.items() if k != "CFLAGS"}
     wanted = _wanted()          # the sources being compiled
-    proc = subprocess.run(cmd, cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.run(cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True)
     out = new / "opsim" / "simulator"
     artifacts = sorted(p.name for p in out.glob("*.so")) if out.is_dir() else []
+    problem = None
     if proc.returncode or not artifacts:
         sys.stderr.write(proc.stdout[-4000:])
-        sys.stderr.write(f"\nopsim: the native build failed (exit {proc.returncode}); "
-                         "the engine runs as pure Python\n")
-        BUILD.mkdir(parents=True, exist_ok=True)
+        problem = f"the native build failed (exit {proc.returncode})"
+    elif _wanted() != wanted:
+        problem = "a compiled source changed during the native build"
+    if problem:
+        sys.stderr.write(f"\nopsim: {problem}; the engine runs as pure Python\n")
         _FAILED.write_text(json.dumps(wanted) + "\n")
+        for stale in (new, lib):    # never a build of other sources left behind
+            if stale.exists():
+                shutil.rmtree(stale)
         return proc.returncode or 1
     (out / "manifest.json").write_text(json.dumps({**wanted, "artifacts": artifacts}, indent=1) + "\n")
-    new.rename(lib)             # the complete build appears at once
+    # the complete build replaces the old one at once (a process importing meanwhile gets one
+    # or the other, each checked against its manifest)
+    if lib.exists():
+        lib.rename(old)
+    new.rename(lib)
+    if old.exists():
+        shutil.rmtree(old)
     return 0
 
 
 def ensure() -> int:
     """Build unless a usable build exists, or a build of these very sources failed already."""
     why = _check()
-    if why is None or why.startswith(PURE_ENV):
+    if why is None or why.startswith(PURE_ENV) or not _CHECKOUT:
         return 0
     require = os.environ.get(REQUIRE_ENV, "") not in ("", "0")
+    try:
+        with _lock():
+            if _check() is None:    # built by another run while this one waited
+                return 0
+            if _failed_before() and not require:
+                print(f"opsim: the native build failed for these sources before; pure Python "
+                      f"({_FAILED}; python simulator/native.py build retries)")
+                return 0
+            rc = _build(os.environ.get("MYPYC_OPT_LEVEL", "3"))
+    except OSError as exc:
+        sys.stderr.write(f"opsim: the native build could not run ({exc}); the engine runs as pure Python\n")
+        rc = 1
+    return rc if require else 0
+
+
+def _failed_before() -> bool:
+    """Whether a build of exactly these sources, on this Python, failed (``failed.json``)."""
     try:
         failed = json.loads(_FAILED.read_text()) if _FAILED.is_file() else None
     except (OSError, ValueError):
         failed = None
-    if failed == _wanted() and not require:
-        print(f"opsim: the native build failed for these sources before; pure Python ({_FAILED})")
-        return 0
-    rc = build(os.environ.get("MYPYC_OPT_LEVEL", "3"))
-    return rc if require else 0
+    return failed == _wanted()
 
 
 def main(argv: list[str] | None = None) -> int:

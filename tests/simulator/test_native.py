@@ -86,8 +86,10 @@ def test_a_failed_build_is_not_retried_for_the_same_sources_unless_required(tmp_
     monkeypatch.delenv(native.PURE_ENV, raising=False)
     monkeypatch.delenv(native.REQUIRE_ENV, raising=False)
     calls = []
-    monkeypatch.setattr(native, "build", lambda opt="3": calls.append(opt) or 1)
+    monkeypatch.setattr(native, "BUILD", tmp_path)
+    monkeypatch.setattr(native, "_build", lambda opt="3": calls.append(opt) or 1)
     (tmp_path / "failed.json").write_text(json.dumps(native._wanted()))
+    assert "python simulator/native.py build retries" in native._check()   # status says how
     assert native.ensure() == 0 and calls == []
     monkeypatch.setenv(native.REQUIRE_ENV, "1")
     assert native.ensure() == 1 and len(calls) == 1
@@ -102,6 +104,32 @@ def test_an_install_outside_a_checkout_runs_pure_python_and_build_says_where_it_
     assert "checkout of the repository" in native._check()
     assert native.build() == 1
     assert "pip install -e ." in capsys.readouterr().err
+
+
+def test_the_compile_step_keeps_a_times_b_plus_c_two_roundings():
+    """Pure Python never fuses a multiply and an add; the C compiler must not either (GCC does
+    by default on aarch64, or with -march=native, and the floats would then differ)."""
+    assert "-ffp-contract=off" in native._SCRIPT
+
+
+def test_a_build_running_elsewhere_is_waited_for_and_then_kept(tmp_path, monkeypatch):
+    """Two `make native` at once: the second waits for the first's lock, then finds its build
+    usable and does not build again."""
+    import threading
+    monkeypatch.setattr(native, "BUILD", tmp_path)
+    monkeypatch.delenv(native.PURE_ENV, raising=False)
+    state = {"built": False}
+    monkeypatch.setattr(native, "_check", lambda: None if state["built"] else "no native build")
+    calls = []
+    monkeypatch.setattr(native, "_build", lambda opt="3": calls.append(opt) or 0)
+    with native._lock():
+        waiter = threading.Thread(target=native.ensure)
+        waiter.start()
+        waiter.join(0.3)
+        assert waiter.is_alive()            # blocked on the lock
+        state["built"] = True               # the first run's build lands
+    waiter.join(10)
+    assert not waiter.is_alive() and calls == []
 
 
 def test_an_unknown_command_prints_the_usage(capsys):
