@@ -22,7 +22,10 @@ rebuild it. :func:`status` tells which one runs.
 A build that failed is not retried by ``ensure`` until a source or this Python changes (a
 machine without a compiler pays for the attempt once); with ``OPSIM_REQUIRE_NATIVE=1`` (CI)
 a failed build is an error and ``tests/simulator/test_native.py`` requires the compiled
-modules.
+modules. Builds in one checkout take turns (a lock in ``build/native``); a new build replaces
+the old one only once complete. The C compiler runs with ``-ffp-contract=off`` and without the
+user's ``CFLAGS``, so that no multiply and add are fused into one rounding that Python does not
+make.
 """
 from __future__ import annotations
 
