@@ -19,7 +19,8 @@ $(STAMP): $(BIN)/python pyproject.toml
 # when one of them changes (a build that failed is not retried for the same sources). Optional:
 # if it cannot build (no C compiler), everything runs as pure Python, which the same source is
 # (OPSIM_PURE_PYTHON=1 chooses it; OPSIM_REQUIRE_NATIVE=1 makes a failed build an error).
-NATIVE := native
+# NATIVE is the prerequisite that builds it: `make test NATIVE=` runs without the build step.
+NATIVE ?= native
 native: $(STAMP)
 	$(BIN)/python simulator/native.py ensure
 
