@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
         # on and off alternately, the best of --repeat each: the machine of the 2^30 run is
         # cyclic garbage, freed by the next full collection, which the fast-forward's first run
         # triggers (it keeps the program it reads ahead) and pays for (one run each, fast-forward
-        # first: 1.56x; the same alternately: about 1.0x; tenth session)
+        # first: 1.56x compiled; alternately 1.15-1.29x compiled, 0.93-1.0x pure; tenth session)
         t_on = t_off = float("inf")
         for _ in range(args.repeat):
             t, on = best_of(lambda: mse_timing(n, tiling={"block_dim": 1}, fast_forward=True), 1)
