@@ -215,59 +215,65 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             "dtypes": {n: d.dtype.name for n, d in descs.items() if d is not None},
             "tiling": _tiling_dict(tiling_obj), "opsim_version": _version()})
     dev = Device(spec, trace=tr, functional=(mode == "full"), seed=seed, fast_forward=fast_forward)
-    profiler = Profiler()
-    dev.observers.append(profiler)
-    dev.source_lines = source_lines
-    dev.progress = progress
-    san = None
-    if sanitize:
-        from opsim.simulator.sanitizer import Sanitizer
-        san = Sanitizer(dev)
-    stream = dev.create_stream()
-    tensors: dict[str, GlobalTensor] = {}
-    placed = dict(opdef.place(dev, descs, attrs)) if opdef.place is not None else {}
-    ws = opdef.workspace(tiling_obj)
-    _check_gm_capacity(op, spec, {n: d.nbytes for n, d in descs.items() if d is not None and n not in placed}, ws)
-    memory_of: dict[str, Any] = {}
-    for name, d in descs.items():
-        if d is None:
-            continue
-        addr, memory_of[name] = placed[name] if name in placed else (dev.malloc(d.nbytes, name=name), dev)
-        tensors[name] = GlobalTensor.contiguous(dev, addr, d.dtype, d.shape)
-        if mode == "full" and name not in opdef.outputs:
-            # the device keeps the caller's array as the operand's bytes (copied only if a
-            # kernel writes into it): a 2^24 fp32 copy-in into fresh host pages costs more
-            # than the whole operator in numpy
-            memory_of[name].write(addr, np.ascontiguousarray(operands[name]), share=True)
-    if ws:
-        tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
-    launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
-    if san is None:
-        dev.synchronize(stream)
-    else:
-        try:
+    # the machine is taken apart when the call ends (Device.close): its host memory -- GM,
+    # local memories, L2 state, link histories -- goes back now, not at the interpreter's
+    # next full garbage collection; the result holds only copies and handed-over outputs
+    try:
+        profiler = Profiler()
+        dev.observers.append(profiler)
+        dev.source_lines = source_lines
+        dev.progress = progress
+        san = None
+        if sanitize:
+            from opsim.simulator.sanitizer import Sanitizer
+            san = Sanitizer(dev)
+        stream = dev.create_stream()
+        tensors: dict[str, GlobalTensor] = {}
+        placed = dict(opdef.place(dev, descs, attrs)) if opdef.place is not None else {}
+        ws = opdef.workspace(tiling_obj)
+        _check_gm_capacity(op, spec, {n: d.nbytes for n, d in descs.items() if d is not None and n not in placed}, ws)
+        memory_of: dict[str, Any] = {}
+        for name, d in descs.items():
+            if d is None:
+                continue
+            addr, memory_of[name] = placed[name] if name in placed else (dev.malloc(d.nbytes, name=name), dev)
+            tensors[name] = GlobalTensor.contiguous(dev, addr, d.dtype, d.shape)
+            if mode == "full" and name not in opdef.outputs:
+                # the device keeps the caller's array as the operand's bytes (copied only if a
+                # kernel writes into it): a 2^24 fp32 copy-in into fresh host pages costs more
+                # than the whole operator in numpy
+                memory_of[name].write(addr, np.ascontiguousarray(operands[name]), share=True)
+        if ws:
+            tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
+        launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
+        if san is None:
             dev.synchronize(stream)
-        except SimulatorError as exc:
-            raise attach_report(exc, san.finish()) from None
-    outs = {}
-    if mode == "full":
-        for n, d in out_descs.items():
-            t = tensors[n]
-            # the device is dropped after this call: hand over its output bytes without a copy;
-            # copied only when they are read-only (never written) or share a host array with
-            # other device memory that the result would keep alive (a DSP region's segment)
-            raw = memory_of[n].read(t.addr, d.nbytes, copy=False)
-            owner = raw.base if raw.base is not None else raw
-            if not raw.flags.writeable or owner.nbytes > raw.nbytes:
-                raw = raw.copy()
-            outs[n] = raw.view(d.dtype.np_dtype).reshape(d.shape)
-    stats = collect_stats(dev, launches, tiling_obj, ws)
-    records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
-    if tr is not None:
-        tr.metadata["launches"] = launch_metadata(records)
-        tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
-    return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
-                     records, san.finish() if san is not None else None)
+        else:
+            try:
+                dev.synchronize(stream)
+            except SimulatorError as exc:
+                raise attach_report(exc, san.finish()) from None
+        outs = {}
+        if mode == "full":
+            for n, d in out_descs.items():
+                t = tensors[n]
+                # the device is dropped after this call: hand over its output bytes without a copy;
+                # copied only when they are read-only (never written) or share a host array with
+                # other device memory that the result would keep alive (a DSP region's segment)
+                raw = memory_of[n].read(t.addr, d.nbytes, copy=False)
+                owner = raw.base if raw.base is not None else raw
+                if not raw.flags.writeable or owner.nbytes > raw.nbytes:
+                    raw = raw.copy()
+                outs[n] = raw.view(d.dtype.np_dtype).reshape(d.shape)
+        stats = collect_stats(dev, launches, tiling_obj, ws)
+        records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
+        if tr is not None:
+            tr.metadata["launches"] = launch_metadata(records)
+            tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
+        return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
+                         records, san.finish() if san is not None else None)
+    finally:
+        dev.close()
 
 
 def attach_report(exc: SimulatorError, report: Any) -> SimulatorError:

@@ -247,6 +247,8 @@ class AclRuntime:
         if not self.initialized:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called")
         self.initialized = False
+        if self.device is not None:
+            self.device.close()
         self.device = None
         self.trace = None
         self._allocs.clear()
@@ -307,6 +309,7 @@ class AclRuntime:
         aclrtSetDevice starts a fresh device, and handles of this one are refused from now on."""
         if self.device is None or not is_int(device_id) or device_id != 0:
             return self.fail(ACL_ERROR_RT_INVALID_DEVICEID, f"aclrtResetDevice: device {device_id!r} is not set")
+        self.device.close()              # its host memory goes back now, not at a later collection
         self.device = None
         self._allocs.clear()
         return ACL_SUCCESS

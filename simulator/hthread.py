@@ -191,6 +191,8 @@ class HThread:
     def hthread_dev_close(self, cluster_id: int = 0) -> int:
         if (ret := self._need("hthread_dev_close", cluster_id)) != HT_SUCCESS:
             return ret
+        if self.device is not None:
+            self.device.close()          # its host memory goes back now, not at a later collection
         self.device = None
         self.groups.clear()
         return HT_SUCCESS

@@ -317,65 +317,68 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     name = jf.fn.__name__
     trace = _trace(opts.get("trace", "instruction"), spec, name)
     dev = Device(spec, trace=trace, functional=True, seed=int(opts.get("seed", 0)))
-    # the front-end stamps every instruction's origin itself: no need for the dispatcher's
-    # generator-frame walk (device.source_lines)
-    sim_stream = dev.create_stream()
-
-    bound = inspect.signature(jf.fn).bind(*args, **kwargs)
-    host: list[tuple[str, np.ndarray, int, int]] = []
-    call_args: list[Any] = []
-    call_kwargs: dict[str, Any] = {}
-    placed: dict[tuple[int, int], int] = {}       # host memory -> device address (aliases share it)
-    for pname, value in bound.arguments.items():
-        arr = _as_host_array(value)
-        if arr is not None:
-            if not arr.flags.c_contiguous:
-                raise ValueError(f"{name}: argument {pname} is not a contiguous array")
-            dt = nx.dtype(arr.dtype)
-            key = (arr.__array_interface__["data"][0], arr.nbytes)
-            addr = placed.get(key)
-            if addr is None:
-                addr = placed[key] = dev.malloc(arr.nbytes, name=pname)
-                dev.write(addr, arr)
-                host.append((pname, arr, addr, arr.nbytes))
-            value = GlobalAddress(dev, addr, dt, arr.size)
-        if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
-            call_kwargs[pname] = value
-        elif params[pname].kind == inspect.Parameter.VAR_POSITIONAL:
-            call_args.extend(value)
-        else:
-            call_args.append(value)
-
-    san = _sanitizer(dev) if opts.get("sanitize") else None
-    launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
-                         core_mask=opts.get("core_mask"))
-    unit = launched.unit
     try:
-        dev.synchronize(sim_stream)
-    except SimulatorError as exc:
-        origin = getattr(exc, "origin", None)
-        if origin and origin not in exc.reason:
-            exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
-        if san is not None:
-            from opsim.api import attach_report
-            attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer
-        cause = exc.__cause__
-        if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
-            raise (cause.__cause__ or cause) from None   # a bug in the kernel: its own exception
-        raise
-    report = san.finish() if san is not None else None
+        # the front-end stamps every instruction's origin itself: no need for the dispatcher's
+        # generator-frame walk (device.source_lines)
+        sim_stream = dev.create_stream()
 
-    outputs: dict[str, np.ndarray] = {}
-    for pname, arr, addr, nbytes in host:
-        data = dev.read(addr, nbytes)
-        view = arr.reshape(-1).view(np.uint8)
-        if not np.array_equal(view, data):
-            view[...] = data                       # copied back in place
-            outputs[pname] = arr
-    stats = collect_stats(dev, [launched], None)
-    stats["block_dim"] = block_dim
-    stats["kernel_type"] = unit
-    if report is not None:
-        stats["sanitizer"] = report
-    return KernelResult(name, spec.name, "full", outputs, stats["cycles"], stats["time_us"], stats, trace,
-                        None, report)
+        bound = inspect.signature(jf.fn).bind(*args, **kwargs)
+        host: list[tuple[str, np.ndarray, int, int]] = []
+        call_args: list[Any] = []
+        call_kwargs: dict[str, Any] = {}
+        placed: dict[tuple[int, int], int] = {}       # host memory -> device address (aliases share it)
+        for pname, value in bound.arguments.items():
+            arr = _as_host_array(value)
+            if arr is not None:
+                if not arr.flags.c_contiguous:
+                    raise ValueError(f"{name}: argument {pname} is not a contiguous array")
+                dt = nx.dtype(arr.dtype)
+                key = (arr.__array_interface__["data"][0], arr.nbytes)
+                addr = placed.get(key)
+                if addr is None:
+                    addr = placed[key] = dev.malloc(arr.nbytes, name=pname)
+                    dev.write(addr, arr)
+                    host.append((pname, arr, addr, arr.nbytes))
+                value = GlobalAddress(dev, addr, dt, arr.size)
+            if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
+                call_kwargs[pname] = value
+            elif params[pname].kind == inspect.Parameter.VAR_POSITIONAL:
+                call_args.extend(value)
+            else:
+                call_args.append(value)
+
+        san = _sanitizer(dev) if opts.get("sanitize") else None
+        launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
+                             core_mask=opts.get("core_mask"))
+        unit = launched.unit
+        try:
+            dev.synchronize(sim_stream)
+        except SimulatorError as exc:
+            origin = getattr(exc, "origin", None)
+            if origin and origin not in exc.reason:
+                exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
+            if san is not None:
+                from opsim.api import attach_report
+                attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer
+            cause = exc.__cause__
+            if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
+                raise (cause.__cause__ or cause) from None   # a bug in the kernel: its own exception
+            raise
+        report = san.finish() if san is not None else None
+
+        outputs: dict[str, np.ndarray] = {}
+        for pname, arr, addr, nbytes in host:
+            data = dev.read(addr, nbytes)
+            view = arr.reshape(-1).view(np.uint8)
+            if not np.array_equal(view, data):
+                view[...] = data                       # copied back in place
+                outputs[pname] = arr
+        stats = collect_stats(dev, [launched], None)
+        stats["block_dim"] = block_dim
+        stats["kernel_type"] = unit
+        if report is not None:
+            stats["sanitizer"] = report
+        return KernelResult(name, spec.name, "full", outputs, stats["cycles"], stats["time_us"], stats, trace,
+                            None, report)
+    finally:
+        dev.close()     # its host memory goes back now (Device.close)
