@@ -880,8 +880,10 @@ class Device:
         L2 state, the link histories -- lives on until Python's cyclic collector runs a full
         collection, which a sweep of full-mode calls postpones past hundreds of megabytes (a
         2^22-element MSE backward left 31 MiB a call). ``close`` stops its processes, drops
-        its event queue and releases that memory and the links' histories, which breaks the
-        cycles, so that reference counting frees the machine at its last reference.
+        its event queue, releases the memory its regions back and its L2 state, and unhooks
+        its cores, pipes, streams and launches from one another: that breaks the cycles, so
+        reference counting frees the machine (link histories included) at its last reference
+        (a traced, fast-forwarded, sanitized or failed call's as well).
 
         What callers already took is not touched: an output array handed over without a copy
         keeps its own bytes, and stats, launch records and traces are copies. Calling it
