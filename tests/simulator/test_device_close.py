@@ -60,7 +60,7 @@ def test_the_machine_is_freed_when_run_returns_and_its_output_is_intact(monkeypa
     assert r.cycles > 0 and r.stats["instructions"] > 0
     if mode == "full":
         out = r.outputs["out"]
-        # the kernel's op order (kernels.md, MSE V2): Sub, Muls(cof = 2), Mul(dout), all fp32
+        # the kernel's op order (docs/sources.md#mse-tiling): Sub, Muls(cof = 2), Mul(dout), all fp32
         assert np.array_equal(out, ((x - y) * np.float32(2.0)) * dout)
         out[0] = 7.0                                           # the caller owns it: writable
     if trace != "off":
