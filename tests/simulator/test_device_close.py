@@ -1,8 +1,8 @@
 """A finished machine goes away when its call returns (Device.close), not at the interpreter's
 next full garbage collection; what the caller took (outputs, stats, traces) is kept whole.
 
-Each test runs with the cyclic collector off, so that only reference counting can free the
-machine: a cycle left behind keeps the device alive and fails the test."""
+The tests that watch a device go run with the cyclic collector off, so that only reference
+counting can free it: a cycle left behind keeps the device alive and fails the test."""
 from __future__ import annotations
 
 import contextlib
