@@ -23,8 +23,9 @@ decides what an entry stands for.
 
 State: until a line weighing more than one line of capacity is shown to it (a sample), the cache
 keeps its LRU state in numpy arrays indexed by line (simulator/l2_arrays.py), where an access of
-distinct lines costs a few array operations; then (or when the lines touched lie too far apart
-for the arrays) it moves the state, in LRU order, to an OrderedDict walked line by line. Both
+distinct lines costs a few array operations (the arrays hold the pages of GM in use, wherever they
+lie); then (or when the resident lines are scattered over more pages than the arrays hold) it
+moves the state, in LRU order, to an OrderedDict walked line by line. Both
 give the same hits, LRU order, dirty lines and write-backs (tests/simulator/test_l2_arrays.py).
 """
 from __future__ import annotations
@@ -106,7 +107,8 @@ class L2Cache:
         self.writeback_bytes = 0               # bytes written back to HBM so far (charged)
         # the state in arrays indexed by line (simulator/l2_arrays.py) while no sampled line was
         # ever shown to the cache (every line weighs one); None: in _lru/_dirty/_used (a sample
-        # with a weight other than one, or lines too far apart for the arrays, moved it there)
+        # with a weight other than one, or resident lines over more pages than the arrays hold,
+        # moved it there)
         self._arr: LineArrays | None = LineArrays(self.capacity_chunks, chunk)
         self._shapes: dict[tuple[int, int, int], np.ndarray] = {}   # _row_lines
         # the lines of the last access on the arrays, when LineArrays.touch took them all: they
@@ -188,8 +190,9 @@ class L2Cache:
         """:meth:`access_runs` on the arrays (the state while every line weighs one): one run,
         the rows of a strided transfer, or runs whose lines ascend, touched in a few array
         operations when :meth:`LineArrays.touch` proves the walk's outcome, else walked line by
-        line. None (nothing touched): the lines lie too far apart for the arrays, whose state
-        was moved to the OrderedDict for the caller's walk. A write returns 0 unless ``hits``."""
+        line. None (nothing touched): the arrays had no room for the access's pages (the resident
+        lines lie in too many others), and the state was moved to the OrderedDict for the caller's
+        walk. A write returns 0 unless ``hits``."""
         arr = self._arr
         assert arr is not None
         c = self.chunk
@@ -209,11 +212,10 @@ class L2Cache:
             if key == recent and not mark:
                 self._recent = key
                 return n if hits else 0
-            i0 = first - arr.base
-            covered = i0 >= 0 and i0 + count <= arr.stamp.size or arr.cover(first, last)
+            i0 = arr.start(first, last)          # (-1: over two pages, or a page without slots)
+            covered = i0 >= 0 or arr.cover(first, last)
             if covered and count <= arr.cap:
-                i0 = first - arr.base
-                got = arr.touch(slice(i0, i0 + count), count, mark)
+                got = arr.touch(slice(i0, i0 + count) if i0 >= 0 else arr.locate(first, count), count, mark)
                 if got is not None:
                     self._recent = key
                     res, nres, owed = got
@@ -237,7 +239,7 @@ class L2Cache:
                 for p0 in range(first, last + 1, arr.cap):
                     p1 = min(p0 + arr.cap - 1, last)
                     pa, pend = max(a, p0 * c), min(end, (p1 + 1) * c)
-                    got = arr.touch(slice(p0 - arr.base, p1 + 1 - arr.base), p1 + 1 - p0, False)
+                    got = arr.touch(arr.locate(p0, p1 + 1 - p0), p1 + 1 - p0, False)
                     if got is None:
                         h, owed = arr.walk(((pa, end - pa),), False)
                         if owed:
@@ -271,17 +273,25 @@ class L2Cache:
                 if key == recent and not mark:
                     self._recent = key
                     return rows * run if hits else 0
-                i0 = first - arr.base
-                hi = i0 + step * (rows - 1) + span        # one past the last line's index
-                if i0 >= 0 and hi <= arr.stamp.size or arr.cover(first, first + step * (rows - 1) + span - 1):
-                    i0 = first - arr.base
-                    idx: np.ndarray | slice
+                end = first + step * (rows - 1) + span - 1     # the last line
+                i0 = arr.start(first, end)
+                if i0 < 0 and first >> arr.bits == end >> arr.bits and arr.cover(first, end):
+                    i0 = arr.start(first, end)          # (one page, given its slots just now)
+                idx: np.ndarray | slice | None = None
+                if i0 >= 0:                             # one page: slots as the lines
                     if span == 1:                       # one line a row: a slice (strided or not)
                         idx = slice(i0, i0 + step * rows, step)
                     elif step == span:                  # the rows' lines are contiguous
                         idx = slice(i0, i0 + rows * span)
                     else:
                         idx = self._row_lines(step, span, rows) + i0
+                else:                                   # over pages: the slots of each line
+                    lines = first + (np.arange(0, step * rows, step, dtype=np.int64) if span == 1 else
+                                     np.arange(rows * span, dtype=np.int64) if step == span else
+                                     self._row_lines(step, span, rows))
+                    if arr.cover_lines(lines):
+                        idx = arr.slots(lines)
+                if idx is not None:
                     got = arr.touch(idx, rows * span, mark)
                     if got is not None:
                         self._recent = key
@@ -327,14 +337,14 @@ class L2Cache:
                 lasts.append(last)
                 heads.append(a - first * c)
                 tails.append((last + 1) * c - end)
-            if ascending and firsts and arr.cover(firsts[0], prev):
+            if ascending and firsts:
                 counts = np.array(lasts, dtype=np.int64) - firsts + 1
                 total = int(counts.sum())
                 if total <= arr.cap:
                     starts = np.cumsum(counts) - counts
-                    idx = (np.arange(total, dtype=np.int64)
-                           + np.repeat(np.array(firsts, dtype=np.int64) - arr.base - starts, counts))
-                    got = arr.touch(idx, total, mark)
+                    lines = (np.arange(total, dtype=np.int64)
+                             + np.repeat(np.array(firsts, dtype=np.int64) - starts, counts))
+                    got = arr.touch(arr.slots(lines), total, mark) if arr.cover_lines(lines) else None
                     if got is not None:
                         res, nres, owed = got
                         if owed:
@@ -350,8 +360,9 @@ class L2Cache:
         if lo is None:
             self._recent = recent               # nothing touched
             return 0
-        hi = max((a + n - 1) // c for a, n in runs if n > 0)
-        if not arr.cover(lo, hi):
+        b = arr.bits
+        pages = sorted({p for a, n in runs if n > 0 for p in range((a // c) >> b, ((a + n - 1) // c >> b) + 1)})
+        if not arr.map_pages(pages):
             self._to_ordered()
             return None
         hit, owed = arr.walk(runs, mark)

@@ -3,12 +3,22 @@ line was ever shown to the cache), in numpy arrays indexed by line: the same cac
 OrderedDict walk of :class:`opsim.simulator.l2.L2Cache`, at a fraction of the cost per line.
 
 Recency is a stamp: every touch gives its line the next number, so the least-recently-used line
-is the resident line with the smallest stamp. ``stamp[line - base]`` holds it (0: not resident),
-``dirty[line - base]`` whether the line was written since it was filled (write-back). The
-eviction order is a queue of (line, stamp) pairs appended at every touch; a pair whose stamp is
-no longer its line's is stale (the line was touched again, evicted or invalidated) and is
-skipped, so the first valid pairs are the least-recently-used lines, in order (a lazily deleted
-LRU list).
+is the resident line with the smallest stamp. ``stamp[i]`` holds it (0: not resident),
+``dirty[i]`` whether the line was written since it was filled (write-back), where ``i`` is the
+line's slot (below). The eviction order is a queue of (slot, stamp) pairs appended at every
+touch; a pair whose stamp is no longer its slot's is stale (the line was touched again, evicted
+or invalidated) and is skipped, so the first valid pairs are the least-recently-used lines, in
+order (a lazily deleted LRU list).
+
+Slots come in pages: the lines of GM are split into pages of ``2^page_bits`` lines (4,096 by
+default: 2 MiB of GM in 512 B lines), and a page of GM that an access touches is given a page of
+slots (``pmap``: GM page -> first slot). So the arrays hold only the pages in use, wherever they
+lie: four tensors of 4 GiB each, streamed by 48 cores, need about as many pages as the cache
+holds lines, not slots for 16 GiB. When every page of slots is taken, the pages holding no
+resident line are given back (a page of slots is reused only then, and as stamps only grow, a
+stale queue pair can never match the slot's new stamps). The arrays hold at most
+:func:`span_limit` lines; an access whose pages would need more (the resident lines scattered
+over more pages than that) hands the state to the OrderedDict walk.
 
 An access touches its lines in order; a resident line is a hit, a new one is inserted and the
 least-recently-used line is evicted while the cache is over capacity. When the access touches
@@ -28,14 +38,16 @@ from typing import cast
 
 import numpy as np
 
-# the widest span of lines the arrays cover: 8 times the cache's lines, at least 2^20 lines
-# (512 MiB of GM in 512 B lines) and at most 2^24 (8 GiB): 9 bytes of state per line of span,
-# 28 MiB for a 192 MiB L2. An access beyond it hands the state to the OrderedDict walk, whose
-# memory is the resident lines only (tensors far apart would otherwise cost arrays as wide as
-# the gap, copied whole by every save_state of the fast-forward)
+# the most lines the arrays hold: 8 times the cache's lines, at least 2^20 lines and at most
+# 2^24 -- 9 bytes of state per line, 28 MiB for a 192 MiB L2 (the fast-forward's save_state
+# copies them whole). Resident lines scattered over more pages than that hand the state to the
+# OrderedDict walk, whose memory is the resident lines only.
 MAX_SPAN = 1 << 24
 MIN_SPAN = 1 << 20
 SPAN_PER_LINE = 8
+# lines per page of slots: 2^PAGE_BITS (a DMA transfer of a tile lies within one page but for
+# about one in a hundred; those take an index array instead of a slice)
+PAGE_BITS = 12
 
 
 # the longest ramp (0, 1, 2, ...) a cache keeps for the indices of strided touches (512 KiB)
@@ -43,7 +55,7 @@ RAMP_MAX = 1 << 16
 
 
 def span_limit(capacity: int) -> int:
-    """The widest span of lines the arrays of a cache of ``capacity`` lines cover."""
+    """The most lines the arrays of a cache of ``capacity`` lines hold."""
     return min(MAX_SPAN, max(MIN_SPAN, SPAN_PER_LINE * capacity))
 
 try:        # the C function (numpy.count_nonzero is a Python wrapper around it: 4x the call)
@@ -55,51 +67,124 @@ _min = np.minimum.reduce        # ndarray.min() without its Python wrapper (half
 
 
 class LineArrays:
-    """LRU state of a uniform L2 (every line one line of capacity), indexed by line."""
+    """LRU state of a uniform L2 (every line one line of capacity), in slots given by page."""
 
-    def __init__(self, capacity: int, chunk: int) -> None:
+    def __init__(self, capacity: int, chunk: int, page_bits: int = PAGE_BITS,
+                 max_lines: int | None = None) -> None:
         self.cap = capacity
         self.chunk = chunk
-        self.base = 0                                   # line of index 0
-        self.stamp = np.zeros(0, dtype=np.int64)        # last touch of each line (0: not resident)
+        self.bits = page_bits
+        self.mask = (1 << page_bits) - 1
+        # GM page -> its first slot (page number << bits); slot page -> GM page (-1: free)
+        self.pmap: dict[int, int] = {}
+        self.vpage = np.zeros(0, dtype=np.int64)
+        self.free: list[int] = []                       # free slot pages (the last taken first)
+        limit = span_limit(capacity) if max_lines is None else max_lines
+        self.max_pages = -(-limit >> page_bits) + 2     # (+2: any span of the limit's lines fits)
+        self.stamp = np.zeros(0, dtype=np.int64)        # last touch of each slot's line (0: none)
         self.dirty = np.zeros(0, dtype=bool)
-        self.queue = np.zeros(0, dtype=np.int64)        # indices in touch order (with stale ones)
+        self.queue = np.zeros(0, dtype=np.int64)        # slots in touch order (with stale ones)
         self.qstamp = np.zeros(0, dtype=np.int64)       # the stamp each queued touch gave
         self.head = 0                                   # queue[head:tail] may hold valid touches
         self.tail = 0
         self.clock = 0                                  # the last stamp given
         self.used = 0                                   # resident lines
-        self.span = span_limit(capacity)                # the widest span the arrays cover
         self._ramp = np.arange(1024, dtype=np.int64)     # 0, 1, 2, ... (stamps and indices from it)
 
-    # -- the arrays ------------------------------------------------------------------------------
+    # -- slots -----------------------------------------------------------------------------------
     def cover(self, lo: int, hi: int) -> bool:
-        """Make lines [lo, hi] indexable (growing the arrays with room to spare); False if the
-        arrays would then span more than ``span`` lines (:func:`span_limit`)."""
-        n = self.stamp.size
-        base = self.base
-        if n and base <= lo and hi < base + n:
+        """Give slots to every line of [lo, hi]; False if the arrays would then hold more than
+        their limit (nothing touched: the caller hands the state to the OrderedDict walk)."""
+        b = self.bits
+        p0, p1 = lo >> b, hi >> b
+        pmap = self.pmap
+        if p0 == p1:
+            return p0 in pmap or self.map_pages((p0,))
+        return self.map_pages(range(p0, p1 + 1))
+
+    def cover_lines(self, lines: np.ndarray) -> bool:
+        """:meth:`cover` for the lines of an array (the rows of a strided tile, runs far apart)."""
+        return self.map_pages(np.unique(lines >> self.bits).tolist())
+
+    def map_pages(self, pages: Iterable[int]) -> bool:
+        """Give a page of slots to each GM page of ``pages`` (distinct) that has none."""
+        pmap = self.pmap
+        pages = list(pages)
+        need = [p for p in pages if p not in pmap]
+        if not need:
             return True
-        want_lo, want_hi = (min(lo, base), max(hi, base + n - 1)) if n else (lo, hi)
-        span = self.span
-        if want_hi - want_lo >= span:
+        if len(need) > len(self.free) and not self._make_room(len(need), pages):
             return False
-        extra = max(want_hi - want_lo + 1, 1 << 16) // 2
-        new_lo = want_lo - extra if not n or lo < base else want_lo
-        new_hi = want_hi + extra if not n or hi >= base + n else want_hi
-        new_lo = max(new_lo, want_hi - span + 1, 0)
-        new_hi = min(new_hi, new_lo + span - 1)
-        size = new_hi - new_lo + 1
-        stamp = np.zeros(size, dtype=np.int64)
-        dirty = np.zeros(size, dtype=bool)
-        shift = base - new_lo
-        if n:
-            stamp[shift:shift + n] = self.stamp
-            dirty[shift:shift + n] = self.dirty
-            if shift:
-                self.queue[self.head:self.tail] += shift
-        self.stamp, self.dirty, self.base = stamp, dirty, new_lo
+        b = self.bits
+        free, vpage = self.free, self.vpage
+        for p in need:
+            s = free.pop()
+            pmap[p] = s << b
+            vpage[s] = p
         return True
+
+    def _make_room(self, n: int, wanted: list[int]) -> bool:
+        """At least ``n`` free slot pages: more pages while under the limit, else the pages
+        that hold no resident line given back (none of ``wanted``: the access's GM pages)."""
+        have = self.vpage.size
+        if have < self.max_pages:
+            grow = min(self.max_pages, max(2 * have, have + n - len(self.free), 16))
+            size = grow << self.bits
+            stamp = np.zeros(size, dtype=np.int64)
+            dirty = np.zeros(size, dtype=bool)
+            stamp[:self.stamp.size] = self.stamp
+            dirty[:self.dirty.size] = self.dirty
+            vpage = np.full(grow, -1, dtype=np.int64)
+            vpage[:have] = self.vpage
+            self.stamp, self.dirty, self.vpage = stamp, dirty, vpage
+            # (the new pages are taken in ascending order: ``free`` is popped from its end)
+            self.free = list(range(grow - 1, have - 1, -1)) + self.free
+            if len(self.free) >= n:
+                return True
+        live = self.stamp.reshape(-1, 1 << self.bits).any(axis=1)
+        keep = set(wanted)
+        pmap, vpage, free = self.pmap, self.vpage, self.free
+        for s in np.flatnonzero(~live & (vpage >= 0)).tolist():
+            p = int(vpage[s])
+            if p not in keep:
+                del pmap[p]
+                vpage[s] = -1
+                free.append(s)
+        return len(free) >= n
+
+    def locate(self, first: int, count: int) -> slice | np.ndarray:
+        """The slots of lines [first, first + count) (covered): a slice within one page."""
+        b = self.bits
+        if (first + count - 1) >> b == first >> b:
+            i0 = self.pmap[first >> b] + (first & self.mask)
+            return slice(i0, i0 + count)
+        return self.slots(np.arange(first, first + count, dtype=np.int64))
+
+    def start(self, first: int, last: int) -> int:
+        """The slot of line ``first`` when lines [first, last] lie in one page that has slots
+        (their slots are then a slice from it); else -1."""
+        b = self.bits
+        if last >> b != first >> b:
+            return -1
+        s = self.pmap.get(first >> b)
+        return -1 if s is None else s + (first & self.mask)
+
+    def slots(self, lines: np.ndarray) -> np.ndarray:
+        """The slots of an array of covered lines."""
+        b = self.bits
+        pages = lines >> b
+        p0 = int(pages[0])
+        if bool((pages == p0).all()):
+            return lines + (self.pmap[p0] - (p0 << b))
+        uniq, inv = np.unique(pages, return_inverse=True)
+        pmap = self.pmap
+        shift = np.array([pmap[p] - (p << b) for p in uniq.tolist()], dtype=np.int64)
+        return lines + shift[inv]
+
+    def lines_of(self, slots: np.ndarray) -> np.ndarray:
+        """The GM lines of an array of slots that hold lines."""
+        b = self.bits
+        return (self.vpage[slots >> b] << b) + (slots & self.mask)
 
     def _room(self, n: int) -> None:
         """Room for ``n`` more queued touches: drop the stale ones (the valid ones are at most
@@ -204,7 +289,8 @@ class LineArrays:
         that were resident, bytes owed to HBM: c per dirty line evicted, and the bytes of a
         stored line this very run pushed out again). The caller covered the lines."""
         c, cap = self.chunk, self.cap
-        stamp, dirty, base = self.stamp, self.dirty, self.base
+        stamp, dirty = self.stamp, self.dirty
+        pmap, b, mask = self.pmap, self.bits, self.mask
         hit = 0
         owed = 0
         used, clock, head = self.used, self.clock, self.head
@@ -214,7 +300,7 @@ class LineArrays:
             end = a + n
             first, last = a // c, (end - 1) // c
             for line in range(first, last + 1):
-                i = line - base
+                i = pmap[line >> b] + (line & mask)
                 if stamp[i]:
                     hit += min(end, (line + 1) * c) - max(a, line * c)
                 else:
@@ -244,7 +330,7 @@ class LineArrays:
                             owed += c
             if mark:
                 for line in range(first, last + 1):
-                    i = line - base
+                    i = pmap[line >> b] + (line & mask)
                     if stamp[i]:
                         dirty[i] = True
                     else:                       # pushed out by its own run: owed now
@@ -254,27 +340,34 @@ class LineArrays:
 
     def invalidate(self, first: int, last: int) -> None:
         """Drop lines [first, last] (dirty or not)."""
-        n = self.stamp.size
-        lo, hi = max(first - self.base, 0), min(last - self.base + 1, n)
-        if lo >= hi:
-            return
-        seg = self.stamp[lo:hi]
-        self.used -= int(_nnz(seg))
-        seg[:] = 0
-        self.dirty[lo:hi] = False
+        b = self.bits
+        p0, p1 = first >> b, last >> b
+        pmap = self.pmap
+        # the pages with slots among the range's (whichever is fewer to look at)
+        pages = [p for p in range(p0, p1 + 1) if p in pmap] if p1 - p0 < len(pmap) else \
+            [p for p in pmap if p0 <= p <= p1]
+        for p in pages:
+            s = pmap[p]
+            lo = s + (first - (p << b) if p == p0 else 0)
+            hi = s + (last - (p << b) + 1 if p == p1 else 1 << b)
+            seg = self.stamp[lo:hi]
+            self.used -= int(_nnz(seg))
+            seg[:] = 0
+            self.dirty[lo:hi] = False
 
     def order(self) -> list[int]:
         """Resident lines, least recent first."""
         res = np.flatnonzero(self.stamp)
-        return (res[np.argsort(self.stamp[res], kind="stable")] + self.base).tolist()
+        return self.lines_of(res[np.argsort(self.stamp[res], kind="stable")]).tolist()
 
     def dirty_lines(self) -> set[int]:
-        return set((np.flatnonzero(self.dirty) + self.base).tolist())
+        return set(self.lines_of(np.flatnonzero(self.dirty)).tolist())
 
     def copy(self) -> LineArrays:
-        other = LineArrays(self.cap, self.chunk)
-        other.base, other.head, other.tail, other.clock, other.used = \
-            self.base, self.head, self.tail, self.clock, self.used
+        other = LineArrays(self.cap, self.chunk, self.bits)
+        other.max_pages = self.max_pages
+        other.pmap, other.vpage, other.free = dict(self.pmap), self.vpage.copy(), list(self.free)
+        other.head, other.tail, other.clock, other.used = self.head, self.tail, self.clock, self.used
         other.stamp, other.dirty = self.stamp.copy(), self.dirty.copy()
         # the queue from its head only (the touches before it are gone)
         other.queue, other.qstamp = self.queue[self.head:self.tail].copy(), self.qstamp[self.head:self.tail].copy()

@@ -7,14 +7,18 @@ import numpy as np
 import pytest
 
 from opsim.simulator.l2 import L2Cache, StridedRuns
+from opsim.simulator.l2_arrays import PAGE_BITS, LineArrays
 
 LINE = 512
 BASE = 0x124000000000            # a GM address like the device's: far from 0
 
 
-def _pair(lines: int, write_back: bool) -> tuple[L2Cache, L2Cache]:
-    """A cache on the arrays and one moved to the OrderedDict walk before any access."""
+def _pair(lines: int, write_back: bool, page_bits: int = PAGE_BITS,
+          max_lines: int | None = None) -> tuple[L2Cache, L2Cache]:
+    """A cache on the arrays (pages of 2^page_bits lines, at most ``max_lines`` of them) and
+    one moved to the OrderedDict walk before any access."""
     arrays, ordered = L2Cache(lines * LINE, LINE, write_back), L2Cache(lines * LINE, LINE, write_back)
+    arrays._arr = LineArrays(lines, LINE, page_bits, max_lines)
     ordered._to_ordered()
     assert arrays._arr is not None and ordered._arr is None
     return arrays, ordered
@@ -62,12 +66,20 @@ def _random_runs(rng: np.random.Generator, span: int):
 @pytest.mark.parametrize("write_back", [False, True])
 @pytest.mark.parametrize("lines", [8, 48, 400])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back, repeat):
+@pytest.mark.parametrize("pages", ["default", "small"])
+def test_the_arrays_leave_the_cache_as_the_ordered_walk(pages, seed, lines, write_back, repeat):
     # ``repeat``: how often an access is the last one again (a tile read twice in a row: the
     # arrays take the lines they just touched as the most recent ones, in order, until anything
-    # else touches the cache)
+    # else touches the cache). ``pages``: "small" gives the arrays pages of 4 lines, slots for
+    # the cache's lines and any access, and runs over 4 times the pages that fit: accesses
+    # over pages, and pages given back and reused
     rng = np.random.default_rng(seed * 100 + lines + int(repeat * 10))
-    arrays, ordered = _pair(lines, write_back)
+    if pages == "small":
+        arrays, ordered = _pair(lines, write_back, page_bits=2, max_lines=4 * (lines + 48))
+        span = 16 * lines
+    else:
+        arrays, ordered = _pair(lines, write_back)
+        span = 3 * lines
     saved: list = []
     runs = None
     for step in range(600):
@@ -89,7 +101,7 @@ def test_the_arrays_leave_the_cache_as_the_ordered_walk(seed, lines, write_back,
                 ordered.access_lines(lines_, weight=1, write=write)
         else:
             if runs is None or rng.random() >= repeat:
-                runs = _random_runs(rng, 3 * lines)
+                runs = _random_runs(rng, span)
             write = bool(rng.random() < 0.3)
             hit = arrays.access_runs(runs, write=write)
             assert hit == ordered.access_runs(runs, write=write), step
@@ -130,15 +142,52 @@ def test_a_sample_heavier_than_one_line_moves_the_state_to_the_ordered_walk():
     assert arrays.take_writeback() == ordered.take_writeback()
 
 
-def test_lines_too_far_apart_for_the_arrays_move_the_state_to_the_ordered_walk():
+def test_lines_far_apart_stay_on_the_arrays():
+    # the arrays give slots to the pages in use, not to the span between them (four tensors of
+    # 4 GiB: the MSE at 2^30)
     from opsim.simulator.l2_arrays import MAX_SPAN
     arrays, ordered = _pair(16, True)
     far = BASE + (MAX_SPAN + 5) * LINE
     for c in (arrays, ordered):
         c.access_runs(((BASE, 4 * LINE),), write=True)
         assert c.access_runs([(far, 2 * LINE), (BASE, LINE)], write=False) == LINE
-    assert arrays._arr is None
+        assert c.access_runs(((far + LINE, 3 * LINE),), write=True) == 0
+    assert arrays._arr is not None and len(arrays._arr.pmap) == 2       # two pages in use
     _same(arrays, ordered)
+
+
+@pytest.mark.parametrize("write_back", [False, True])
+def test_streaming_over_far_more_pages_than_the_arrays_hold_reuses_the_pages_left_empty(write_back):
+    # 8 streams far apart, each a run of lines a step: the pages behind the cache's lines are
+    # given back and reused, so the arrays never hold more than their limit
+    lines, bits = 64, 3
+    arrays, ordered = _pair(lines, write_back, page_bits=bits, max_lines=4 * lines)
+    limit = arrays._arr.max_pages << bits
+    for k in range(300):
+        for s in range(8):
+            a = BASE + s * (1 << 30) + k * 5 * LINE + (LINE // 3 if k % 7 == 0 else 0)
+            write = (k + s) % 3 == 0
+            assert arrays.access_runs(((a, 5 * LINE),), write=write) == \
+                ordered.access_runs(((a, 5 * LINE),), write=write)
+        if k % 10 == 0:       # rows of a tile over two pages, and a run read again
+            runs = StridedRuns(BASE + k * 5 * LINE, 3 * LINE, LINE, 6)
+            assert arrays.access_runs(runs, write=False) == ordered.access_runs(runs, write=False)
+        assert arrays.take_writeback() == ordered.take_writeback()
+        assert arrays._arr is not None and arrays._arr.stamp.size <= limit
+    _same(arrays, ordered)
+    assert len(arrays._arr.pmap) < 300 * 5 * 8 >> bits     # pages were given back
+
+
+def test_resident_lines_over_more_pages_than_the_arrays_hold_move_the_state_to_the_ordered_walk():
+    lines = 1 << 10
+    arrays, ordered = _pair(lines, True, page_bits=4, max_lines=64 * 16)
+    pages = arrays._arr.max_pages
+    for k in range(pages + 20):         # a line in each page, all resident
+        for c in (arrays, ordered):
+            assert c.access_runs(((BASE + k * 16 * LINE, LINE),), write=k % 2 == 1) == 0
+        assert (arrays._arr is None) == (k >= pages)
+    _same(arrays, ordered)
+    assert arrays.used_lines() == pages + 20 and len(arrays.dirty_lines()) == (pages + 20) // 2
 
 
 def test_a_saved_state_of_either_kind_restores_into_either():
@@ -158,20 +207,19 @@ def test_a_saved_state_of_either_kind_restores_into_either():
     _same(arrays, ordered)
 
 
-def test_the_arrays_span_a_bounded_number_of_lines_relative_to_the_cache():
-    # tensors far apart must not cost arrays as wide as the gap (9 bytes per line of span, copied
-    # by every save_state): beyond span_limit(capacity) lines the state moves to the ordered walk
+def test_the_arrays_hold_a_bounded_number_of_lines_relative_to_the_cache():
+    # 9 bytes per line the arrays hold, copied by every save_state: at most span_limit(capacity)
+    # lines and two pages, whatever the accesses
     from opsim.simulator.l2_arrays import MIN_SPAN, span_limit
     lines = 1 << 18
     limit = span_limit(lines)
     assert MIN_SPAN <= limit <= 8 * lines
     cache = L2Cache(lines * LINE, LINE, True)
-    cache.access_runs([(BASE, 4 * LINE)], write=False)
-    cache.access_runs([(BASE + (limit // 2) * LINE, 4 * LINE)], write=True)
-    assert cache._arr is not None and cache._arr.stamp.size <= limit
-    cache.access_runs([(BASE + (limit + 8) * LINE, 4 * LINE)], write=False)
-    assert cache._arr is None
-    assert cache.used_lines() == 12.0 and len(cache.dirty_lines()) == 4
+    assert cache._arr is not None and cache._arr.max_pages == (limit >> PAGE_BITS) + 2
+    for k in range(0, 4 * limit, limit // 4):
+        cache.access_runs([(BASE + k * LINE, 4 * LINE)], write=k % 2 == 0)
+        assert cache._arr is not None and cache._arr.stamp.size <= limit + (2 << PAGE_BITS)
+    assert cache.used_lines() == 64.0 and len(cache.dirty_lines()) == 64
 
 
 @pytest.mark.parametrize("how", ["runs", "lines"])
@@ -182,6 +230,7 @@ def test_runs_or_lines_given_as_an_iterator_are_all_touched_when_the_state_moves
     results = []
     for wrap in (list, iter):
         cache = L2Cache(64 * LINE, LINE, True)
+        cache._arr = LineArrays(64, LINE, page_bits=2, max_lines=4)    # slots for 3 pages
         if how == "runs":
             cache.access_runs(wrap([(BASE, 8 * LINE), (far, 8 * LINE)]), write=False)
             hit = cache.access_runs([(BASE, 8 * LINE)], write=False)
