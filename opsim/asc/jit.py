@@ -189,6 +189,7 @@ class JitFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _core.in_kernel():
+            self.check_not_generator()
             return self.run_fn(*args, **kwargs)
         raise TypeError(f"{self.fn.__name__} is an @asc.jit kernel: launch it as "
                         f"{self.fn.__name__}[block_dim, stream](...)")
@@ -202,6 +203,19 @@ class JitFunction:
                              f"got {block_dim!r}")
         stream = grid[1] if len(grid) > 1 else None
         return functools.partial(launch, self, int(block_dim), stream)
+
+    def check_not_generator(self) -> None:
+        """Refuse a function that yields: called, it would only make a generator, so none of
+        its API calls would run and the kernel would silently do nothing."""
+        fn = self.fn
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            code = fn.__code__
+            raise TypeError(f"@asc.jit function {fn.__name__} ({code.co_filename}:{code.co_firstlineno}) "
+                            f"contains `yield`, so calling it would run none of its body: an opsim.asc "
+                            f"kernel calls the asc API and yields nothing. A generator kernel of the "
+                            f"simulator's own kernel language (def kernel(ctx, ...) yielding instructions) "
+                            f"is not decorated with @asc.jit: launch it with Device.launch or "
+                            f"opsim.register_operator (docs/custom-operators.md)")
 
     def kind(self) -> str:
         forced = self.options.get("kernel_type")
@@ -269,6 +283,7 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
     blocks of an existing device and stream; returns the simulator's Launch. A vector, cube or
     mixed kernel goes to the matching cores of the part (split AIC/AIV or coupled AI cores)."""
     name = name or jf.fn.__name__
+    jf.check_not_generator()
     kind = jf.kind()
     arch = dev.spec.cores.architecture
     plan = LaunchPlan(name, block_dim, kind, dev, options=dict(options))
@@ -306,6 +321,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     """Run ``jf`` on ``block_dim`` blocks of a fresh simulated device; see the module docstring."""
     from opsim.api import collect_stats, device_spec
 
+    jf.check_not_generator()
     params = inspect.signature(jf.fn).parameters
     opts = dict(jf.options)
     for k in _RESERVED:

@@ -198,3 +198,34 @@ def test_cpu_tensors_play_the_gm_tensors_and_are_written_in_place():
     gpu.device = types.SimpleNamespace(type="npu")
     with pytest.raises(ValueError, match="CPU tensors"):
         scale_kernel[4, None](_CpuTensor(x), gpu, 512)
+
+
+@asc.jit
+def yielding_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress):
+    zg = asc.GlobalTensor()
+    zg.set_global_buffer(z)
+    t = asc.LocalTensor(asc.float32, asc.TPosition.VECOUT, 0, 8)
+    asc.duplicate(t, 1.0, 8)
+    asc.pipe_barrier(asc.PipeID.PIPE_ALL)
+    yield asc.data_copy(zg, t, 8)             # generator-kernel habit: the body would never run
+
+
+@asc.jit
+def yielding_helper(t):
+    yield asc.duplicate(t, 1.0, 8)
+
+
+@asc.jit
+def calls_yielding_helper(z: asc.GlobalAddress):
+    yielding_helper(asc.LocalTensor(asc.float32, asc.TPosition.VECOUT, 0, 8))
+
+
+def test_a_kernel_that_yields_is_refused_instead_of_running_nothing():
+    # calling a generator function runs none of its body: the launch used to "succeed" in a
+    # few hundred cycles with z untouched
+    z = np.zeros(8, np.float32)
+    with pytest.raises(TypeError, match=r"yielding_kernel \(.*test_launch.py:\d+\) contains `yield`"):
+        yielding_kernel[1, None](np.zeros(8, np.float32), z)
+    assert not z.any()
+    with pytest.raises(TypeError, match="yielding_helper .* contains `yield`"):
+        calls_yielding_helper[1, None](z)
