@@ -201,6 +201,7 @@ class Sanitizer:
         self._pipes: list["Pipe"] = []
         self._vc: list[dict[int, int]] = []            # pipe id -> vector clock
         self._block: dict[str, tuple[int, int]] = {}   # core -> (id(launch), block) now running
+        self._ended: set[str] = set()                  # cores whose current block reached BlockEnd
         self._core_end: dict[str, dict[int, int]] = {}  # core -> join of its pipes at block ends
         self._launch_end: dict[int, dict[int, int]] = {}
         self._launch_base: dict[int, dict[int, int]] = {}
@@ -245,6 +246,7 @@ class Sanitizer:
                     _join(vc, q.popleft()[0])
                 return
             if isinstance(instr, BlockEnd):
+                self._ended.add(core.name)
                 ctx = self._contexts.pop(core.name, None)
                 if ctx is not None and self.memcheck:
                     # the program has issued everything by its first BlockEnd, so the queues'
@@ -311,6 +313,7 @@ class Sanitizer:
         if old is not None:
             self._end_block_checks(core.name)
         self._block[core.name] = blk
+        self._ended.discard(core.name)
         self._launch_obj[blk[0]] = launch
         base = dict(self._core_end.get(core.name, {}))
         _join(base, self._base_of(launch))
@@ -492,7 +495,10 @@ class Sanitizer:
         fault = self.device.faulted
         if fault is None or not isinstance(fault, DeadlockError):
             for core in list(self._block):
-                self._end_block_checks(core)
+                # a block the fault cut short did not end: the flags it had set and the buffers
+                # it held are the fault's doing, not findings of their own
+                if fault is None or core in self._ended:
+                    self._end_block_checks(core)
         if self.synccheck and fault is None:
             self._cross_left_set()
         if fault is not None:

@@ -162,3 +162,31 @@ def test_sanitize_changes_neither_bits_nor_cycles_of_the_examples(name, example,
         assert set(plain.outputs) == set(checked.outputs)
         for k in plain.outputs:
             assert plain.outputs[k].tobytes() == checked.outputs[k].tobytes()
+
+
+def _fault_after_barrier_kernel():
+    import opsim.asc as asc
+
+    @asc.jit
+    def load_past_the_end(x: asc.GlobalAddress, z: asc.GlobalAddress):
+        xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+        xg.set_global_buffer(x)
+        zg.set_global_buffer(z)
+        t = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, 2048)
+        asc.data_copy(t, xg[512:], 1024)                 # runs 2 KiB past the end of x: faults
+        asc.pipe_barrier(asc.PipeID.PIPE_ALL)          # VECTOR and MTE3 have set their flags
+        asc.data_copy(zg, t, 1024)
+
+    return load_past_the_end
+
+
+def test_a_fault_is_the_only_finding_not_the_flags_it_left_set() -> None:
+    # the fault ends the run while VECTOR and MTE3 have set the barrier's flags and SCALAR has
+    # not waited for them yet: the sanitizer used to add two "flag-left-set" findings for the
+    # block the fault cut short
+    kernel = _fault_after_barrier_kernel()
+    x = np.zeros(1024, np.float32)
+    with pytest.raises(MemoryFault) as err:
+        kernel[1, None](x, np.zeros_like(x), sanitize=True)
+    (finding,) = err.value.sanitizer.findings
+    assert finding.kind == "out-of-bounds" and finding.address == err.value.address
