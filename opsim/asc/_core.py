@@ -46,6 +46,21 @@ def call_site() -> str:
     return "<unknown>:0"
 
 
+def _kernel_line(exc: BaseException) -> str | None:
+    """"file.py:line" of the innermost frame of ``exc``'s traceback in the kernel's source,
+    outside opsim.asc and the simulator."""
+    import traceback
+
+    from opsim import simulator
+    sim_dir = os.path.dirname(os.path.abspath(simulator.__file__))
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        fn = os.path.abspath(frame.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR) and not fn.startswith(sim_dir):
+            line = f"{frame.f_code.co_filename}:{lineno}"
+    return line
+
+
 def unsupported(what: str, hint: str = "") -> UnsupportedInstruction:
     """An :class:`UnsupportedInstruction` naming the API and the kernel line that called it."""
     return UnsupportedInstruction(f"{what} is not supported by opsim.asc (called at {call_site()})"
@@ -122,6 +137,13 @@ def run_block(state: BlockState, fn: Callable[..., Any], args: tuple, kwargs: di
             fn(*args, **kwargs)
         except KernelExit:
             pass
+        except SimulatorError as exc:
+            # raised by the front-end or the machine while the kernel's Python ran (a TPipe
+            # buffer that does not fit the UB, a queue misuse): name the kernel's line, as a
+            # faulting instruction's origin does, not the opsim frame that raised it
+            if getattr(exc, "origin", None) is None:
+                exc.origin = _kernel_line(exc)
+            raise
         state.finish()
         if state.buffer:
             buf, state.buffer = state.buffer, []

@@ -229,3 +229,23 @@ def test_a_kernel_that_yields_is_refused_instead_of_running_nothing():
     assert not z.any()
     with pytest.raises(TypeError, match="yielding_helper .* contains `yield`"):
         calls_yielding_helper[1, None](z)
+
+
+@asc.jit
+def oversubscribed_ub_kernel(x: asc.GlobalAddress):
+    pipe = asc.TPipe()
+    q = asc.TQue(asc.TPosition.VECIN, 2)
+    pipe.init_buffer(q, 2, 128 * 1024)          # 256 KiB of queue buffers in a 192 KiB UB
+
+
+def test_a_queue_that_does_not_fit_the_ub_names_the_kernel_line():
+    from opsim.simulator.errors import CapacityError
+
+    src = open(__file__).read().splitlines()
+    line = next(i for i, text in enumerate(src, 1) if "256 KiB of queue buffers" in text)
+    with pytest.raises(CapacityError, match=f"kernel line .*test_launch.py:{line}") as err:
+        oversubscribed_ub_kernel[1, None](np.zeros(8, np.float32), sanitize=True)
+    (finding,) = err.value.sanitizer.findings
+    assert finding.kind == "over-capacity"
+    # the line of the kernel, not of the opsim.asc frame that allocated the buffer
+    assert finding.lines[0].endswith(f"test_launch.py:{line}")
