@@ -132,6 +132,12 @@ class Launch:
         return self.end - self.issue
 
 
+def _waiting_entry(core: Core, pipe: Any) -> str:
+    """One blocked pipe of a deadlock: what it waits in and, when known, the kernel line."""
+    origin = getattr(pipe.waiting_instr, "origin", None)
+    return f"{core.name}.{pipe.name}: {pipe.waiting_on}" + (f" at {origin}" if origin else "")
+
+
 def _core_with_index(index: int) -> Callable[[Core], bool]:
     """A FilterStore filter taking the core of that index (bound now, not at the call)."""
     return lambda c: c.index == index
@@ -857,11 +863,10 @@ class Device:
             raise original from None
         except Exception as exc:
             if isinstance(exc, RuntimeError) and "No scheduled events left" in str(exc):
-                waiting = [f"{c.name}.{p.name}: {p.waiting_on}" for c in self.all_cores()
+                waiting = [_waiting_entry(c, p) for c in self.all_cores()
                            for p in c.pipes.values() if p.waiting_on]
-                err: SimulatorError = DeadlockError(
-                    "no event can make progress" + (f"; waiting: {'; '.join(waiting[:8])}" if waiting else ""),
-                    waiting=waiting)
+                # the waits are listed once, by DeadlockError itself
+                err: SimulatorError = DeadlockError("no event can make progress", waiting=waiting)
             else:
                 # a bug in a kernel program (any other exception) is still a fault of this run,
                 # so the runtimes can return a status code instead of a traceback

@@ -217,6 +217,7 @@ class DeadlockError(SimulatorError):
 
     EXTRA_FIELDS = ("waiting",)
     DEFAULT_REASON = "deadlock: no event can make progress"
+    SHOWN = 8           # blocked pipes named in the message (all of them stay in ``waiting``)
 
     def __init__(
         self,
@@ -232,7 +233,11 @@ class DeadlockError(SimulatorError):
         super().__init__(reason, core=core, pipe=pipe, instruction=instruction, address=address)
 
     def _details(self) -> str:
-        return f"; waiting: {', '.join(self.waiting)}" if self.waiting else ""
+        if not self.waiting:
+            return ""
+        shown = self.waiting[:self.SHOWN]
+        more = len(self.waiting) - len(shown)
+        return f"; waiting: {', '.join(shown)}" + (f" and {more} more" if more else "")
 
 
 def with_context(exc: _E, **fields: Any) -> _E:

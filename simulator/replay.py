@@ -528,8 +528,7 @@ class _Scheduler:
             if not cross:
                 waiting = [f"{pp.core.name}.{pp.name}: {pp.current.describe()}" for pp in blocked
                            if pp.current is not None]
-                raise DeadlockError("no instruction can make progress" +
-                                    (f"; waiting: {'; '.join(waiting[:8])}" if waiting else ""), waiting=waiting)
+                raise DeadlockError("no instruction can make progress", waiting=waiting)
             pipe = cross[0]
             pipe.blocked = None
             self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]

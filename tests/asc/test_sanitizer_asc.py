@@ -190,3 +190,16 @@ def test_a_fault_is_the_only_finding_not_the_flags_it_left_set() -> None:
         kernel[1, None](x, np.zeros_like(x), sanitize=True)
     (finding,) = err.value.sanitizer.findings
     assert finding.kind == "out-of-bounds" and finding.address == err.value.address
+
+
+def test_without_sanitize_a_deadlock_lists_each_blocked_pipe_once_with_its_kernel_line(bugs) -> None:
+    x, y, z = _operands()
+    with pytest.raises(DeadlockError) as err:
+        bugs.add_wrong_event[BLOCKS, None](x, y, z, N // BLOCKS)
+    text = str(err.value)
+    # the list of blocked pipes used to be printed twice (in the reason and again by the error)
+    assert text.count("waiting:") == 1
+    assert "core0.veccore0.VECTOR: WaitFlag<MTE2_VECTOR>(1) at " in text
+    assert _line("asc.wait_flag(asc.HardEvent.MTE2_V, 1)") in text
+    # 8 cores x 3 blocked pipes: the message names 8 of them, the attribute keeps all
+    assert len(err.value.waiting) == 3 * BLOCKS and text.endswith(f"and {3 * BLOCKS - 8} more")
