@@ -123,9 +123,15 @@ class DeferredScalar:
     def __init__(self, tensor: SimLocal) -> None:
         self.tensor = tensor
 
-    def __float__(self) -> float:
+    def _host_use(self, *_: Any) -> Any:
         raise _core.unsupported("using a get_value() result in host Python arithmetic",
                                 "pass it straight to a vector instruction's scalar operand")
+
+    __float__ = __int__ = __index__ = __bool__ = _host_use
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _host_use
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _host_use
+    __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = _host_use
+    __lt__ = __le__ = __gt__ = __ge__ = _host_use
 
 
 class LocalTensor:

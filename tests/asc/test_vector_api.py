@@ -254,3 +254,26 @@ def test_data_copy_pad_of_rows_not_a_multiple_of_32_bytes():
     assert np.array_equal(z, x * np.float32(2))
     loads = [s for s in res.trace.slices(thread="MTE2")]
     assert len(loads) == 1, "one DataCopyPad instruction moves all rows"
+
+
+@asc.jit
+def host_arithmetic_on_get_value_kernel(x: asc.GlobalAddress, how: str):
+    t = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, 8)
+    v = t.get_value(0)
+    if how == "mul":
+        _ = v * 2.0                               # the line the error names
+    elif how == "radd":
+        _ = 1.0 + v
+    elif how == "compare":
+        _ = v > 0
+    else:
+        _ = float(v)
+
+
+@pytest.mark.parametrize("how", ["mul", "radd", "compare", "float"])
+def test_host_arithmetic_on_get_value_is_refused_naming_the_line(how):
+    # "Host arithmetic on it is refused" (docs/writing-kernels.md): only float() used to say
+    # so; `v * 2` was a bare TypeError about DeferredScalar, an opsim internal
+    with pytest.raises(UnsupportedInstruction, match=r"get_value\(\) result in host Python arithmetic "
+                                                     r".*test_vector_api.py:\d+"):
+        host_arithmetic_on_get_value_kernel[1, None](np.zeros(8, np.float32), how)
