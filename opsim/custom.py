@@ -223,10 +223,12 @@ def _launch_jit(device: Any, stream: Any, jf: Any, name: str, kt: KernelTiling, 
     from opsim.simulator.tile import GlobalTensor
 
     args = []
+    gm_tensors = []
     for p in inspect.signature(jf.fn).parameters.values():
         v = _arg(name, p, named)
         if isinstance(v, GlobalTensor):
+            gm_tensors.append(v)
             v = GlobalAddress(device, v.addr, v.dtype, v.numel)
         args.append(v)
     return launch_on(device, stream, jf, kt.block_dim, tuple(args), {}, options=jf.options,
-                     core_mask=kt.core_mask, name=name)
+                     core_mask=kt.core_mask, name=name, gm_tensors=tuple(gm_tensors))

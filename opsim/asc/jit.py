@@ -31,6 +31,7 @@ from opsim.stats import RunStats
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device, MixKernel
 from opsim.simulator.errors import SimulatorError
+from opsim.simulator.tile import GlobalTensor as SimGlobalTensor
 
 _DEFAULT_DEVICE = ["atlas-a2"]
 _RESERVED = ("device", "sanitize", "trace", "seed")
@@ -278,10 +279,13 @@ def _sanitizer(device: Device) -> Any:
 
 def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_args: tuple,
               call_kwargs: Mapping[str, Any], *, options: Mapping[str, Any],
-              core_mask: int | None = None, name: str | None = None) -> Any:
+              core_mask: int | None = None, name: str | None = None, gm_tensors: tuple = ()) -> Any:
     """Launch ``jf`` with ``call_args`` (GM tensors already as GlobalAddress) on ``block_dim``
     blocks of an existing device and stream; returns the simulator's Launch. A vector, cube or
-    mixed kernel goes to the matching cores of the part (split AIC/AIV or coupled AI cores)."""
+    mixed kernel goes to the matching cores of the part (split AIC/AIV or coupled AI cores).
+    ``gm_tensors`` (simulator GlobalTensors, with the host arrays' shapes) become the launch's
+    arguments: the kernel reads its GlobalAddress parameters, the profiler's op_summary lists
+    these as the launch's input and output tensors."""
     name = name or jf.fn.__name__
     jf.check_not_generator()
     kind = jf.kind()
@@ -291,7 +295,7 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
     ckw = dict(call_kwargs)
 
     def program(role: str) -> Callable[..., Any]:
-        def run(ctx: Any) -> Any:
+        def run(ctx: Any, *_gm_tensors: Any) -> Any:
             group = None
             if kind == "mix":
                 from opsim.asc.adv import group_of
@@ -314,7 +318,7 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
         kernel, unit = program("aic" if arch == "split" else "aicore"), "cube"
         if arch != "split":
             plan.kind = "cube"
-    return dev.launch(stream, kernel, block_dim, unit=unit, core_mask=core_mask, name=name)
+    return dev.launch(stream, kernel, block_dim, *gm_tensors, unit=unit, core_mask=core_mask, name=name)
 
 
 def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: Any) -> KernelResult:
@@ -343,6 +347,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         call_args: list[Any] = []
         call_kwargs: dict[str, Any] = {}
         placed: dict[tuple[int, int], int] = {}       # host memory -> device address (aliases share it)
+        gm_tensors: list[Any] = []                     # the GM tensors, shaped as the host arrays
         for pname, value in bound.arguments.items():
             arr = _as_host_array(value)
             if arr is not None:
@@ -355,6 +360,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
                     addr = placed[key] = dev.malloc(arr.nbytes, name=pname)
                     dev.write(addr, arr)
                     host.append((pname, arr, addr, arr.nbytes))
+                gm_tensors.append(SimGlobalTensor.contiguous(dev, addr, dt, arr.shape))
                 value = GlobalAddress(dev, addr, dt, arr.size)
             if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
                 call_kwargs[pname] = value
@@ -365,7 +371,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
 
         san = _sanitizer(dev) if opts.get("sanitize") else None
         launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
-                             core_mask=opts.get("core_mask"))
+                             core_mask=opts.get("core_mask"), gm_tensors=tuple(gm_tensors))
         unit = launched.unit
         try:
             dev.synchronize(sim_stream)

@@ -188,3 +188,17 @@ def test_opsim_demo_kernel_restricts_the_table(capsys: pytest.CaptureFixture[str
     rows = [ln for ln in out.splitlines() if ln.startswith("scale_by ")]
     assert rows and all("bitwise" in r or "within tol" in r for r in rows)
     assert "mse_loss_backward" not in out
+
+
+def test_op_summary_of_an_asc_operator_lists_its_gm_tensors() -> None:
+    # an opsim.asc kernel's launch carried no arguments, so the profiler's op_summary had empty
+    # Input/Output Shapes, Data Types and Formats for every custom asc operator
+    rng = np.random.default_rng(2)
+    x, y = (rng.standard_normal((16, 1024)).astype(np.float32) for _ in range(2))
+    res = opsim.run(ADD, x=x, y=y)
+    header, rows = res.tables()["op_summary"]
+    (row,) = rows
+    got = dict(zip(header, row))
+    assert (got["Input Shapes"], got["Input Data Types"], got["Input Formats"]) == ("16,1024;16,1024",
+                                                                                   "FLOAT;FLOAT", "ND;ND")
+    assert (got["Output Shapes"], got["Output Data Types"], got["Output Formats"]) == ("16,1024", "FLOAT", "ND")
