@@ -43,7 +43,11 @@ def pipe_barrier(pipe: PipeID) -> None:
         if pipe not in PIPE_OF_ID:
             raise _core.unsupported(f"pipe_barrier(PipeID.{pipe.name})")
         return
-    site = _core.call_site()
+    _barrier_all(state, _core.call_site())
+
+
+def _barrier_all(state: _core.BlockState, site: str) -> None:
+    """Every pipe waits until all earlier work of every pipe is done (flags via SCALAR)."""
     pipes = [p for p in state.core.pipes if p != "SCALAR"]
     ids = {p: state.reserved_event(p, "SCALAR") for p in pipes}
     for p in pipes:
@@ -109,12 +113,19 @@ def cross_core_wait_flag(flag_id: int, mode_id: int = 2, pipe: PipeID = PipeID.P
 def sync_all(gm_workspace: Any = None, ub_workspace: Any = None, used_cores: int = 0,
              is_aiv_only: bool = True) -> None:
     """``SyncAll``: every core of this kind in the launch waits for all the others (the soft
-    form with workspaces behaves the same here; it uses cross-core flag id 15)."""
+    form with workspaces behaves the same here; it uses cross-core flag id 15).
+
+    A barrier of the whole core on both sides: the core signals once all its earlier work on
+    every pipe is done, and none of its pipes goes on before every core has signalled. (The
+    flag on the store pipe alone ordered only that pipe: a load issued after sync_all could
+    read GM before another core's store from before it.)"""
     state = _core.current()
     site = _core.call_site()
     p = state.core.store_pipe
+    _barrier_all(state, site)
     state.emit(CrossCoreSetFlag(15, 0, p), site)
     state.emit(CrossCoreWaitFlag(15, 0, p), site)
+    _barrier_all(state, site)
 
 
 def set_atomic_add(dtype: Any = None) -> None:

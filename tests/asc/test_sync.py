@@ -1,0 +1,34 @@
+"""opsim/asc/sync.py: flags, barriers and the cross-core SyncAll."""
+import numpy as np
+
+import opsim.asc as asc
+
+
+@asc.jit
+def hand_over_through_gm(z: asc.GlobalAddress):
+    """Block 0 computes a while, then stores; after sync_all block 1 loads what block 0 stored."""
+    zg = asc.GlobalTensor()
+    zg.set_global_buffer(z)
+    a = asc.LocalTensor(asc.float32, asc.TPosition.VECIN, 0, 4096)
+    if asc.get_block_idx() == 0:
+        asc.duplicate(a, 3.0, 4096)
+        for _ in range(20):                            # keeps block 0 busy past block 1's load
+            asc.exp(a[1024:], a[1024:], 3072)
+        asc.set_flag(asc.HardEvent.V_MTE3, 0)
+        asc.wait_flag(asc.HardEvent.V_MTE3, 0)
+        asc.data_copy(zg, a, 64)
+    asc.sync_all()
+    if asc.get_block_idx() == 1:
+        asc.data_copy(a, zg, 64)
+        asc.set_flag(asc.HardEvent.MTE2_MTE3, 0)
+        asc.wait_flag(asc.HardEvent.MTE2_MTE3, 0)
+        asc.data_copy(zg[64:], a, 64)
+
+
+def test_sync_all_orders_every_pipe_not_only_the_store_pipe():
+    # sync_all used to set and wait its cross-core flag on MTE3 only: block 1's load (MTE2)
+    # after it ran before block 0's store, read zeros, and the sanitizer called it a race
+    z = np.zeros(128, np.float32)
+    res = hand_over_through_gm[2, None](z, sanitize=True)
+    assert np.all(z == 3.0)
+    assert res.sanitizer.ok, res.sanitizer
