@@ -92,6 +92,14 @@ class LaunchPlan:
     groups: dict[int, Any] = field(default_factory=dict)    # mixed launches: block -> message group
     options: dict[str, Any] = field(default_factory=dict)
     workspace: Any = None        # set_sys_workspace
+    core_mask: int | None = None
+
+    def resident_blocks(self) -> int:
+        """How many blocks of the launch can run at once: the cores its blocks go to (a mixed
+        launch's blocks are groups, one per cube core), or those of the core mask."""
+        if self.core_mask:
+            return bin(self.core_mask).count("1")
+        return len(self.device.units("vector" if self.kind == "vector" else "cube"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +298,7 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
     jf.check_not_generator()
     kind = jf.kind()
     arch = dev.spec.cores.architecture
-    plan = LaunchPlan(name, block_dim, kind, dev, options=dict(options))
+    plan = LaunchPlan(name, block_dim, kind, dev, options=dict(options), core_mask=core_mask)
     fn = jf.run_fn
     ckw = dict(call_kwargs)
 

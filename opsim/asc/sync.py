@@ -7,6 +7,7 @@ from typing import Any
 from opsim.asc import _core
 from opsim.asc.enums import PIPE_OF_ID, HardEvent, PipeID, event_pipes
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
+from opsim.simulator.errors import SimulatorError
 from opsim.simulator.isa import SetAtomicAdd, SetAtomicNone, SetFlag, WaitFlag
 
 
@@ -121,6 +122,13 @@ def sync_all(gm_workspace: Any = None, ub_workspace: Any = None, used_cores: int
     read GM before another core's store from before it.)"""
     state = _core.current()
     site = _core.call_site()
+    resident = state.launch.resident_blocks()
+    if state.launch.block_dim > resident:
+        # the blocks of the first wave would wait forever for blocks that only start on a core
+        # one of them frees
+        raise SimulatorError(f"sync_all in a launch of block_dim {state.launch.block_dim} on "
+                             f"{resident} cores: every block must be running at once for all of them "
+                             f"to meet, so block_dim must be <= {resident} (at {site})")
     p = state.core.store_pipe
     _barrier_all(state, site)
     state.emit(CrossCoreSetFlag(15, 0, p), site)

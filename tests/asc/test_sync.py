@@ -32,3 +32,25 @@ def test_sync_all_orders_every_pipe_not_only_the_store_pipe():
     res = hand_over_through_gm[2, None](z, sanitize=True)
     assert np.all(z == 3.0)
     assert res.sanitizer.ok, res.sanitizer
+
+
+@asc.jit
+def sync_every_block(z: asc.GlobalAddress):
+    asc.sync_all()
+
+
+def test_sync_all_with_more_blocks_than_cores_is_refused_not_a_deadlock():
+    # 48 vector cores on atlas-a2: blocks 48.. wait for a free core, the first 48 wait for them
+    # in sync_all; this used to end in a DeadlockError listing 48 blocked MTE3 pipes
+    import pytest
+    from opsim.simulator.errors import DeadlockError, SimulatorError
+
+    with pytest.raises(SimulatorError, match=r"sync_all in a launch of block_dim 60 on 48 cores.*"
+                                             r"block_dim must be <= 48 \(at .*test_sync.py:\d+\)") as err:
+        sync_every_block[60, None](np.zeros(8, np.float32))
+    assert not isinstance(err.value, DeadlockError)
+    sync_every_block[48, None](np.zeros(8, np.float32))
+    masked = asc.jit(core_mask=0xF)(sync_every_block.fn)          # four cores allowed
+    masked[4, None](np.zeros(8, np.float32))
+    with pytest.raises(SimulatorError, match="block_dim 5 on 4 cores"):
+        masked[5, None](np.zeros(8, np.float32))
