@@ -87,13 +87,17 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
 
 def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None, stream: AclStream | None,
             api: str) -> int:
-    if executor is None:
-        log.warning("[%d] %s: executor is null", ACLNN_ERR_PARAM_NULLPTR, api)
-        return ACLNN_ERR_PARAM_NULLPTR
-    if not isinstance(executor, AclOpExecutor):
-        log.warning("[%d] %s: executor is a %s, not an aclOpExecutor from GetWorkspaceSize",
-                    ACLNN_ERR_PARAM_INVALID, api, type(executor).__name__)
-        return ACLNN_ERR_PARAM_INVALID
+    if executor is None or not isinstance(executor, AclOpExecutor):
+        # no executor to name a runtime: the stream's (if it is one) keeps the message, so that
+        # aclGetRecentErrMsg explains this failure instead of showing an older one
+        owner = stream.runtime if isinstance(stream, AclStream) and isinstance(stream.runtime, AclRuntime) else None
+        if executor is None:
+            exc = OpError(ACLNN_ERR_PARAM_NULLPTR, "executor is null; call the GetWorkspaceSize phase first "
+                                                   "and pass the executor it returned")
+        else:
+            exc = OpError(ACLNN_ERR_PARAM_INVALID, f"executor is a {type(executor).__name__}, not an "
+                                                   f"aclOpExecutor from GetWorkspaceSize")
+        return _status(exc, owner, api)
     rt = executor.runtime
     try:
         if executor.used:
