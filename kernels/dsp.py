@@ -129,9 +129,10 @@ def _check_core_mask(spec: DeviceSpec, core_mask: Any) -> int:
     full = (1 << n) - 1
     if isinstance(core_mask, bool) or not isinstance(core_mask, (int, np.integer)) or \
             not 1 <= core_mask <= full:
-        shown = f"{core_mask:#x}" if isinstance(core_mask, (int, np.integer)) and not isinstance(core_mask, bool) \
-            else repr(core_mask)
-        why = "selects no core" if shown == "0x0" else f"selects cores beyond the {n} DSP cores of {spec.soc}"
+        integer = isinstance(core_mask, (int, np.integer)) and not isinstance(core_mask, bool)
+        shown = f"{core_mask:#x}" if integer else repr(core_mask)
+        why = ("is not an integer" if not integer else "selects no core" if core_mask == 0
+               else f"selects cores beyond the {n} DSP cores of {spec.soc}")
         raise _err(DspStatus.ERR_CORE_MASK,
                    f"core_mask {shown} {why}; allowed 0x1..{full:#x} (bit i = DSP core i)")
     return int(core_mask)

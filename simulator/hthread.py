@@ -385,8 +385,9 @@ class HThread:
         n = self.core_count
         full = (1 << n) - 1
         if isinstance(pmask, bool) or not isinstance(pmask, (int, np.integer)) or pmask <= 0 or pmask > full:
-            what = "selects no core" if isinstance(pmask, (int, np.integer)) and pmask == 0 else \
-                f"has bits beyond the {n} DSP cores of {self.spec.name}"
+            integer = isinstance(pmask, (int, np.integer)) and not isinstance(pmask, bool)
+            what = ("is not an integer" if not integer else "selects no core" if pmask == 0
+                    else f"has bits beyond the {n} DSP cores of {self.spec.name}")
             return -1, self.fail(HT_ERROR_CORE_MASK,
                                  f"{call}: pmask {_hex(pmask)} {what}; allowed 0x1..{full:#x} (bit i = core i)")
         if isinstance(func, str):

@@ -148,7 +148,8 @@ def test_group_create_takes_the_lowest_cores(rt):
     assert ret == HT_SUCCESS and rt.groups[gid].mask == 0b111
 
 
-@pytest.mark.parametrize("mask,why", [(0, "selects no core"), (0x100, "beyond the 8 DSP cores")])
+@pytest.mark.parametrize("mask,why", [(0, "selects no core"), (0x100, "beyond the 8 DSP cores"),
+                                      (None, "None is not an integer"), (3.0, "3.0 is not an integer")])
 def test_a_core_mask_of_zero_or_beyond_the_cores_is_refused(rt, mask, why):
     gid, ret = rt.hthread_group_masked_create(0, mask, record_core, 0, 1, ([],))
     assert (gid, ret) == (-1, HT_ERROR_CORE_MASK)
