@@ -148,6 +148,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                           "time_us": res.time_us, "stats": res.stats}, default=str, indent=1))
     else:
         print(format_result(res))
+    # with --json, stdout is the JSON document alone: the files written are named on stderr
+    notes = sys.stderr if args.json else sys.stdout
     if args.csv:
         from opsim.traces.tables import write_tables
         if not res.launch_records:
@@ -159,14 +161,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"opsim: --csv {args.csv}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-        print(f"tables        {', '.join(files.values())}")
+        print(f"tables        {', '.join(files.values())}", file=notes)
     if args.trace and res.trace is not None:
-        res.trace.to_chrome_json(args.trace)
-        print(f"trace         {args.trace} ({len(res.trace)} slices)")
+        try:
+            res.trace.to_chrome_json(args.trace)
+        except OSError as exc:
+            print(f"opsim: --trace {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"trace         {args.trace} ({len(res.trace)} slices)", file=notes)
     if args.report:
         from opsim.cli_trace import report_for_result
-        report_for_result(res, args.report)
-        print(f"report        {args.report}")
+        try:
+            report_for_result(res, args.report)
+        except OSError as exc:
+            print(f"opsim: --report {args.report}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(f"report        {args.report}", file=notes)
     if not args.json:
         _print_operands_and_check(kwargs, res)
     return 0

@@ -8,6 +8,7 @@ table row is printed per run. Exit status 1 if any check fails.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Any
 
@@ -94,12 +95,20 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
     restricts the table to those operators (custom ones as ``file.py:name``)."""
     from concurrent.futures import ProcessPoolExecutor
     from opsim.cli_trace import write_index_page
-    os.makedirs(out_dir, exist_ok=True)
+    try:
+        cases = demo_cases(ops)
+    except KeyError as exc:   # an unknown --kernel: the registry's message names what is known
+        print(f"opsim demo: --kernel: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as exc:   # e.g. a path under a regular file: said in one line, not a traceback
+        print(f"opsim demo: --out {out_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     header = f"{'operator':36s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
              f"{'GB/s':>7s} {'bound':7s} check"
     print(header)
     print("-" * len(header), flush=True)
-    cases = demo_cases(ops)
     workers = workers or min(len(cases), os.cpu_count() or 1)
     failures = 0
     index: list[dict[str, Any]] = []

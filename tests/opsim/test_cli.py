@@ -57,3 +57,34 @@ def test_every_command_prints_its_help(capsys):
                 main([*argv, "--help"])
             assert ei.value.code == 0, argv
     assert "usage" in capsys.readouterr().out
+
+
+def test_run_json_keeps_stdout_one_json_document_when_it_also_writes_files(tmp_path, capsys):
+    # the "trace/tables/report <path>" lines once followed the JSON on stdout: `| jq` broke
+    rc = main(["run", "mse_loss_backward", "--json", "--trace", str(tmp_path / "t.json"),
+               "--csv", str(tmp_path / "t.csv"), "--report", str(tmp_path / "r.html")])
+    captured = capsys.readouterr()
+    assert rc == 0
+    assert json.loads(captured.out)["op"] == "mse_loss_backward"
+    for name in ("t.json", "t.csv", "r.html"):
+        assert (tmp_path / name).exists() and name in captured.err
+
+
+def test_run_into_a_path_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path, capsys):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    for flag in ("--trace", "--report", "--csv"):
+        target = str(blocker / "x.out")
+        rc = main(["run", "mse_loss_backward", flag, target])
+        err = capsys.readouterr().err
+        assert rc == 2, flag
+        assert f"opsim: {flag} {target}: Not a directory" in err, err
+
+
+def test_demo_with_an_unknown_kernel_or_an_impossible_out_directory_says_so(tmp_path, capsys):
+    assert main(["demo", "--no-report", "--out", str(tmp_path), "--kernel", "no_such_op"]) == 2
+    assert "unknown operator 'no_such_op'" in capsys.readouterr().err
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    assert main(["demo", "--no-report", "--out", str(blocker / "d"), "--kernel", "mse_loss_backward"]) == 2
+    assert f"opsim demo: --out {blocker / 'd'}: Not a directory" in capsys.readouterr().err
