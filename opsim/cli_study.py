@@ -52,7 +52,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(f"opsim sweep: {exc}", file=sys.stderr)
         return 1
     if args.csv:
-        res.to_csv(args.csv)
+        try:
+            res.to_csv(args.csv)
+        except OSError as exc:   # the rows are safe in the database: say so, no traceback
+            print(f"opsim sweep: --csv {args.csv}: {exc.strerror or exc} (the {res.points} rows are in "
+                  f"{res.path}; rerun with --resume and another --csv to export them)", file=sys.stderr)
+            return 2
     rows = res.rows()
     ok = [r for r in rows if r["status"] == "ok"]
     print(f"study {res.study.name}: {res.points} points, {len(rows)} rows in {res.path} "

@@ -252,3 +252,15 @@ def test_implausible_worker_counts_and_confirmations_are_refused_before_anything
     with pytest.raises(StudyError, match=needle):
         sweep(study(), quiet=True, **kw)
     assert list((work / "work").iterdir()) == []
+
+
+def test_a_csv_path_that_cannot_be_written_is_a_clear_error_and_the_rows_stay_in_the_database(work, capsys):
+    from opsim.cli import main
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "csvfail"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'shape = [[4096]]\ndtype = ["fp32", "fp16"]\n')
+    (work / "work" / "afile").write_text("")
+    rc = main(["sweep", str(path), "--quiet", "--executor", "serial", "--csv", "afile/rows.csv"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--csv afile/rows.csv: Not a directory" in err and "csvfail.sqlite" in err
+    assert sweep(str(path), "csvfail.sqlite", workers=1, quiet=True, resume=True).skipped == 2
