@@ -21,6 +21,7 @@ second export is byte-identical to the first.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from typing import IO, Any, Iterator
 
@@ -187,8 +188,12 @@ def write_chrome(trace: Trace, path: str, chunk: int = 20000) -> None:
     """Stream the document to ``path`` (gzip when it ends in ``.gz``), ``chunk`` events at a time."""
     lay = layout(trace)
     head = _header(trace, lay)
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "wt", encoding="utf-8") as fh:
+    if path.endswith(".gz"):
+        # mtime=0: the gzip header carries no write time, so the same run writes the same bytes
+        with gzip.GzipFile(path, "wb", mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as fh:
+            _write(fh, head, iter_events(trace, lay), chunk)
+        return
+    with open(path, "w", encoding="utf-8") as fh:
         _write(fh, head, iter_events(trace, lay), chunk)
 
 

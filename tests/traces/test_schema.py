@@ -53,6 +53,18 @@ def test_round_trip_json_to_trace_to_json_is_byte_identical(mse_runs, tmp_path, 
     assert list(loaded.counters()) == list(mse_runs[level].trace.counters())
 
 
+def test_a_gzip_trace_written_twice_is_byte_identical(mse_runs, tmp_path, monkeypatch):
+    # gzip's header once carried the write time: the same run gave different .json.gz bytes
+    import time as _time
+    path = tmp_path / "t.json.gz"
+    mse_runs["instruction"].trace.to_chrome_json(str(path))
+    first = path.read_bytes()
+    monkeypatch.setattr(_time, "time", lambda: 2_000_000_000.0)    # a later "now"
+    mse_runs["instruction"].trace.to_chrome_json(str(path))
+    assert path.read_bytes() == first
+    assert first[4:8] == b"\0\0\0\0"                             # MTIME field: none recorded
+
+
 def test_round_trip_of_a_dsp_trace_is_identical():
     tr = dsp_add_trace("tile")
     text = chrome.dumps(tr)
