@@ -289,8 +289,9 @@ class L2Cache:
                     lines = first + (np.arange(0, step * rows, step, dtype=np.int64) if span == 1 else
                                      np.arange(rows * span, dtype=np.int64) if step == span else
                                      self._row_lines(step, span, rows))
-                    if arr.cover_lines(lines):
-                        idx = arr.slots(lines)
+                    dense = step <= 1 << arr.bits         # (no page between two rows skipped)
+                    if arr.cover_lines(lines, dense):
+                        idx = arr.slots(lines, dense)
                 if idx is not None:
                     got = arr.touch(idx, rows * span, mark)
                     if got is not None:
