@@ -289,9 +289,7 @@ class L2Cache:
                     lines = first + (np.arange(0, step * rows, step, dtype=np.int64) if span == 1 else
                                      np.arange(rows * span, dtype=np.int64) if step == span else
                                      self._row_lines(step, span, rows))
-                    dense = step <= 1 << arr.bits         # (no page between two rows skipped)
-                    if arr.cover_lines(lines, dense):
-                        idx = arr.slots(lines, dense)
+                    idx = arr.cover_lines(lines, dense=step <= 1 << arr.bits)   # (None: no room)
                 if idx is not None:
                     got = arr.touch(idx, rows * span, mark)
                     if got is not None:
@@ -345,7 +343,8 @@ class L2Cache:
                     starts = np.cumsum(counts) - counts
                     lines = (np.arange(total, dtype=np.int64)
                              + np.repeat(np.array(firsts, dtype=np.int64) - starts, counts))
-                    got = arr.touch(arr.slots(lines), total, mark) if arr.cover_lines(lines) else None
+                    slots = arr.cover_lines(lines)
+                    got = arr.touch(slots, total, mark) if slots is not None else None
                     if got is not None:
                         res, nres, owed = got
                         if owed:

@@ -102,15 +102,27 @@ class LineArrays:
             return p0 in pmap or self.map_pages((p0,))
         return self.map_pages(range(p0, p1 + 1))
 
-    def cover_lines(self, lines: np.ndarray, dense: bool = False) -> bool:
-        """:meth:`cover` for an ascending array of lines (the rows of a strided tile, runs far
-        apart); ``dense``: no page between the first line's and the last's is skipped (rows
-        at most a page apart)."""
+    def cover_lines(self, lines: np.ndarray, dense: bool = False) -> np.ndarray | None:
+        """Give slots to an ascending array of lines (the rows of a strided tile, runs far
+        apart) and return their slots; None if the arrays have no room (as :meth:`cover`).
+        ``dense``: no page between the first line's and the last's is skipped (rows at most a
+        page apart), so the pages are that range, found without sorting."""
         b = self.bits
         p0, p1 = int(lines[0]) >> b, int(lines[-1]) >> b
+        inv = None
         if dense or p1 - p0 <= 1:
-            return self.map_pages(range(p0, p1 + 1))
-        return self.map_pages(np.unique(lines >> b).tolist())
+            pages: list[int] | range = range(p0, p1 + 1)
+        else:
+            uniq, inv = np.unique(lines >> b, return_inverse=True)
+            pages = uniq.tolist()
+        if not self.map_pages(pages):
+            return None
+        pmap = self.pmap
+        if p0 == p1:
+            return lines + (pmap[p0] - (p0 << b))
+        # a line's slot: the line shifted by its page's
+        shift = np.array([pmap[p] - (p << b) for p in pages], dtype=np.int64)
+        return lines + (shift[(lines >> b) - p0] if inv is None else shift[inv])
 
     def map_pages(self, pages: Iterable[int]) -> bool:
         """Give a page of slots to each GM page of ``pages`` (distinct) that has none."""
@@ -164,7 +176,9 @@ class LineArrays:
         if (first + count - 1) >> b == first >> b:
             i0 = self.pmap[first >> b] + (first & self.mask)
             return slice(i0, i0 + count)
-        return self.slots(np.arange(first, first + count, dtype=np.int64), dense=True)
+        idx = self.cover_lines(np.arange(first, first + count, dtype=np.int64), dense=True)
+        assert idx is not None          # (covered: no page to map)
+        return idx
 
     def start(self, first: int, last: int) -> int:
         """The slot of line ``first`` when lines [first, last] lie in one page that has slots
@@ -174,21 +188,6 @@ class LineArrays:
             return -1
         s = self.pmap.get(first >> b)
         return -1 if s is None else s + (first & self.mask)
-
-    def slots(self, lines: np.ndarray, dense: bool = False) -> np.ndarray:
-        """The slots of an ascending array of covered lines (``dense``: as :meth:`cover_lines`)."""
-        b = self.bits
-        pmap = self.pmap
-        p0, p1 = int(lines[0]) >> b, int(lines[-1]) >> b
-        if p0 == p1:
-            return lines + (pmap[p0] - (p0 << b))
-        if dense or p1 - p0 == 1:
-            # every page from p0 to p1: a line's shift by its page's position in that range
-            shift = np.array([pmap[p] - (p << b) for p in range(p0, p1 + 1)], dtype=np.int64)
-            return lines + shift[(lines >> b) - p0]
-        uniq, inv = np.unique(lines >> b, return_inverse=True)
-        shift = np.array([pmap[p] - (p << b) for p in uniq.tolist()], dtype=np.int64)
-        return lines + shift[inv]
 
     def lines_of(self, slots: np.ndarray) -> np.ndarray:
         """The GM lines of an array of slots that hold lines."""
