@@ -325,16 +325,33 @@ def _memory_rows(opdef: Any, spec: DeviceSpec, descs: Mapping[str, Any], attrs: 
 
 def _largest(fits: Callable[[int], bool], hi: int, lo: int = 0, deadline: float | None = None) -> tuple[int, bool]:
     """(largest k in [lo, hi] with fits(k), exact?) for a monotone ``fits`` with fits(lo) true;
-    stops at ``deadline`` with the largest k verified so far."""
+    stops at ``deadline`` with the largest k verified so far.
+
+    The search first gallops up from ``lo`` (each probe at most doubles the size), then bisects:
+    a plan whose cost grows with the size (FLCE walks its vocabulary) then never starts a call
+    many times longer than the last one, so the deadline holds -- a first probe at ``hi`` took
+    minutes where the budget is seconds."""
+    def ok_at(k: int) -> bool:
+        try:
+            return fits(k)
+        except Exception:    # a plan that refuses the size (index overflow, ...) does not fit
+            return False
+    while lo < hi:
+        if deadline is not None and time.monotonic() > deadline:
+            return lo, False
+        probe = max(2 * lo, lo + 1)
+        if probe >= hi:
+            break
+        if ok_at(probe):
+            lo = probe
+        else:
+            hi = probe - 1
+            break
     while lo < hi:
         if deadline is not None and time.monotonic() > deadline:
             return lo, False
         mid = (lo + hi + 1) // 2
-        try:
-            ok = fits(mid)
-        except Exception:    # a plan that refuses the size (index overflow, ...) does not fit
-            ok = False
-        if ok:
+        if ok_at(mid):
             lo = mid
         else:
             hi = mid - 1
@@ -354,6 +371,10 @@ def capacity(op: str, device: str | DeviceSpec, dtype: str | None = None,
         opdef = None
         missing = exc.args[0]
     if opdef is not None:
+        if opdef.products and spec.series not in opdef.products:
+            # as the call itself would be refused (check_product): no capacity to speak of
+            raise ValueError(f"{op} is not supported on {spec.name} (series {spec.series}); supported "
+                             f"products: {', '.join(opdef.products)}")
         if dtype is not None and dtype not in opdef.dtypes(spec):
             raise ValueError(f"{op} on {spec.name} supports dtypes {', '.join(opdef.dtypes(spec))}, "
                              f"not {dtype}")

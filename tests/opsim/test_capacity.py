@@ -107,3 +107,28 @@ def test_unknown_operator_or_dtype_is_a_clear_cli_error():
     assert res.returncode == 2 and "unknown operator 'no_such_op'" in res.stderr and "Traceback" not in res.stderr
     res = _cli("capacity", "mse_loss_backward", "--device", "atlas-training", "--dtype", "bf16")
     assert res.returncode == 2 and "bf16" in res.stderr
+
+
+def test_an_operator_on_a_product_that_does_not_support_it_has_no_capacity():
+    # the call itself is refused there (361001): the table once gave its "largest shapes" anyway
+    with pytest.raises(ValueError, match="mse_loss_backward is not supported on ft78ne"):
+        capacity("mse_loss_backward", "ft78ne")
+    res = _cli("capacity", "embedding_dense_backward", "--device", "atlas-a3")
+    assert res.returncode == 2 and "supported products: training, a2" in res.stderr
+
+
+def test_the_memory_search_never_probes_far_beyond_what_it_has_verified():
+    # a plan's cost grows with the size (FLCE walks its vocabulary): a first probe at the
+    # device-memory guess took minutes while the row said "search stopped after 3 s"
+    from opsim.capacity import _largest
+    probes = []
+
+    def fits(k):
+        probes.append(k)
+        return k <= 123_456
+    assert _largest(fits, 10**9, 1000) == (123_456, True)
+    verified = 1000
+    for k in probes:
+        assert k <= 2 * verified + 1, (k, verified)
+        if k <= 123_456:
+            verified = max(verified, k)
