@@ -89,13 +89,25 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
     cycles = int(est.cycles)
     seconds = cycles / spec.clock_hz if cycles else 0.0
     gm = spec.gm.kind
-    # bytes by link: the estimate's L2-served loads ride the L2, the rest the GM link (HBM/DDR)
-    link_bytes = {f"{gm} read": int(est.bytes_read - est.l2_bytes_read), f"{gm} write": int(est.bytes_written)}
+    # bytes by link: the estimate's L2-served loads ride the L2, the rest the GM link (HBM/DDR).
+    # Stores into a write-back L2 are taken by the L2 (write-allocate), as the simulator counts
+    # them (Device.gm_transfer: "L2 write"); the GM link carries only the dirty lines evicted, at
+    # least what does not fit the L2. Counting every store on HBM put an HBM-bound estimate above
+    # the link's peak (MSE with gm.bandwidth = 100e9: 124 "GB/s" of 100).
+    written = int(est.bytes_written)
+    if spec.l2 is not None and spec.l2.write_policy == "write-back":
+        l2_written = written
+        gm_written = max(0, written - int(spec.l2.size))
+    else:
+        l2_written, gm_written = 0, written
+    link_bytes = {f"{gm} read": int(est.bytes_read - est.l2_bytes_read), f"{gm} write": gm_written}
     if est.l2_bytes_read:
         link_bytes["L2 read"] = int(est.l2_bytes_read)
+    if l2_written:
+        link_bytes["L2 write"] = l2_written
     gm_bytes = link_bytes[f"{gm} read"] + link_bytes[f"{gm} write"]
     gm_rate = gm_bytes / seconds / 1e9 if seconds else 0.0
-    l2_rate = est.l2_bytes_read / seconds / 1e9 if seconds else 0.0
+    l2_rate = (est.l2_bytes_read + l2_written) / seconds / 1e9 if seconds else 0.0
     links = {gm: (gm_rate, spec.gm.bandwidth / 1e9)}
     if spec.l2 is not None:
         links["L2"] = (l2_rate, spec.l2.bandwidth / 1e9)

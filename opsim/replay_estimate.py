@@ -66,7 +66,13 @@ def replay_estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDe
     ub = max((c.memories[m].peak_allocated_bytes for c in dev.all_cores() for m in c.memories
               if m in ("UB", "PRIVATE")), default=0)
     blocks = sum(len(r.blocks) for r in rep.launches)
+    # the loads the L2 served, in the share the replayed transfers saw (the L2 model the replay's
+    # cycles already priced them with): counted on the GM link they would lift its rate past peak
+    seen_l2 = dev.link_bytes.get("L2 read", 0)
+    seen_gm = dev.link_bytes.get(f"{spec.gm.kind} read", 0)
+    l2_read = round(read * seen_l2 / (seen_l2 + seen_gm)) if seen_l2 + seen_gm else 0
     return Estimate(cycles=rep.cycles, pipe_busy=rep.pipe_busy, bytes_read=read, bytes_written=written,
+                    l2_bytes_read=l2_read,
                     block_dim=block_dim, ub_bytes=ub, workspace_bytes=ws, launches=len(rep.launches),
                     model="replay",
                     notes=f"{len(rep.launches)} launch(es) replayed from the kernel program "

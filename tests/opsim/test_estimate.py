@@ -210,3 +210,20 @@ def test_more_dsp_cores_are_faster_until_the_ddr_link_saturates():
     # 6.4 B/cycle per core DMA against 12.8 B/cycle of DDR: beyond two cores the link is the
     # limit, so 2 -> 8 cores gains far less than 4x (only start-ups and vector work shrink)
     assert times[0x1] / times[0x3] > 1.5 and times[0x3] / times[0xFF] < 1.5
+
+
+@pytest.mark.parametrize("tiling", [None, {"block_dim": 48, "tile_length": 1024}])
+def test_an_hbm_bound_estimate_counts_bytes_on_the_links_that_carry_them_and_stays_under_the_peak(tiling):
+    # every store was counted on HBM (the write-back L2 takes them, as the simulator counts) and
+    # every load too (the replayed blocks saw L2 hits): with a 100 GB/s what-if HBM the estimate
+    # reported up to 139 "GB/s" of HBM
+    overrides = {"gm.bandwidth": 100e9}
+    des, est = _both("mse_loss_backward", "atlas-a2", tiling, overrides, **_mse((1 << 20) + 3, "fp32"))
+    s = est.stats
+    assert s["bandwidth_GBps"] <= s["peak_bandwidth_GBps"], s["link_bytes"]
+    assert s["link_bytes"]["L2 write"] == des.stats["link_bytes"]["L2 write"] == s["bytes_written"]
+    assert s["link_bytes"]["HBM write"] == 0
+    if tiling:      # 1024-element tiles of 48 cores share L2 lines: the simulator serves some from the L2
+        assert des.stats["link_bytes"]["L2 read"] > 0 and s["link_bytes"]["L2 read"] > 0
+    assert s["link_bytes"]["HBM read"] + s["link_bytes"].get("L2 read", 0) == s["bytes_read"]
+    assert s["l2_bandwidth_GBps"] <= opsim.device_spec("atlas-a2").l2.bandwidth / 1e9
