@@ -520,12 +520,27 @@ def _vector_cycles(pipe: "Pipe", op: str, dtype: str, n: int) -> int:
     return vector_cost(pipe.core.device.spec, op, dtype, n) + (pipe.head_cycles() if pipe.head_pending else 0)
 
 
+def compute_refusal(spec: "DeviceSpec", op: str, dt: nx.DType) -> str | None:
+    """Why ``op`` in ``dt`` cannot run on ``spec``'s vector unit, or None if it can.
+
+    A float dtype outside ``vector.compute_dtypes`` is one the unit has no arithmetic for
+    (bf16 on 910B/910_93: docs/sources.md#peak-compute). Integer arithmetic the real
+    unit has, but opsim does not model it (no integer numerics or cost entries beyond a few
+    casts), so the message says which of the two it is instead of blaming the hardware."""
+    allowed = spec.vector.compute_dtypes
+    if dt.name in allowed:
+        return None
+    if not dt.is_float:
+        return (f"{op} in {dt.name}: integer vector arithmetic is not modelled by opsim (the "
+                f"{spec.name} vector unit has it); opsim computes in {', '.join(allowed)}: Cast first")
+    return (f"{op} in {dt.name} is not an instruction of the {spec.name} vector unit "
+            f"(it computes in {', '.join(allowed)}); Cast to fp32 first")
+
+
 def _require_compute(pipe: "Pipe", op: str, dt: nx.DType) -> None:
-    allowed = pipe.core.device.spec.vector.compute_dtypes
-    if dt.name not in allowed:
-        raise UnsupportedInstruction(
-            f"{op} in {dt.name} is not an instruction of the {pipe.core.device.spec.name} vector unit "
-            f"(it computes in {', '.join(allowed)}); Cast to fp32 first", dtype=dt.name)
+    why = compute_refusal(pipe.core.device.spec, op, dt)
+    if why is not None:
+        raise UnsupportedInstruction(why, dtype=dt.name)
 
 
 class VectorOp(Instruction):

@@ -200,6 +200,10 @@ def _precheck(state: _core.BlockState, op: str, dt: Any, arithmetic: bool = True
     instruction executes: arithmetic in a dtype its vector unit lacks, an op with no cost entry."""
     spec = state.core.device.spec
     if arithmetic and dt.name not in spec.vector.compute_dtypes:
+        if not dt.is_float:     # the unit has it; the model does not (isa.compute_refusal)
+            raise _core.unsupported(f"{op} in {dt.name} on {spec.name}",
+                                    f"integer vector arithmetic is not modelled; opsim computes in "
+                                    f"{', '.join(spec.vector.compute_dtypes)}: cast first")
         raise _core.unsupported(f"{op} in {dt.name} on {spec.name}",
                                 f"its vector unit computes in {', '.join(spec.vector.compute_dtypes)}; cast first")
     cost = spec.vector.cost.get(op)

@@ -227,6 +227,15 @@ def test_bf16_arithmetic_is_not_an_a2_instruction():
     assert "test_vector_api.py:" in str(err.value), "refused at the call, naming the kernel line"
 
 
+def test_integer_arithmetic_is_refused_at_the_call_as_unmodelled():
+    x = np.arange(N, dtype=np.int32)
+    z = np.zeros_like(x)
+    with pytest.raises(UnsupportedInstruction, match="integer vector arithmetic is not modelled") as err:
+        unary_kernel[1, None](x, z, N, "abs", 0.0)
+    assert "test_vector_api.py:" in str(err.value), "refused at the call, naming the kernel line"
+    assert not z.any()
+
+
 @asc.jit
 def pad_rows_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, rows: int, cols: int, pad: float):
     xg, zg = asc.GlobalTensor(), asc.GlobalTensor()

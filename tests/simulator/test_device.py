@@ -111,6 +111,21 @@ def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
     assert "bf16" in msg and "Cast" in msg and "core0.veccore0" in msg and "VECTOR" in msg
 
 
+def test_integer_arithmetic_is_refused_as_unmodelled_not_as_missing_hardware():
+    # the A2 vector unit has int32 Add (docs/sources.md#peak-compute: "fp16/fp32/int"); opsim has
+    # no integer numerics, and the message must say it is the model, not the device, that lacks it
+    def kernel(ctx):
+        buf = ctx.tbuf(256, nx.INT32)
+        yield Add(buf[0:32], buf[0:32], buf[32:64], count=32)
+    dev = Device(A2)
+    s = dev.create_stream()
+    dev.launch(s, kernel, 1)
+    with pytest.raises(UnsupportedInstruction) as ei:
+        dev.synchronize(s)
+    msg = str(ei.value)
+    assert "int32" in msg and "not modelled by opsim" in msg and "not an instruction" not in msg
+
+
 def test_bf16_cast_is_allowed_and_rounds_once():
     x = np.array([1.0, 1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -3.0e38], np.float32)
 
