@@ -115,8 +115,9 @@ class DmaModel:
     """A calibrated DMA direction: per-transfer rate ``base + shared/n`` plus a start-up latency.
 
     ``shared`` is bandwidth split among the ``n`` transfers in flight in this direction
-    (Huawei's fitted MTE model ``t = a + b/blockDim``); ``head`` is paid once per block on the
-    pipe's first instruction (``head + head_per_block * block_dim``).
+    (Huawei's fitted MTE model ``t = a + b/blockDim``); ``head`` is paid once per core per launch
+    on the pipe's first instruction (``head + head_per_block * blockDim``, blockDim the blocks
+    running at once: assumption A-9).
     """
 
     base: float
@@ -147,7 +148,7 @@ class Vector:
     compute_dtypes: tuple[str, ...]      # dtypes the vector ALU does arithmetic in
     repeat_bytes: int                    # bytes per repeat (256 on Ascend)
     max_repeat: int                      # repeatTimes limit per instruction
-    head: float                          # one-off cycles on the first vector instruction of a block
+    head: float                          # one-off cycles on a core's first vector instruction of a launch
     cost: Mapping[str, Mapping[str, tuple[float, float]]]  # op -> dtype -> (k, b): cycles = k*N + b
     lanes: Mapping[str, int] = field(default_factory=dict)  # elements per cycle (DSPs)
 

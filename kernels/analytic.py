@@ -5,11 +5,13 @@
 The same numbers the simulator spends are used here, combined by formulas instead of by SimPy:
 
 - a vector instruction of ``n`` elements costs ``ceil(k·n + b)`` cycles from the spec's
-  ``vector.cost`` table (docs/sources.md#vector-cost-table), plus the vector pipe head once per block;
+  ``vector.cost`` table (docs/sources.md#vector-cost-table), plus the vector pipe head once per core;
 - a DMA copy costs its start-up latency plus ``bytes / rate``; the rate of each of ``c``
   concurrent copies is the calibrated ``base + shared/c`` (docs/sources.md#mte-load-store, ``t = a + b/blockDim``),
   reconciled with the shared GM link by max-min fair filling, as ``simulator/links.py`` does;
-  the first copy of a block pays the pipe head (MTE2 ``head + head_per_block·blockDim``, MTE3 head);
+  the first copy on a core pays the pipe head once per launch (MTE2 ``head + head_per_block·blockDim``
+  with blockDim the blocks running at once, MTE3 head): blocks beyond the cores run in waves, and
+  only the first wave pays heads;
 - the launch overhead is paid once per launch;
 - pipes overlap as the TQue flags allow: CopyIn of tile ``i`` waits until Compute of tile
   ``i − buffer_num`` has freed its buffer, Compute waits for its CopyIn and for CopyOut of tile
@@ -99,9 +101,10 @@ def _model(spec: DeviceSpec, pipe: str) -> DmaModel:
     return model
 
 
-def head_cycles(spec: DeviceSpec, pipe: str, block_dim: int) -> int:
-    """One-off cycles of the first busy instruction of a block on ``pipe`` (the simulator's rule)."""
-    return pipe_head_cycles(spec, pipe, block_dim)
+def head_cycles(spec: DeviceSpec, pipe: str, concurrent: int) -> int:
+    """One-off cycles of a core's first busy instruction on ``pipe`` in a launch, ``concurrent``
+    blocks running at once (the simulator's rule: ``min(block_dim, cores)``)."""
+    return pipe_head_cycles(spec, pipe, concurrent)
 
 
 def copy_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[float, float]:
@@ -195,9 +198,10 @@ def _vector_time(spec: DeviceSpec, w: TileWork) -> float:
 
 
 def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWork], buffer_num: int,
-           concurrent: int, block_dim: int) -> tuple[float, dict[str, float], int, int, int]:
+           concurrent: int, head_width: int) -> tuple[float, dict[str, float], int, int, int]:
     """Makespan, busy cycles per pipe, bytes read and written, and bytes read from the L2, of
-    one block of ``tiles``.
+    one block of ``tiles``; ``head_width``: the blocks running at once that the pipe heads are
+    priced for, 0 when the block's core has paid them (a later wave).
 
     The recurrence follows the TQue flags and the program order of each pipe; a long run of
     identical tiles is evaluated for a few tiles and extended by its steady-state period, so
@@ -209,7 +213,8 @@ def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWor
     # tile i (simulator/tile.py elementwise_pipeline, prefetch) when double-buffered
     prefetch = shared_pipe and buffer_num >= 2
     lag = max(1, buffer_num)
-    heads = {p: float(head_cycles(spec, p, block_dim)) for p in (load_pipe, "VECTOR", store_pipe)}
+    heads = {p: float(head_cycles(spec, p, head_width)) if head_width else 0.0
+             for p in (load_pipe, "VECTOR", store_pipe)}
     if not tiles:
         return 0.0, {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}, 0, 0, 0
     keep = 8
@@ -318,8 +323,10 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
         if block_dim - 1 in blocks:
             lengths.add(last_core)
         longest = max(lengths)
+        # the first wave's blocks are their cores' first: they pay the heads, later waves do not
+        head_width = concurrent_max if wave == 0 else 0
         span, busy, r, w, l2 = _block(spec, _tiles(longest, tile_length), work, buffer_num, concurrent,
-                                      block_dim)
+                                      head_width)
         total += span
         # bytes: every block of the wave; busy: the busiest core accumulates its blocks
         for n in (per_core,) * (concurrent - (1 if block_dim - 1 in blocks else 0)) + (
@@ -329,7 +336,7 @@ def pipeline_estimate(spec: DeviceSpec, *, block_dim: int, per_core: int, last_c
                 nwritten += w
                 nl2 += l2
             else:
-                _, _, r2, w2, l22 = _block(spec, _tiles(n, tile_length), work, buffer_num, concurrent, block_dim)
+                _, _, r2, w2, l22 = _block(spec, _tiles(n, tile_length), work, buffer_num, concurrent, head_width)
                 nread += r2
                 nwritten += w2
                 nl2 += l22

@@ -36,15 +36,19 @@ COUPLED_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP", "VECTOR", "MTE3"
 DSP_CORE_PIPES = ("SCALAR", "DMA", "VECTOR")
 
 
-def pipe_head_cycles(spec: "DeviceSpec", pipe: str, block_dim: int) -> int:
-    """One-off cycles of the first busy instruction of a block on ``pipe`` (the spec's heads)."""
+def pipe_head_cycles(spec: "DeviceSpec", pipe: str, concurrent: int) -> int:
+    """One-off cycles of a pipe's first busy instruction on a core in a launch (the spec's heads).
+
+    The calibrated heads are once per kernel per pipe (docs/sources.md#mte-load-store), MTE2's
+    growing with ``blockDim``: the cores loading at once, so ``concurrent`` is the launch's
+    blocks running at once (``Launch.concurrent_blocks``), not its block count (assumption A-9)."""
     if pipe == "VECTOR":
         return round(spec.vector.head)
     model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
              "DMA": spec.dma}.get(pipe)
     if model is None:
         return 0
-    return round(model.head + model.head_per_block * block_dim)
+    return round(model.head + model.head_per_block * concurrent)
 
 
 # classes of the events a pipe has waited on (none is an int): see Pipe._run
@@ -347,11 +351,15 @@ class Pipe:
         return self._waiting
 
     def head_cycles(self) -> int:
-        """One-off cost of the first busy instruction of a block on this pipe (spec heads)."""
+        """One-off cost of this pipe's first busy instruction on its core in a launch (spec
+        heads); the launch remembers it was paid, so later blocks on this core do not pay it."""
         if not self.head_pending:
             return 0
         self.head_pending = False
-        return self.core.head_cost(self.name)
+        core = self.core
+        if core.launch is not None:
+            core.launch.heads_paid.add((core.name, self.name))
+        return core.head_cost(self.name)
 
 
 class Core:
@@ -404,8 +412,8 @@ class Core:
 
     # -- costs ---------------------------------------------------------------------------------
     def head_cost(self, pipe: str) -> int:
-        block_dim = self.launch.block_dim if self.launch is not None else 1
-        return pipe_head_cycles(self.device.spec, pipe, block_dim)
+        concurrent = self.launch.concurrent_blocks if self.launch is not None else 1
+        return pipe_head_cycles(self.device.spec, pipe, concurrent)
 
     # -- flags ---------------------------------------------------------------------------------
     # (``in`` and subscripts, not dict.get/pop: no Python call on a flag's common path)
@@ -488,8 +496,13 @@ class Core:
         self.atomic = None
         self.flags.clear()
         self._flag_slices.clear()
+        paid = launch.heads_paid
+        name = self.name
         for p in self.pipes.values():
-            p.head_pending = True
+            # the head is once per core and pipe per launch (docs/sources.md#mte-load-store: once
+            # per kernel per pipe; assumption A-9): a core's later blocks of the launch do not
+            # pay it again
+            p.head_pending = (name, p.name) not in paid
             p._tile_index = -2
             p.last_slice = p.flow_from = -1      # no trace links across blocks
         for region in self.memories.values():

@@ -126,10 +126,21 @@ class Launch:
     # bytes by the link that carried them: "HBM read", "HBM write", "L2 read" (DDR on a DSP)
     link_bytes: dict[str, int] = field(default_factory=dict)
     gap: int = 0                      # launch.gap cycles paid: queued behind the previous task
+    core_count: int = 0               # cores the launch may use (its unit's, under its core mask)
+    # (core, pipe) pairs that paid their pipe head in this launch: a head is paid once per core
+    # and pipe per launch, by the first busy instruction of the first block the core runs
+    heads_paid: set[tuple[str, str]] = field(default_factory=set)
 
     @property
     def cycles(self) -> int:
         return self.end - self.issue
+
+    @property
+    def concurrent_blocks(self) -> int:
+        """Blocks that run at once: the GE model's ``blockDim`` of the MTE2 head
+        (docs/sources.md#mte-load-store), which is the cores moving data at once, not the blocks
+        queued on them (blocks beyond the cores run in waves; assumption A-9)."""
+        return max(1, min(self.block_dim, self.core_count or self.block_dim))
 
 
 def _waiting_entry(core: Core, pipe: Any) -> str:
@@ -718,7 +729,8 @@ class Device:
                                      f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})")
         launch = Launch(str(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")),
                         kernel, block_dim, unit, core_mask, args, stream,
-                        l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None)
+                        l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None,
+                        core_count=len(cores) if core_mask is None else bin(core_mask).count("1"))
         stream.launches.append(launch)
         self.launches.append(launch)
         stream.enqueue(lambda: self._run_launch(launch))

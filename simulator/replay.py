@@ -14,8 +14,9 @@ flags (``Device.cross_flags``). A transfer's rate is fixed when it starts: every
 running block is assumed to do the same at the same time (lockstep), so a link or pool is
 shared by ``blocks × transfers this block has in flight on it`` (fair share).
 
-Only a sample of blocks is replayed (:func:`sample_blocks`: the first, a middle one and the last;
-the others take the duration of the nearest sample below them), and inside a block a steady
+Only a sample of blocks is replayed (:func:`sample_blocks`: the first, a middle one and the last,
+and the first block of the second wave, which finds its core's pipe heads paid; the others take
+the duration of the nearest sample below them), and inside a block a steady
 state is extrapolated (:class:`_Steady`): once the scheduler's state one period of the
 instruction stream later is the same up to a time shift, the remaining identical periods are
 counted, not scheduled.
@@ -331,10 +332,11 @@ class _Steady:
 class _Scheduler:
     """The list scheduler of one block (one core, or the cores of a mixed group)."""
 
-    def __init__(self, spec: DeviceSpec, share: int) -> None:
+    def __init__(self, spec: DeviceSpec, share: int, heads: bool = True) -> None:
         self.spec = spec
         self.depth = spec.scalar.queue_depth
         self.share = max(1, share)               # blocks running at once (lockstep copies)
+        self.heads = heads                       # the block is its core's first of the launch
         self.inflight: dict[int, list[int]] = {}   # id(link or pool) -> end times of transfers
         self.now = 0
         self.programs: list[_Program] = []
@@ -343,6 +345,8 @@ class _Scheduler:
 
     def add(self, core: Any, program: Iterator[Any], pending: list) -> _Program:
         pipes = {name: _RPipe(core, name) for name in core.pipes}
+        for p in pipes.values():
+            p.head_pending = self.heads          # a core pays a pipe head once per launch
         prog = _Program(core, pipes, _stream(program, pending), pending=pending)
         self.programs.append(prog)
         return prog
@@ -542,11 +546,17 @@ class _Scheduler:
         return out
 
 
-def sample_blocks(block_dim: int) -> list[int]:
+def sample_blocks(block_dim: int, cores: int | None = None) -> list[int]:
     """The blocks replayed: the first, a middle one and the last. Work splits put a remainder on
     the first blocks or on the last one; a middle block stands for work that varies across the
-    blocks (the embedding's accumulation: dropping it underestimates that operator by 25 %)."""
-    return sorted({0, block_dim // 2, block_dim - 1})
+    blocks (the embedding's accumulation: dropping it underestimates that operator by 25 %).
+    With more blocks than ``cores``, also block ``cores``: the first of the second wave, whose
+    core has paid its pipe heads (the blocks after it would otherwise take a first-wave
+    sample's time, heads included)."""
+    samples = {0, block_dim // 2, block_dim - 1}
+    if cores is not None and cores < block_dim:
+        samples.add(cores)
+    return sorted(samples)
 
 
 def _cores_for(dev: Device, launch: Launch) -> list[Any]:
@@ -555,9 +565,10 @@ def _cores_for(dev: Device, launch: Launch) -> list[Any]:
     return [c for c in cores if mask is None or (mask >> c.index) & 1]
 
 
-def replay_block(dev: Device, launch: Launch, b: int, share: int) -> BlockReplay:
-    """Replay block ``b`` of ``launch`` on its own, ``share`` blocks running at once."""
-    sched = _Scheduler(dev.spec, share)
+def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = True) -> BlockReplay:
+    """Replay block ``b`` of ``launch`` on its own, ``share`` blocks running at once; ``heads``:
+    it is its core's first block of the launch, so it pays the pipe heads."""
+    sched = _Scheduler(dev.spec, share, heads)
     cores = _cores_for(dev, launch)
     steady = None
     if launch.unit == "mix":
@@ -612,8 +623,10 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
         raise SimulatorError(f"launch {launch.name}: its core mask selects no core")
     bd = launch.block_dim
     share = min(bd, ncores)
-    samples = sample_blocks(bd)
-    reps = {b: replay_block(dev, launch, b, share) for b in samples}
+    samples = sample_blocks(bd, ncores)
+    # the first wave (blocks 0 .. ncores-1, one per core) pays the pipe heads, later blocks
+    # find them paid on their core (Core.begin_block)
+    reps = {b: replay_block(dev, launch, b, share, heads=b < ncores) for b in samples}
 
     free = [0] * ncores
     per_core: list[dict[str, int]] = [{} for _ in range(ncores)]
