@@ -98,31 +98,29 @@ def test_a_launch_queued_behind_another_pays_the_launch_gap_and_one_on_an_idle_s
     assert c.gap == 0 and c.start - c.issue == A2.launch.overhead
 
 
-def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
+def _add_refusal(dtype: nx.DType) -> str:
+    """The message of an A2 vector Add in ``dtype`` (a refused instruction)."""
     def kernel(ctx):
-        buf = ctx.tbuf(256, nx.BF16)
-        yield Add(buf[0:64], buf[0:64], buf[64:128], count=64)
+        buf = ctx.tbuf(256, dtype)
+        n = 256 // dtype.itemsize // 4
+        yield Add(buf[0:n], buf[0:n], buf[n:2 * n], count=n)
     dev = Device(A2)
     s = dev.create_stream()
     dev.launch(s, kernel, 1)
     with pytest.raises(UnsupportedInstruction) as ei:
         dev.synchronize(s)
-    msg = str(ei.value)
+    return str(ei.value)
+
+
+def test_bf16_arithmetic_raises_unsupported_instruction_on_a2():
+    msg = _add_refusal(nx.BF16)
     assert "bf16" in msg and "Cast" in msg and "core0.veccore0" in msg and "VECTOR" in msg
 
 
 def test_integer_arithmetic_is_refused_as_unmodelled_not_as_missing_hardware():
     # the A2 vector unit has int32 Add (docs/sources.md#peak-compute: "fp16/fp32/int"); opsim has
     # no integer numerics, and the message must say it is the model, not the device, that lacks it
-    def kernel(ctx):
-        buf = ctx.tbuf(256, nx.INT32)
-        yield Add(buf[0:32], buf[0:32], buf[32:64], count=32)
-    dev = Device(A2)
-    s = dev.create_stream()
-    dev.launch(s, kernel, 1)
-    with pytest.raises(UnsupportedInstruction) as ei:
-        dev.synchronize(s)
-    msg = str(ei.value)
+    msg = _add_refusal(nx.INT32)
     assert "int32" in msg and "not modelled by opsim" in msg and "not an instruction" not in msg
 
 
