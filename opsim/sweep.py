@@ -219,13 +219,13 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
     operands = doc.get("operands", {})
     if not isinstance(operands, Mapping):
         raise err("operands", "must be a table of per-operand tables")
-    for name, table in operands.items():
+    for operand, table in operands.items():   # not `name`: that is the study's
         if not isinstance(table, Mapping) or set(table) - {"dtype", "shape"}:
-            raise err(f"operands.{name}", "must be a table with 'dtype' and/or 'shape'")
+            raise err(f"operands.{operand}", "must be a table with 'dtype' and/or 'shape'")
         if "dtype" in table:
-            _check_dtype_value(table["dtype"], functools.partial(err, f"operands.{name}.dtype"))
+            _check_dtype_value(table["dtype"], functools.partial(err, f"operands.{operand}.dtype"))
         if "shape" in table:
-            _check_shape_value(table["shape"], functools.partial(err, f"operands.{name}.shape"))
+            _check_shape_value(table["shape"], functools.partial(err, f"operands.{operand}.shape"))
     plots = doc.get("plot", [])
     if isinstance(plots, Mapping):
         plots = [plots]

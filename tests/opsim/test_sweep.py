@@ -87,6 +87,16 @@ def test_bad_study_is_refused_naming_key_and_line_and_nothing_is_written(tmp_pat
     assert not db.exists() and list(tmp_path.iterdir()) == [path]
 
 
+def test_operand_tables_do_not_rename_the_study(tmp_path):
+    # the study's name (and so its default database) is its own, not its last [operands.X] table's
+    named = {"study": {"name": "emb"}, "axes": {"operator": ["embedding_dense_backward"]},
+             "operands": {"indices": {"dtype": "int64"}}}
+    assert load_study(named).name == "emb"
+    path = tmp_path / "fixed_operands.toml"
+    path.write_text('[axes]\noperator = ["embedding_dense_backward"]\n\n[operands.indices]\ndtype = "int64"\n')
+    assert load_study(path).name == "fixed_operands"
+
+
 # -- rows -----------------------------------------------------------------------------------------
 
 def test_sweep_records_one_row_per_point_and_the_refusals_of_infeasible_tilings(tmp_path):
