@@ -23,6 +23,7 @@ A study is a TOML file (or the same structure as a dict)::
     kind = "heatmap"                  # or "lines"
     x = "tiling.tile_length"
     y = "tiling.block_dim"
+    value = "time_us"                 # a numeric result column (PLOT_VALUES); series = an axis (lines)
 
 Every point is identified by a stable hash of its canonical parameters; its row is committed
 as soon as it finishes, so a sweep killed at any moment and resumed (``resume=True``) ends with
@@ -97,6 +98,7 @@ class Study:
 
 
 _SECTIONS = {"study", "axes", "operands", "plot"}
+_PLOT_KEYS = ("kind", "x", "y", "series", "value")
 _STUDY_KEYS = {"name", "mode", "seed", "database", "description"}
 
 
@@ -232,6 +234,12 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
     for p in plots:
         if not isinstance(p, Mapping) or p.get("kind") not in ("heatmap", "lines"):
             raise err("plot.kind", "each [[plot]] needs kind = \"heatmap\" or \"lines\"")
+        for k in p:
+            if k not in _PLOT_KEYS:
+                raise err(f"plot.{k}", f"unknown key; allowed: {', '.join(_PLOT_KEYS)}")
+        if "value" in p and p["value"] not in PLOT_VALUES:
+            raise err("plot.value", f"{p['value']!r} is not a numeric result column; allowed: "
+                                    f"{', '.join(PLOT_VALUES)}")
         for ax in ("x", "y", "series"):
             if ax in p and p[ax] not in keys:
                 raise err(f"plot.{ax}", f"{p[ax]!r} is not an axis of this study ({', '.join(keys)})")
@@ -462,6 +470,8 @@ RESULT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("confirmed_cycles", "INTEGER"), ("confirmed_time_us", "REAL"), ("confirmed_bound", "TEXT"),
     ("estimate_error", "REAL"), ("confirm_error", "TEXT"),
 )
+# what a [[plot]] may draw: the measured numbers of a row (not its status code)
+PLOT_VALUES = tuple(n for n, t in RESULT_COLUMNS if t in ("INTEGER", "REAL") and n != "error_code")
 PARAM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "TEXT PRIMARY KEY"), ("idx", "INTEGER"), ("study", "TEXT"), ("operator", "TEXT"),
     ("device", "TEXT"), ("mode", "TEXT"), ("shape", "TEXT"), ("dtype", "TEXT"), ("tiling", "TEXT"),

@@ -64,6 +64,16 @@ BAD_STUDIES = {
                        "malformed TOML"),
     "unknown axis": ('[axes]\noperator = ["mse_loss_backward"]\ncolour = ["red"]\n', "axes.colour", 3,
                      "unknown axis"),
+    # a plot of a text column ended in a traceback under --plot, of an unknown one in an empty picture
+    "plot value not a number": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
+                                '[[plot]]\nkind = "lines"\nx = "shape"\nvalue = "bound"\n', "plot.value", 8,
+                                "not a numeric result column"),
+    "plot value unknown": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
+                           '[[plot]]\nkind = "lines"\nx = "shape"\nvalue = "time"\n', "plot.value", 8,
+                           "not a numeric result column"),
+    "plot key unknown": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
+                         '[[plot]]\nkind = "lines"\nx = "shape"\nseires = "device"\n', "plot.seires", 8,
+                         "unknown key"),
 }
 
 
