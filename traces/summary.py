@@ -1,8 +1,9 @@
 """What a trace says about a run, computed from the trace alone.
 
 Per core and pipe: busy cycles and busy % of the run. Per link: bytes carried (the integral of the
-bandwidth counter), achieved vs peak GB/s, the highest rate seen. Per core: the peak occupancy
-of the local memory (UB, or the DSP's private memory). The L2 hit rate. And the bound — memory,
+bandwidth counter, or the run's own count in the metadata where the trace has no counter),
+achieved vs peak GB/s, the highest rate seen. Per core: the peak occupancy of the local memory
+(UB, or the DSP's private memory). The L2 hit rate. And the bound — memory,
 vector, cube, scalar or launch — with the reason, by the same rule ``opsim.run`` applies to the
 live device: a run is launch bound when the launch overhead is at least half of its time, else
 bound by the category of its busiest pipe (MTE*/DMA/FIXP memory, VECTOR vector, CUBE cube,
@@ -183,9 +184,19 @@ def summarize(trace: Trace) -> Summary:
         carried = float(exact.get(link, carried))
         links.append(LinkUse(link, carried, carried / seconds / 1e9 if seconds else 0.0,
                              caps.get(link), float(max(vs)) if vs else 0.0))
+    uncounted = []
     for link, cap in caps.items():
         if not any(u.name == link for u in links):
-            links.append(LinkUse(link, 0.0, 0.0, cap, 0.0))
+            # no bandwidth counter (launch level): the run's own byte count, if it recorded one;
+            # the highest rate is then unknown, and the average is the most the trace can say
+            carried = float(exact.get(link, 0.0))
+            rate = carried / seconds / 1e9 if seconds else 0.0
+            links.append(LinkUse(link, carried, rate, cap, rate))
+            if carried:
+                uncounted.append(link)
+    if uncounted:
+        notes.append(f"{', '.join(uncounted)}: no bandwidth counter in the trace; bytes are the run's own "
+                     f"count and max GB/s is the average")
     links.sort(key=lambda u: u.name)
     hit = series.get(("memory", "L2 hit rate %"))
     l2_hit_rate = hit[1][-1] / 100.0 if hit else None
@@ -303,6 +314,8 @@ def _roofline(trace: Trace, cols: dict[str, np.ndarray], seconds: float,
     dtype = max(ops, key=ops.__getitem__) if ops else ""
     if dtype not in peaks and peaks:
         dtype = max(peaks, key=peaks.__getitem__)
+    if not sum(ops.values()):   # no vector work in the trace (a launch-level trace): no point to place
+        return None
     per_core = peaks.get(dtype)
     peak = per_core * cores * trace.clock_hz if per_core and cores else None
     return Roofline(float(sum(ops.values())), gm_bytes, seconds, dtype, peak, peak_bw, l2,

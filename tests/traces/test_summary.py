@@ -60,6 +60,24 @@ def test_tile_level_busy_is_an_upper_bound_and_says_so(mse_runs):
     assert s_launch.bound == "unknown" and not s_launch.pipes
 
 
+def test_launch_level_summary_takes_link_bytes_from_the_run_and_places_no_roofline(mse_runs, tmp_path):
+    # a launch-level trace has no bandwidth counters, but its metadata holds each link's exact
+    # bytes: the summary (and so the report) said HBM 0 B, 0 GB/s and a roofline of 0 ops at
+    # infinite intensity while the op_summary of the same file gave the real bandwidth
+    res = mse_runs["launch"]
+    path = tmp_path / "launch.json"
+    res.trace.to_chrome_json(str(path))
+    s = load_chrome(str(path)).summary()
+    for name, link in res.stats["links"].items():
+        u = next(u for u in s.links if u.name == name)
+        assert u.bytes == pytest.approx(link["bytes"]) and u.bytes > 0
+        assert u.achieved_GBps == pytest.approx(link["achieved_GBps"], rel=1e-3)
+        assert u.achieved_GBps <= u.max_GBps <= u.peak_GBps
+    assert s.roofline is None
+    text = s.table()
+    assert "roofline" not in text and "inf" not in text
+
+
 def test_summary_table_lists_pipes_links_and_the_bound(mse_runs):
     text = mse_runs["instruction"].trace.summary().table()
     for fragment in ("bound      memory: MTE2 busy", "core0.veccore0", "MTE2  VECTOR  MTE3",
