@@ -44,7 +44,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         res = sweep(args.study, args.db, resume=args.resume, overwrite=args.overwrite,
                     executor=args.executor, workers=args.workers, scheduler=args.scheduler,
                     confirm_top=args.confirm_top, mode=args.mode, quiet=args.quiet,
-                    plot_dir=args.plot, strict=not args.allow_unknown_operators)
+                    strict=not args.allow_unknown_operators)
     except StudyError as exc:
         print(f"opsim sweep: {exc}", file=sys.stderr)
         return 2
@@ -57,6 +57,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         except OSError as exc:   # the rows are safe in the database: say so, no traceback
             print(f"opsim sweep: --csv {args.csv}: {exc.strerror or exc} (the {res.points} rows are in "
                   f"{res.path}; rerun with --resume and another --csv to export them)", file=sys.stderr)
+            return 2
+    if args.plot:   # after the CSV: a picture that cannot be drawn loses nothing else
+        from opsim.study_plots import plot_study
+        try:
+            plot_study(res, args.plot)
+        except (OSError, ImportError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            print(f"opsim sweep: --plot {args.plot}: {why} (the {res.points} rows are in {res.path}; "
+                  f"rerun with --resume and another --plot to draw them)", file=sys.stderr)
             return 2
     rows = res.rows()
     ok = [r for r in rows if r["status"] == "ok"]

@@ -72,6 +72,10 @@ def _window(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
+def _output_error(path: str, exc: OSError) -> int:
+    return _fail(f"-o {path}: {exc.strerror or exc}")
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     try:
         trace = load_chrome(args.file)
@@ -82,7 +86,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
                 return _fail(f"--window applies to --kind timeline, not {args.kind}")
             options["window"] = window
         pic = plot(trace, args.kind, args.output, **options)
-    except (TraceFormatError, ValueError, OSError, ImportError) as exc:
+    except OSError as exc:   # the trace is read by load_chrome (TraceFormatError): this is the output
+        return _output_error(args.output, exc)
+    except (TraceFormatError, ValueError, ImportError) as exc:
         return _fail(str(exc))
     extra = f", {pic.info['bars']} bars" if args.kind == "timeline" else ""
     print(f"{args.kind} -> {args.output}{extra}")
@@ -97,7 +103,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
             trace.to_chrome_json(out)
         else:
             trace.to_perfetto(out)
-    except (TraceFormatError, ImportError, OSError) as exc:
+    except OSError as exc:
+        return _output_error(args.output, exc)
+    except (TraceFormatError, ImportError) as exc:
         return _fail(str(exc))
     print(f"{args.file} -> {out} ({len(trace)} slices, {len(trace.c_track)} counter points)")
     return 0

@@ -272,6 +272,19 @@ def test_plot_dir_gets_a_heat_map_and_scaling_lines(tmp_path):
     assert res.points == 16
 
 
+def test_cli_an_unwritable_plot_dir_is_a_usage_error_naming_it_after_the_rows_are_safe(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    plots = blocker / "plots"      # a directory under a regular file cannot be made
+    study = tmp_path / "s.toml"
+    study.write_text('[axes]\noperator = ["mse_loss_backward"]\nshape = [[1024], [2048]]\n')
+    res = _cli("sweep", str(study), "--db", str(tmp_path / "s.sqlite"), "--workers", "1",
+               "--csv", str(tmp_path / "s.csv"), "--plot", str(plots))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"--plot {plots}: Not a directory" in res.stderr and "s.sqlite" in res.stderr, res.stderr
+    assert len((tmp_path / "s.csv").read_text().splitlines()) == 3    # the CSV export still happened
+
+
 def test_cli_is_silent_off_a_terminal_and_prints_a_summary(tmp_path):
     res = _cli("sweep", str(STUDIES / "elementwise_tiling_a2_a3.toml"), "--db", str(tmp_path / "e.sqlite"),
                "--workers", "2", "--csv", str(tmp_path / "e.csv"))

@@ -77,3 +77,11 @@ def test_convert_to_gzip_json_round_trips_and_to_protobuf(trace_file, tmp_path):
     pb = tmp_path / "t.pftrace"
     assert _main(["trace", "convert", trace_file, "-o", str(pb)]) == 0
     assert pb.stat().st_size > 0
+
+
+@pytest.mark.parametrize("command", ["plot", "convert"])
+def test_an_unwritable_output_names_the_option_and_the_path(trace_file, tmp_path, capsys, command):
+    out = tmp_path / "no-such-dir" / ("t.png" if command == "plot" else "t.pftrace")
+    assert _main(["trace", command, trace_file, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {out}: No such file or directory" in err and "Errno" not in err
