@@ -20,6 +20,16 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _parse_seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer (a seed is an integer >= 0)") from None
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"{seed} must be an integer >= 0")
+    return seed
+
+
 def _parse_value(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
@@ -242,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="device field override, e.g. ub.size=262144 (repeatable; --override is a deprecated alias)")
     r.add_argument("--operand", action="append", metavar="NAME=SPEC",
                    help="one operand: 64x128, 64x128:fp16, :int32, none or @file.npy (repeatable; see `opsim ops OP`)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random operands (an integer >= 0)")
     r.add_argument("--trace", help="write a Chrome/Perfetto JSON trace to this file")
     r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"))
     r.add_argument("--report", help="write a self-contained HTML report to this file")

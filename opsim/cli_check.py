@@ -18,7 +18,7 @@ import numpy as np
 
 
 def register(sub: Any) -> None:
-    from opsim.cli import _parse_shape
+    from opsim.cli import _parse_seed, _parse_shape
     c = sub.add_parser("check", help="run a kernel under the sanitizer (racecheck, memcheck, synccheck)")
     c.add_argument("target", help="FILE.py:kernel (an operator the file registers, or an @asc.jit kernel)")
     c.add_argument("--shape", type=_parse_shape, default=None, help="input shape, e.g. 8x2048")
@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
     c.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8")
     c.add_argument("--arg", action="append", help="@asc.jit kernel: a scalar parameter NAME=VALUE")
     c.add_argument("--block-dim", type=int, default=1, help="@asc.jit kernel: blocks to launch (default 1)")
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random inputs (an integer >= 0)")
     c.set_defaults(func=cmd_check)
 
 

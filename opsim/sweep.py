@@ -148,8 +148,8 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
     if mode not in MODES:
         raise err("study.mode", f"{mode!r} is not one of {', '.join(MODES)}")
     seed = meta.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise err("study.seed", f"must be an integer, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise err("study.seed", f"must be an integer >= 0, got {seed!r}")
     database = meta.get("database")
     if database is not None and not isinstance(database, str):
         raise err("study.database", "must be a path string")

@@ -88,3 +88,16 @@ def test_demo_with_an_unknown_kernel_or_an_impossible_out_directory_says_so(tmp_
     blocker.write_text("")
     assert main(["demo", "--no-report", "--out", str(blocker / "d"), "--kernel", "mse_loss_backward"]) == 2
     assert f"opsim demo: --out {blocker / 'd'}: Not a directory" in capsys.readouterr().err
+
+
+def test_run_refuses_a_negative_seed_naming_the_option(capsys):
+    # it built the operands first and ended with numpy's 'ValueError: expected non-negative integer'
+    import pytest
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "mse_loss_backward", "--shape", "16", "--mode", "estimate", "--seed", "-1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "-1" in err and ">= 0" in err
+    with pytest.raises(SystemExit) as exc:    # opsim check: the same
+        main(["check", "examples/kernels/leaky_relu.py:leaky_relu_kernel", "--seed", "-1"])
+    assert exc.value.code == 2 and "argument --seed: -1 must be an integer >= 0" in capsys.readouterr().err

@@ -64,6 +64,9 @@ BAD_STUDIES = {
                        "malformed TOML"),
     "unknown axis": ('[axes]\noperator = ["mse_loss_backward"]\ncolour = ["red"]\n', "axes.colour", 3,
                      "unknown axis"),
+    # every point failed with numpy's 'expected non-negative integer'
+    "negative seed": ('[study]\nseed = -5\n\n[axes]\noperator = ["mse_loss_backward"]\n', "study.seed", 2,
+                      "integer >= 0"),
     # a plot of a text column ended in a traceback under --plot, of an unknown one in an empty picture
     "plot value not a number": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
                                 '[[plot]]\nkind = "lines"\nx = "shape"\nvalue = "bound"\n', "plot.value", 8,
