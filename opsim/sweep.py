@@ -29,7 +29,9 @@ Every point is identified by a stable hash of its canonical parameters; its row 
 as soon as it finishes, so a sweep killed at any moment and resumed (``resume=True``) ends with
 exactly one row per point. Points run in local worker processes (``concurrent.futures``) or on
 a dask.distributed cluster; the database is only ever written by the calling process. A point
-that fails is recorded with its status code and message, and the sweep goes on.
+that fails is recorded with its status code and message, and the sweep goes on; so is a point
+whose local worker process dies (``WorkerDied``: the points of the batches it took down are run
+again, one at a time, to find it).
 """
 from __future__ import annotations
 
@@ -638,12 +640,21 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
         import multiprocessing as mp
         # fork is fastest on Linux; workers only read, the parent owns the database
         ctx = mp.get_context("fork") if sys.platform.startswith("linux") else None
+        from concurrent.futures.process import BrokenProcessPool
         workers = max(1, min(workers or 1, len(batches)))   # no idle processes
+        left: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=watch_parent,
                                  initargs=(os.getpid(),)) as pool:
-            futs = {pool.submit(run_points, ps): b for b, ps in zip(batches, params)}
+            futs = {pool.submit(run_points, ps): (b, ps) for b, ps in zip(batches, params)}
             for fut in as_completed(futs):
-                yield futs[fut], fut.result()
+                try:
+                    rows = fut.result()
+                except BrokenProcessPool:   # a worker died (killed, a native crash): see below
+                    left.extend(zip(*futs[fut]))
+                    continue
+                yield futs[fut][0], rows
+        if left:
+            yield from _isolate(left, ctx)
         return
     if executor == "dask":
         try:
@@ -662,6 +673,31 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
                 client.close()
         return
     raise ValueError(f"executor {executor!r} is not one of local, serial, dask")
+
+
+def _isolate(points: list[tuple[Mapping[str, Any], Mapping[str, Any]]],
+             ctx: Any) -> Iterator[tuple[list[Mapping[str, Any]], list[dict[str, Any]]]]:
+    """The points of batches whose worker process died, one at a time in one worker: the first
+    point not finished when that worker dies is the one that killed it; it is recorded as an
+    error and a new worker runs the rest."""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    i = 0
+    while i < len(points):
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=watch_parent,
+                                 initargs=(os.getpid(),)) as pool:
+            futs = [pool.submit(run_points, [params]) for _, params in points[i:]]
+            for fut in futs:   # one worker runs them in submission order
+                point = points[i][0]
+                i += 1
+                try:
+                    rows = fut.result()
+                except BrokenProcessPool:
+                    yield [point], [{"status": "error", "error_code": None, "wall_s": None,
+                                     "error": "WorkerDied: the worker process running this point died "
+                                              "(killed, e.g. out of memory, or a crash in native code)"}]
+                    break
+                yield [point], rows
 
 
 def _progress(total: int, quiet: bool, desc: str) -> Any:

@@ -243,6 +243,54 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path):
     assert all(r["status"] == "ok" for r in rows if r["axis:attr.reduction"] == "mean")
 
 
+CRASHING_OPERATOR = """
+import os
+import opsim
+import opsim.asc as asc
+
+TILE = 1024
+
+
+@asc.jit
+def crash_op(x: asc.GlobalAddress, y: asc.GlobalAddress, block_length: int):
+    xg, yg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x, block_length)
+    yg.set_global_buffer(y, block_length)
+    pipe = asc.TPipe()
+    q = asc.TQue(asc.TPosition.VECIN, 1)
+    pipe.init_buffer(q, 1, TILE * 4)
+    for i in range(block_length // TILE):
+        t = q.alloc_tensor(x.dtype)
+        asc.data_copy(t, xg[i * TILE:], TILE)
+        q.enque(t)
+        t = q.deque(x.dtype)
+        asc.data_copy(yg[i * TILE:], t, TILE)
+        q.free_tensor(t)
+
+
+def tiling(spec, inputs, attrs):
+    if inputs["x"].numel == 3 * TILE:
+        os._exit(9)      # the worker dies: the OOM killer, a crash in native code
+    return {"block_dim": 1, "block_length": inputs["x"].numel}
+
+
+opsim.register_operator(crash_op, inputs=("x",), outputs=("y",), tiling=tiling, example_shape=(TILE,))
+"""
+
+
+def test_a_point_that_kills_its_worker_process_is_recorded_and_the_sweep_goes_on(tmp_path):
+    op = tmp_path / "crash_op.py"
+    op.write_text(CRASHING_OPERATOR)
+    study = {"study": {"name": "crash"},
+             "axes": {"operator": [f"{op}:crash_op"], "shape": [[k * 1024] for k in range(1, 7)]}}
+    # (with workers=1 the points run in this process, which such a point takes down with it)
+    res = sweep(study, tmp_path / "c.sqlite", workers=2, batch=2, quiet=True)
+    rows = res.rows()
+    assert len(rows) == res.points == res.ran == 6 and res.failed == 1
+    died = [r for r in rows if r["status"] != "ok"]
+    assert [r["idx"] for r in died] == [2] and "worker process" in died[0]["error"]
+
+
 # -- confirmation and plots -----------------------------------------------------------------------
 
 def test_confirm_top_runs_the_simulator_on_the_best_points_and_records_the_estimate_error(tmp_path):
