@@ -278,7 +278,13 @@ opsim.register_operator(crash_op, inputs=("x",), outputs=("y",), tiling=tiling, 
 """
 
 
-def test_a_point_that_kills_its_worker_process_is_recorded_and_the_sweep_goes_on(tmp_path):
+def test_a_point_that_kills_its_worker_process_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    # the study loads the file here too: its operator must vanish after the test, or the demo of
+    # every operator (tests/opsim/test_cli.py, the same worker process) runs it
+    from opsim.kernels import registry
+    registry.names()                                       # the built-ins are in before the copy
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_FILES", dict(registry._FILES))
     op = tmp_path / "crash_op.py"
     op.write_text(CRASHING_OPERATOR)
     study = {"study": {"name": "crash"},
