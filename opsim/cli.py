@@ -74,8 +74,10 @@ def format_result(res: Any) -> str:
     if res.mode != "numeric":   # numeric mode has no timing; it prints its check instead
         lines.append(f"cycles        {res.cycles}   ({res.time_us:.3f} us)")
     if s.get("block_dim") is not None:
-        lines.append(f"block_dim     {s['block_dim']}   tile_length {s.get('tile_length')}   "
-                     f"buffer_num {s.get('buffer_num')}")
+        # a plan without a tile length or buffer count (the embedding's row plans) shows none
+        parts = [f"block_dim     {s['block_dim']}"] + [f"{k} {s[k]}" for k in ("tile_length", "buffer_num")
+                                                      if s.get(k) is not None]
+        lines.append("   ".join(parts))
     if "bytes_read" in s:
         lines.append(f"bytes moved   {s['bytes_read']} read, {s['bytes_written']} written (GM addresses, "
                      f"L2 hits included)")

@@ -368,7 +368,10 @@ def _operand_specs(opdef: Any, params: Mapping[str, Any]) -> dict[str, tuple[tup
         if "shape" in table:
             shapes[name] = tuple(table["shape"])
     known = set(opdef.inputs) | set(opdef.optional) | set(opdef.outputs)
-    for name in shapes:
+    # every operand the point names, by shape or by dtype alone: a misspelt [operands.X] table
+    # that only sets a dtype would otherwise be dropped without a word
+    named = [*shapes, *fixed, *(dtype if isinstance(dtype, Mapping) else ())]
+    for name in dict.fromkeys(named):
         if name not in known:
             raise ValueError(f"{opdef.name} has no operand {name!r}; operands: "
                              f"{', '.join([*opdef.inputs, *opdef.optional, *opdef.outputs])}")
@@ -473,6 +476,7 @@ RESULT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("estimate_error", "REAL"), ("confirm_error", "TEXT"),
 )
 # what a [[plot]] may draw: the measured numbers of a row (not its status code)
+EXECUTORS = ("local", "serial", "dask")
 PLOT_VALUES = tuple(n for n, t in RESULT_COLUMNS if t in ("INTEGER", "REAL") and n != "error_code")
 PARAM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "TEXT PRIMARY KEY"), ("idx", "INTEGER"), ("study", "TEXT"), ("operator", "TEXT"),
@@ -672,7 +676,7 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
             if own:
                 client.close()
         return
-    raise ValueError(f"executor {executor!r} is not one of local, serial, dask")
+    raise ValueError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
 
 
 def _isolate(points: list[tuple[Mapping[str, Any], Mapping[str, Any]]],
@@ -741,6 +745,12 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or not 1 <= workers <= MAX_WORKERS):
         raise StudyError(f"workers must be an integer from 1 to {MAX_WORKERS}, got {workers!r}")
+    if executor not in EXECUTORS:
+        raise StudyError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+    if scheduler is not None and executor != "dask":
+        # it would be ignored: the sweep would run here, not on the cluster the user named
+        raise StudyError(f"scheduler {scheduler!r} is for executor 'dask', not {executor!r}; "
+                         f"add --executor dask (executor='dask') or leave the scheduler out")
     if confirm_top and (st.mode != "estimate" or "mode" in st.axis_keys()):
         raise StudyError(f"confirm_top needs the study in estimate mode (it is {st.mode!r}); "
                          f"the confirmation runs the simulator on the best points")

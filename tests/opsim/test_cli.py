@@ -18,6 +18,13 @@ def test_run_prints_cycles_tiling_bandwidth_and_bound(tmp_path, capsys):
     assert doc["displayTimeUnit"] == "ns" and any(e["ph"] == "X" for e in doc["traceEvents"])
 
 
+def test_run_shows_only_the_tiling_fields_a_plan_has(capsys):
+    # the embedding's row plans have no tile length or buffer count: no "tile_length None"
+    assert main(["run", "embedding_dense_backward", "--device", "atlas-a2", "--mode", "timing"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("block_dim"))
+    assert "None" not in line and line.split() == ["block_dim", "48"]
+
+
 def test_run_reports_a_rejected_call_with_its_status(capsys):
     rc = main(["run", "mse_loss_backward", "--device", "atlas-training", "--dtype", "bf16"])
     assert rc == 2 and "161002" in capsys.readouterr().err

@@ -112,6 +112,29 @@ def test_operand_tables_do_not_rename_the_study(tmp_path):
 
 # -- rows -----------------------------------------------------------------------------------------
 
+def test_a_scheduler_without_the_dask_executor_is_refused_not_ignored(tmp_path):
+    db = tmp_path / "s.sqlite"
+    with pytest.raises(StudyError, match="scheduler 'tcp://127.0.0.1:1' is for executor 'dask', not 'local'"):
+        sweep(small_study(), db, scheduler="tcp://127.0.0.1:1", quiet=True)
+    with pytest.raises(StudyError, match="executor 'threads' is not one of local, serial, dask"):
+        sweep(small_study(), db, executor="threads", quiet=True)
+    assert not db.exists(), "refused before the database is made"
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "s"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'device = ["atlas-a2"]\nshape = [[1024]]\n')
+    r = _cli("sweep", str(toml), "--db", str(db), "--scheduler", "tcp://127.0.0.1:1")
+    assert r.returncode == 2 and "--executor dask" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_operands_table_naming_no_operand_of_the_operator_fails_its_points(tmp_path):
+    study = {"study": {"name": "ops", "mode": "estimate"},
+             "axes": {"operator": ["mse_loss_backward"], "device": ["atlas-a2"], "shape": [[1024]]},
+             "operands": {"grad_outptu": {"dtype": "fp16"}}}
+    rows = sweep(study, tmp_path / "o.sqlite", workers=1, quiet=True).rows()
+    assert [r["status"] for r in rows] == ["error"]
+    assert "has no operand 'grad_outptu'" in rows[0]["error"] and "grad_output" in rows[0]["error"]
+
+
 def test_sweep_records_one_row_per_point_and_the_refusals_of_infeasible_tilings(tmp_path):
     res = opsim.sweep(small_study(), tmp_path / "s.sqlite", workers=1, quiet=True)
     rows = res.rows()
