@@ -31,7 +31,9 @@ exactly one row per point. Points run in local worker processes (``concurrent.fu
 a dask.distributed cluster; the database is only ever written by the calling process. A point
 that fails is recorded with its status code and message, and the sweep goes on; so is a point
 whose local worker process dies (``WorkerDied``: the points of the batches it took down are run
-again, one at a time, to find it).
+again, one at a time, to find it). With one worker (``workers=1``) or ``executor="serial"`` the
+points run in the calling process, so a point that kills its process ends the sweep there; the
+rows already committed stay, and ``resume=True`` goes on after them.
 """
 from __future__ import annotations
 
