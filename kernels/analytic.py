@@ -8,7 +8,9 @@ The same numbers the simulator spends are used here, combined by formulas instea
   ``vector.cost`` table (docs/sources.md#vector-cost-table), plus the vector pipe head once per core;
 - a DMA copy costs its start-up latency plus ``bytes / rate``; the rate of each of ``c``
   concurrent copies is the calibrated ``base + shared/c`` (docs/sources.md#mte-load-store, ``t = a + b/blockDim``),
-  reconciled with the shared GM link by max-min fair filling, as ``simulator/links.py`` does;
+  reconciled with the link it rides by max-min fair filling, as ``simulator/links.py`` does:
+  loads ride the GM link, stores too unless a write-back L2 takes them on the L2 link
+  (``l2.write_policy``, as ``Device.gm_transfer`` routes them), loads the L2 serves the L2 link;
   the first copy on a core pays the pipe head once per launch (MTE2 ``head + head_per_block·blockDim``
   with blockDim the blocks running at once, MTE3 head): blocks beyond the cores run in waves, and
   only the first wave pays heads;
@@ -39,7 +41,7 @@ from opsim.simulator.isa import vector_cost
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
-           "dma_cycles", "sequence", "lockstep_copy_cycles"]
+           "dma_cycles", "sequence", "lockstep_copy_cycles", "stores_to_l2", "drain_cycles"]
 
 
 @dataclass(frozen=True)
@@ -107,9 +109,31 @@ def head_cycles(spec: DeviceSpec, pipe: str, concurrent: int) -> int:
     return pipe_head_cycles(spec, pipe, concurrent)
 
 
+def stores_to_l2(spec: DeviceSpec) -> bool:
+    """Whether a write-back L2 takes the stores on the L2 link (``Device.gm_transfer``: MTE3 and
+    Fixpipe stores allocate in the L2; HBM sees only the dirty lines evicted)."""
+    return spec.family != "dsp" and spec.l2 is not None and spec.l2.write_policy == "write-back"
+
+
+def _fill(cap: float, classes: Sequence[tuple[float, float]]) -> list[float]:
+    """Max-min fair rates of classes of ``n`` copies each demanding ``d`` bytes/cycle on a link
+    of ``cap`` bytes/cycle (progressive filling), in the order given."""
+    rates = [d for d, _ in classes]
+    left, users = cap, sum(n for _, n in classes)
+    for i in sorted(range(len(classes)), key=lambda i: classes[i][0]):
+        d, n = classes[i]
+        if n == 0:
+            continue
+        rates[i] = min(d, left / users)
+        left -= rates[i] * n
+        users -= n
+    return rates
+
+
 def copy_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[float, float]:
     """Bytes/cycle of each load and each store when ``loaders`` loads and ``storers`` stores move
-    at once: demand ``base + shared/n`` per pool, then max-min fair sharing of the GM link."""
+    at once: demand ``base + shared/n`` per pool, then max-min fair sharing of the link each
+    rides -- both the GM link, or the stores the L2 link when a write-back L2 takes them."""
     load_pipe, store_pipe = memory_pipes(spec)
     ml, ms = _model(spec, load_pipe), _model(spec, store_pipe)
     if load_pipe == store_pipe:
@@ -119,17 +143,13 @@ def copy_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[float,
         dl = ml.base + (ml.shared / loaders if loaders else 0.0)
         ds = ms.base + (ms.shared / storers if storers else 0.0)
     cap = spec.bytes_per_cycle(spec.gm.bandwidth)
-    demands = sorted([(dl, loaders, "l"), (ds, storers, "s")])
-    rates = {"l": dl, "s": ds}
-    left, users = cap, loaders + storers
-    for d, n, kind in demands:          # progressive filling over two demand classes
-        if n == 0:
-            continue
-        level = left / users
-        rates[kind] = min(d, level)
-        left -= rates[kind] * n
-        users -= n
-    return rates["l"], rates["s"]
+    if stores_to_l2(spec):
+        assert spec.l2 is not None
+        (rl,) = _fill(cap, [(dl, loaders)])
+        (rs,) = _fill(spec.bytes_per_cycle(spec.l2.bandwidth), [(ds, storers)])
+        return rl, rs
+    rl, rs = _fill(cap, [(dl, loaders), (ds, storers)])
+    return rl, rs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,6 +180,20 @@ def _memory_times(spec: DeviceSpec, w: TileWork, concurrent: int, overlap_in: bo
     lb, sb = float(sum(w.loads)), float(sum(w.stores))
     rl_only, _ = copy_rates(spec, concurrent, 0)
     _, rs_only = copy_rates(spec, 0, concurrent)
+    n_loads = len(w.loads) + len(w.l2_loads)
+    if stores_to_l2(spec) and not shared_pipe:
+        # a write-back L2 takes the stores on the L2 link: the HBM loads have the GM link to
+        # themselves; the loads the L2 serves share the L2 link with the stores (all cores in
+        # lockstep: the tile's stores move while the next tile's loads do)
+        assert spec.l2 is not None
+        l2b = float(sum(w.l2_loads))
+        rs, l2r = rs_only, l2_read_rate(spec, concurrent)
+        if l2b and sb:
+            ds = ms.base + ms.shared / max(concurrent, 1)
+            l2r, rs = _fill(spec.bytes_per_cycle(spec.l2.bandwidth),
+                            [(float(spec.rates.l2_read), max(concurrent, 1)), (ds, max(concurrent, 1))])
+        return ((lb / rl_only if lb else 0.0) + (l2b / l2r if l2b else 0.0) + ml.startup * n_loads,
+                (sb / rs if sb else 0.0) + ms.startup * len(w.stores))
     if shared_pipe or not (overlap_in or overlap_out) or lb == 0 or sb == 0:
         load_data = lb / rl_only if lb else 0.0
         store_data = sb / rs_only if sb else 0.0
@@ -189,7 +223,6 @@ def _memory_times(spec: DeviceSpec, w: TileWork, concurrent: int, overlap_in: bo
     if w.l2_loads and spec.l2 is not None:
         l2_rate = min(spec.rates.l2_read, spec.bytes_per_cycle(spec.l2.bandwidth) / max(concurrent, 1))
         l2 = sum(w.l2_loads) / l2_rate
-    n_loads = len(w.loads) + len(w.l2_loads)
     return (load_data + l2 + ml.startup * n_loads, store_data + ms.startup * len(w.stores))
 
 
@@ -376,18 +409,27 @@ def lockstep_copy_cycles(spec: DeviceSpec, load_bytes: float, store_bytes: float
     """Data cycles of (a load that runs beside a store, that store, a load alone) when ``cores``
     identical cores do the same at the same time (they start together and stay in lockstep):
     both at the contended rates while both move, then the longer one alone at its own rate.
-    Loads served by the L2 ride the L2 link and do not contend with the stores."""
+    Loads served by the L2 ride the L2 link: they contend with the stores a write-back L2 takes
+    there, with none otherwise; loads from HBM contend with the stores that go to HBM."""
     _, rs_only = shared_rates(spec, 0, cores)
     if load_from_l2:
-        r = l2_read_rate(spec, cores)
-        return (math.ceil(load_bytes / r), math.ceil(store_bytes / rs_only) if store_bytes else 0,
-                math.ceil(load_bytes / r))
-    rl_only, _ = shared_rates(spec, cores, 0)
+        rl_only = l2_read_rate(spec, cores)
+        if not stores_to_l2(spec):
+            return (math.ceil(load_bytes / rl_only), math.ceil(store_bytes / rs_only) if store_bytes else 0,
+                    math.ceil(load_bytes / rl_only))
+    else:
+        rl_only, _ = shared_rates(spec, cores, 0)
     if store_bytes <= 0:
         return math.ceil(load_bytes / rl_only), 0, math.ceil(load_bytes / rl_only)
     if load_bytes <= 0:
         return 0, math.ceil(store_bytes / rs_only), 0
-    rl, rs = shared_rates(spec, cores, cores)
+    if load_from_l2:            # both on the L2 link: the store's demand and the L2 read rate
+        assert spec.l2 is not None and spec.mte3 is not None
+        n = max(1.0, cores)
+        ds = spec.mte3.base + spec.mte3.shared / n
+        rl, rs = _fill(spec.bytes_per_cycle(spec.l2.bandwidth), [(float(spec.rates.l2_read), n), (ds, n)])
+    else:
+        rl, rs = shared_rates(spec, cores, cores)
     t = store_bytes / rs
     if load_bytes >= rl * t:
         load, store = t + (load_bytes - rl * t) / rl_only, t
@@ -395,6 +437,21 @@ def lockstep_copy_cycles(spec: DeviceSpec, load_bytes: float, store_bytes: float
         load = load_bytes / rl
         store = load + (store_bytes - rs * load) / rs_only
     return math.ceil(load), math.ceil(store), math.ceil(load_bytes / rl_only)
+
+
+def drain_cycles(sizes: Sequence[float], time: Callable[[int, float], float]) -> float:
+    """Cycles of the largest of transfers that start together, one per core, of ``sizes``
+    (bytes, or copies), where ``time(active, amount)`` is what ``amount`` takes while ``active``
+    of them still move: the smaller ones end first and leave the link to the rest (the
+    simulator's link shares it anew when a transfer ends). Equal sizes take
+    ``time(len(sizes), size)``, the lockstep time."""
+    left = sorted(x for x in sizes if x > 0)
+    t, done = 0.0, 0.0
+    for i, x in enumerate(left):
+        if x > done:
+            t += time(len(left) - i, x - done)
+            done = x
+    return t
 
 
 def dma_cycles(startup: float, nbytes: float, rate: float) -> int:

@@ -45,8 +45,10 @@ simulator is mirrored: sharers of a panel drift apart when a coarse chunk's miss
 them lag too far (``DRIFT_LIMIT``).
 
 **Links.** A cube core loads misses at ``rates.gm_read`` and hits at ``rates.l2_read``, both
-capped by a fair share of their link (HBM with the other cores' misses and Fixpipe stores, the
-L2 link with their hits), from the fraction of the time the cores keep a transfer in flight.
+capped by a fair share of their link (HBM with the other cores' misses, the L2 link with their
+hits, and the Fixpipe stores on the link that takes them: the L2 link with a write-back L2, else
+HBM), from the fraction of the time the cores keep each part of a transfer in flight, pass after
+pass until no link is asked for more than it carries.
 
 **Cost.** Cores with the same program (tile shapes and L2 behaviour) are replayed once; a loop
 whose iteration shifts every time of the replay by the same amount is extended by that shift
@@ -60,13 +62,18 @@ from collections import OrderedDict, deque
 from typing import Any, Iterable, Mapping, Sequence
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, vector_cycles
+from opsim.kernels.analytic import (Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, stores_to_l2,
+                                    vector_cycles)
 from opsim.kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
                                       FlceTiling, MatmulTiling, l0_steps)
 from opsim.kernels.common import TensorDesc
 from opsim.simulator.cube import align16, ceil_div, nz_bytes
 
 __all__ = ["estimate", "DRIFT_LIMIT"]
+
+# passes of a cube phase at most, each with the link shares the previous one's transfers leave
+# (two suffice unless a what-if link is far narrower than the device's)
+_LINK_PASSES = 8
 
 # The cores of a wave share a panel chunk (one misses, the others hit) while they load it close
 # together. The one that misses falls behind by the chunk's miss time minus its hit time; when
@@ -458,6 +465,13 @@ class _CubeCosts:
         data = p * self.transfer(nbytes, frac) + (1.0 - p) * self.transfer(nbytes, 0.0)
         return self.startup * reps + data
 
+    def in_flight(self, nbytes: int, miss: Miss) -> tuple[float, float]:
+        """Expected cycles the load's miss part is on HBM and its hit part on the L2 link (the
+        parts of a load move at once, each at its own rate)."""
+        p, frac = miss
+        return (p * nbytes * frac / self.hbm,
+                (p * nbytes * (1.0 - frac) + (1.0 - p) * nbytes) / self.l2)
+
     def load_data(self, rows: int, cols: int, to_a: bool, reps: int) -> int:
         rate = self.spec.rates.l1_to_l0a if to_a else self.spec.rates.l1_to_l0b
         return math.ceil(nz_bytes(rows, cols, self.item) / rate) + reps * self.m1
@@ -518,11 +532,13 @@ class _CubeCore:
                 cyc = costs.load(nbytes, miss, reps)
                 c.op("MTE2", cyc + c.head(spec, "MTE2", bd))
                 f = miss[0] * miss[1]                    # expected fraction of bytes missed
-                data = cyc - costs.startup * reps
                 busy["~bytes"] = busy.get("~bytes", 0.0) + nbytes
                 busy["~missbytes"] = busy.get("~missbytes", 0.0) + nbytes * f
-                busy["~miss"] = busy.get("~miss", 0.0) + data * f
-                busy["~hit"] = busy.get("~hit", 0.0) + data * (1.0 - f)
+                # the link shares count each part's own time on its link: the load's time split
+                # by bytes put a miss that 1 core in 24 takes at 1/24 of its weight twice over
+                on_hbm, on_l2 = costs.in_flight(nbytes, miss)
+                busy["~miss"] = busy.get("~miss", 0.0) + on_hbm
+                busy["~hit"] = busy.get("~hit", 0.0) + on_l2
                 q.enque(b)
             a1, b1 = self.a1.deque(), self.b1.deque()
             for _, ks, rep in l0_steps(kk, mm.base_k, mm.step_k):
@@ -610,9 +626,13 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
                 misses: Mapping[tuple[int, int], tuple[Miss, Miss]], out_items: Mapping[int, int],
                 cores_state: list[_CubeCore] | None) -> tuple[float, list[_CubeCore]]:
     """End of a cube phase (the last core's last Fixpipe) from ``start``; the link rates from
-    the fraction of the time the cores keep transfers in flight (two passes)."""
+    the fraction of the time the cores keep transfers in flight: a pass with the cores' own
+    rates, then passes with the shares the previous pass's transfers leave each, until the
+    cores no longer ask a link for more than it carries (``_LINK_PASSES`` at most)."""
     cap_hbm = spec.bytes_per_cycle(spec.gm.bandwidth)
     cap_l2 = spec.bytes_per_cycle(spec.l2.bandwidth) if spec.l2 is not None else 0.0
+    # Fixpipe stores go to the L2 link when a write-back L2 takes them (Device.gm_transfer)
+    fixp_on_l2 = stores_to_l2(spec)
     assert spec.mte2 is not None and spec.fixp is not None   # Ascend spec; FLCE parts have a Fixpipe
     gm_read = float(spec.rates.gm_read or spec.mte2.base)
     l2_read = float(spec.rates.l2_read or gm_read)
@@ -621,7 +641,7 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
     bd = tiling.block_dim
     result: list[_CubeCore] = []
     end = start
-    for attempt in range(2):
+    for attempt in range(_LINK_PASSES):
         result = []
         costs = _CubeCosts(spec, tiling, rates)
         replayed: dict[tuple, _CubeCore] = {}
@@ -649,14 +669,22 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
             result.append(cc)
         end = max((cc.core.end for cc in result), default=start)
         span = max(end - start, 1.0)
-        # transfers in flight on average: misses and stores share HBM, hits the L2 link
-        n_hbm = sum(cc.miss_cycles + cc.fixp_cycles for cc in result) / span
-        n_l2 = sum(cc.hit_cycles for cc in result) / span
-        new = (min(gm_read, cap_hbm / max(1.0, n_hbm)), min(l2_read, cap_l2 / max(1.0, n_l2)) if cap_l2 else l2_read,
-               min(fixp, cap_hbm / max(1.0, n_hbm)))
+        # transfers in flight on average: misses share HBM, hits the L2 link, stores the one
+        # that takes them
+        fixp_n = sum(cc.fixp_cycles for cc in result) / span
+        n_hbm = sum(cc.miss_cycles for cc in result) / span + (0.0 if fixp_on_l2 else fixp_n)
+        n_l2 = sum(cc.hit_cycles for cc in result) / span + (fixp_n if fixp_on_l2 else 0.0)
+        l2_share = cap_l2 / max(1.0, n_l2) if cap_l2 else math.inf
+        new = (min(gm_read, cap_hbm / max(1.0, n_hbm)), min(l2_read, l2_share),
+               min(fixp, l2_share if fixp_on_l2 else cap_hbm / max(1.0, n_hbm)))
         if attempt == 0 and all(abs(a - b) <= 1e-3 * a for a, b in zip(new, rates)):
             break
-        rates = new
+        # the shares of this pass hold (no link asked for more than it carries): done -- as
+        # after the second pass always, unless a link is so narrow that the second pass, which
+        # still moved at shares of the faster first one, overran it (FLCE at 50 GB/s of HBM)
+        if attempt > 0 and all(b >= a * (1 - 1e-3) for a, b in zip(rates, new)):
+            break
+        rates = new if attempt == 0 else tuple(min(a, b) for a, b in zip(rates, new))  # type: ignore[assignment]
     return end, result
 
 
@@ -715,7 +743,8 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
         # a write-back L2 takes the stores on the L2 link at the MTE3 path's rate; HBM carries
         # the loads' misses and the dirty lines evicted by what the loads and stores allocate
         # (``f`` bytes per byte), which the transfers wait for (Device.gm_transfer). Every core
-        # does the same at once: HBM is shared evenly among them.
+        # does the same at once: HBM is shared evenly among them, and the L2 link between the
+        # loads' hits and the previous chunk's stores (``lockstep_copy_cycles``).
         assert spec.mte2 is not None and spec.mte3 is not None and spec.l2 is not None
         share = spec.bytes_per_cycle(spec.gm.bandwidth) / cores
         dl = spec.mte2.base + spec.mte2.shared / cores
@@ -727,11 +756,15 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
             lb, sb = n * 4, align16(prev) * item
             hit, miss = lb * rows_from_l2, lb * (1.0 - rows_from_l2)
             wl, ws = f * miss, 0.0
-            hit_c = hit / l2r
-            beside = max(miss / dl, (miss + wl + ws) / share, hit_c)
+            hit_c, store_c = hit / l2r, sb / ds
+            if hit >= 1 and sb:
+                hit_b, store_c, hit_c = lockstep_copy_cycles(spec, hit, sb, cores, load_from_l2=True)
+            else:
+                hit_b = hit_c
+            beside = max(miss / dl, (miss + wl + ws) / share, hit_b)
             alone = max(miss / dl, (miss + wl) / share, hit_c)
             # the last chunk's store of a batch's last row waits for what the batch's S evicts
-            store = max(sb / ds, (ws + (end_wb if k == 0 else 0.0)) / share)
+            store = max(store_c, (ws + (end_wb if k == 0 else 0.0)) / share)
             out.append([math.ceil(beside), math.ceil(store), math.ceil(alone), vec_cycles(n)])
         return out
 
@@ -846,14 +879,17 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     meta = bt * (4 + int_item + (1 if tm is None or not packed else 0)) + (bt + 7) // 8 * packed + (8 * bt if ms else 0)
     chunks = [min(tiling.vec_chunk, v - c0) for c0 in range(0, v, tiling.vec_chunk)]
     reads = cube_loads + rows_bytes + meta
-    # the cube's expected hits are served by the L2, not HBM (the vector side's reads count as HBM)
+    # the cube's expected hits are served by the L2, not HBM, and so is the resident part of the
+    # logits the vector stage reads back in memory-saving mode (as its cycles price them): counted
+    # on HBM, they put the HBM rate at twice its peak with a 50 GB/s what-if HBM
     cube_hits = cube_loads - sum(cc.core.busy.get("~missbytes", 0.0) for cc in cubes) - sum(
         cc.core.busy.get("~missbytes", 0.0) for cc in state or ())
+    row_hits = rows_bytes * logits_l2
     writes = (bt * sum(align16(n) for n in chunks) * item + bt * h * item + v * h * item
               + (rows_bytes if ms else 0))
     return Estimate(cycles=int(math.ceil(end)), pipe_busy={p: int(round(b)) for p, b in busy.items()},
                     bytes_read=int(reads), bytes_written=int(writes), block_dim=tiling.block_dim,
                     ub_bytes=tiling.ub_bytes, workspace_bytes=tiling.workspace, launches=1, model="flce",
-                    l2_bytes_read=int(max(0.0, cube_hits)),
+                    l2_bytes_read=int(max(0.0, cube_hits) + row_hits),
                     notes="mixed launch: " + ", ".join(notes) + " cycles",
                     extra={"estimate_phases": tuple(notes)})

@@ -54,9 +54,8 @@ def test_mse_estimate_is_within_tolerance_of_the_simulator_without_contention(de
     (None, {"hbm.bandwidth": 3.0e11}),
 ])
 def test_mse_estimate_tracks_gm_contention_of_48_cores(tiling, overrides):
-    # the pipeline estimate prices stores as HBM traffic (a write-through L2); the A2 file's
-    # write-back L2 takes them on the L2 link instead, so this check of the HBM contention
-    # model pins the write-through policy (estimate mode does not model write-back: a known limit)
+    # loads and stores contend for HBM only with a write-through L2: the A2 file's write-back L2
+    # takes the stores on the L2 link, so this check of the HBM contention pins write-through
     overrides = {**(overrides or {}), "l2.write_policy": "write-through"}
     des, est = _both("mse_loss_backward", "atlas-a2", tiling, overrides, **_mse(1 << 21, "fp32"))
     assert abs(est.cycles - des.cycles) / des.cycles < TOLERANCE, (est.cycles, des.cycles)
@@ -143,13 +142,23 @@ def test_operator_without_a_closed_form_is_estimated_by_replaying_its_kernel():
 
 
 def test_copy_rates_share_the_gm_link_max_min_fairly():
-    spec = opsim.device_spec("atlas-a2")
+    spec = opsim.device_spec("atlas-a2", {"l2.write_policy": "write-through"})
     cap = spec.gm.bandwidth / spec.clock_hz
     rl, rs = copy_rates(spec, 48, 0)
     assert rl == pytest.approx(spec.mte2.base + spec.mte2.shared / 48)   # 10.24 B/cycle, under the cap
     rl, rs = copy_rates(spec, 48, 48)
     assert 48 * (rl + rs) == pytest.approx(cap)                        # saturated: the link is full
     assert rl == pytest.approx(rs)
+
+
+def test_copy_rates_put_the_stores_a_write_back_l2_takes_on_the_l2_link():
+    # as Device.gm_transfer routes them: the loads have HBM to themselves, the stores share the
+    # L2 link (a closed form that priced them on HBM put an L2-bound estimate above the L2's peak)
+    spec = opsim.device_spec("atlas-a2", {"gm.bandwidth": 50e9, "l2.bandwidth": 200e9})
+    rl, rs = copy_rates(spec, 48, 48)
+    assert rl == pytest.approx(spec.gm.bandwidth / spec.clock_hz / 48)
+    assert rs == pytest.approx(spec.l2.bandwidth / spec.clock_hz / 48)
+    assert copy_rates(spec, 48, 0)[0] == rl and copy_rates(spec, 0, 48)[1] == rs
 
 
 def test_shared_dma_pipe_of_a_dsp_follows_the_prefetching_program_order():
