@@ -143,6 +143,72 @@ def test_an_example_study_estimate_stays_under_the_hbm_peak():
     assert moved > s["peak_bandwidth_GBps"] > s["bandwidth_GBps"]       # the old figure broke physics
 
 
+# -- estimate mode under what-if links -------------------------------------------------------------
+
+# A size per operator where the links bind (beside its example): a what-if link must slow the
+# estimate down enough to carry the estimate's own bytes. The replay priced a transfer at a fair
+# share fixed when it started, so a store and an L2 hit together took up to 1.5x the L2 link (MSE,
+# 4 Mi fp32, l2.bandwidth = 200 GB/s: 208 "GB/s" of L2); the closed forms priced the stores a
+# write-back L2 takes on HBM (embedding, FLCE: L2 up to 1.6x its peak) and the FLCE cube stage's
+# HBM share from a first pass that had not yet slowed down (HBM 1.9x its peak at 50 GB/s).
+LINK_BOUND = {
+    "mse_loss_backward": ({"shape": (1 << 22,)}, {"tile_length": 1024}),
+    "binary_cross_entropy_backward": ({"shape": (1 << 22,)}, {"tile_length": 2048}),
+    "binarycrossentropygrad": ({"size": 1 << 20}, None),
+    "embedding_dense_backward": ({"shape": (4096, 2048)}, None),
+    "fused_linear_cross_entropy_loss_grad": ({"shape": (1024, 1024, 8192)}, None),
+}
+WHAT_IF_DEVICES = ("atlas-a2", "atlas-training", "ft78ne")
+
+
+def _what_ifs(spec) -> list[dict]:
+    """The GM link down (1/20 and a 50 GB/s part) and up (x2); the L2 link down (1/20, 200 GB/s)."""
+    out = [{"gm.bandwidth": spec.gm.bandwidth / 20}, {"gm.bandwidth": 50e9}, {"gm.bandwidth": spec.gm.bandwidth * 2}]
+    if spec.l2 is not None:
+        out += [{"l2.bandwidth": spec.l2.bandwidth / 20}, {"l2.bandwidth": 200e9}]
+    return out
+
+
+def _what_if_cases():
+    for op_name in registry.names():
+        op = registry.get(op_name)
+        for dev in WHAT_IF_DEVICES:
+            spec = opsim.device_spec(dev)
+            if spec.series not in op.products:
+                continue
+            dt = op.dtypes(spec)[0]
+            yield pytest.param(op_name, dev, dt, {}, None, id=f"{op_name}-{dev}-example")
+            size, tiling = LINK_BOUND[op_name]
+            yield pytest.param(op_name, dev, dt, size, tiling, id=f"{op_name}-{dev}-link-bound")
+
+
+def test_every_operator_has_a_link_bound_size():
+    assert set(LINK_BOUND) >= set(registry.names())
+
+
+@pytest.mark.parametrize("op_name,dev,dt,size,tiling", list(_what_if_cases()))
+def test_no_estimate_figure_exceeds_its_peak_under_what_if_links(op_name, dev, dt, size, tiling):
+    from opsim.estimate import prefer
+    op = registry.get(op_name)
+    shapes = op.example_shapes(opsim.device_spec(dev), dt, **size)
+    operands = {k: opsim.TensorSpec(*v) if isinstance(v, tuple) else v for k, v in shapes.items()}
+    for overrides in _what_ifs(opsim.device_spec(dev)):
+        spec = opsim.device_spec(dev, overrides)
+        for model in ("replay", "closed-form"):          # the closed form where the operator has one
+            with prefer(model):
+                res = opsim.run(op_name, device=dev, mode="estimate", tiling=tiling, device_overrides=overrides,
+                                **operands)
+            s = res.stats
+            what = f"{s['estimate_model']} estimate with {overrides}"
+            check_stats(s)
+            _le(s["bandwidth_GBps"], spec.gm.bandwidth / 1e9, f"{what}: GM link")
+            if spec.l2 is not None:
+                _le(s["l2_bandwidth_GBps"], spec.l2.bandwidth / 1e9, f"{what}: L2 link")
+            links = s["link_bytes"]
+            assert sum(links.get(f"{k} read", 0) for k in (s["gm_link"], "L2")) == s["bytes_read"], what
+            assert links.get("L2 write", links[f"{s['gm_link']} write"]) == s["bytes_written"], what
+
+
 # -- FLCE at the 910B-class partition (timing mode) ----------------------------------------------
 
 def _flce_specs(bt: int, h: int, v: int) -> dict:
