@@ -58,7 +58,7 @@ from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, head_cycles, l2_read_rate,
+from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
                               lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
                               vector_cycles)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
@@ -2376,13 +2376,15 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
     Extract (Copy) + Cast of the indices, the accumulator's Duplicate; a row: the scalar's reads
     and the Add; a run (every index distinct under the timing-mode assumption i mod numWeights,
     so one per row when gradRow <= numWeights): the atomic store and the Duplicate. All cores
-    load at about the same time (``block_dim`` concurrent copies; grad rows from the L2 when
-    CastGrad just wrote them and they fit); one store in flight."""
+    load at about the same time (a tile's copies start together on every core that still has
+    rows; grad rows from the L2 when CastGrad just wrote them and they fit): the other cores'
+    fewer rows end first and leave the link to the last core (``drain_cycles``); one store in
+    flight."""
     bd, emb, nw = tiling.block_dim, tiling.emb_dim, tiling.num_weights
     lo, hi = small_dim_rows(tiling.n_rows, bd, bd - 1)
     rows = hi - lo
+    per_core = [b - a for a, b in (small_dim_rows(tiling.n_rows, bd, i) for i in range(bd))]
     keys = _assumed_indices(tiling.n_rows, nw)[lo:hi]
-    rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, 1)
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
@@ -2395,9 +2397,18 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
         na = _align(n, 32)
         runs = len(np.unique(keys[s:s + n]))
         runs_total += runs
-        gr = l2_read_rate(spec, bd) if grad_from_l2 else rl
-        load = dma_cycles(st2, n * 4, rl) + (dma_cycles(st2, n * emb * 4, gr) if emb % 8 == 0
-                                             else n * dma_cycles(st2, emb * 4, gr))
+        tile_rows = [min(max(r - s, 0), tiling.sd_max_rows) for r in per_core]
+
+        def rate(active: int, from_l2: bool) -> float:
+            return l2_read_rate(spec, active) if from_l2 else shared_rates(spec, active, 0)[0]
+        idx_load = int(st2) + math.ceil(drain_cycles([k * 4 for k in tile_rows], lambda a, x: x / rate(a, False)))
+        if emb % 8 == 0:        # a tile's rows in one copy
+            grad_load = int(st2) + math.ceil(drain_cycles([k * emb * 4 for k in tile_rows],
+                                                          lambda a, x: x / rate(a, grad_from_l2)))
+        else:                   # a copy per row
+            grad_load = math.ceil(drain_cycles(
+                tile_rows, lambda a, k: k * dma_cycles(st2, emb * 4, rate(a, grad_from_l2))))
+        load = idx_load + grad_load
         srt = vector_cycles(spec, "Sort32", "fp32", na) + sort_passes(na) * vector_cycles(spec, "MrgSort", "fp32", na)
         vec = (vector_cycles(spec, "Duplicate", "fp32", na) + vector_cycles(spec, "Cast_int32_fp32", "int32", n)
                + srt + vector_cycles(spec, "Copy", "fp32", na) + vector_cycles(spec, "Cast_fp32_int32", "fp32", n)
