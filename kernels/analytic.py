@@ -41,7 +41,8 @@ from opsim.simulator.isa import vector_cost
 
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
-           "dma_cycles", "sequence", "lockstep_copy_cycles", "stores_to_l2", "drain_cycles"]
+           "dma_cycles", "sequence", "lockstep_copy_cycles", "stores_to_l2", "drain_cycles", "writeback_share",
+           "sparse_store_rate"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Estimate:
     notes: str = ""
     extra: Mapping[str, object] = field(default_factory=dict)
     l2_bytes_read: int = 0                # of bytes_read, those the L2 serves (not HBM traffic)
+    # of bytes_written, those a write-back L2 writes back to the GM link within the call (None:
+    # what does not fit the L2, the least it can be)
+    gm_bytes_written: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +117,18 @@ def stores_to_l2(spec: DeviceSpec) -> bool:
     """Whether a write-back L2 takes the stores on the L2 link (``Device.gm_transfer``: MTE3 and
     Fixpipe stores allocate in the L2; HBM sees only the dirty lines evicted)."""
     return spec.family != "dsp" and spec.l2 is not None and spec.l2.write_policy == "write-back"
+
+
+def writeback_share(spec: DeviceSpec, read: float, written: float) -> float:
+    """Of the bytes a call stores into a write-back L2, the share written back to the GM link
+    before the call ends: an LRU L2 holds the last ``l2.size`` bytes the call touched, dirty in
+    the share the stores have of what it touches; the rest of them were evicted to HBM. (MSE,
+    3 x 256 MiB in, 256 MiB out, 192 MiB L2: 81 %, as the simulator writes back.) 0 without a
+    write-back L2 or when everything fits."""
+    if not stores_to_l2(spec) or written <= 0:
+        return 0.0
+    assert spec.l2 is not None
+    return max(0.0, 1.0 - spec.l2.size / (read + written))
 
 
 def _fill(cap: float, classes: Sequence[tuple[float, float]]) -> list[float]:
@@ -394,6 +410,16 @@ def shared_rates(spec: DeviceSpec, loaders: float, storers: float) -> tuple[floa
     nl = max(1.0, loaders) if loaders > 0 else 0.0
     ns = max(1.0, storers) if storers > 0 else 0.0
     return copy_rates(spec, nl, ns)
+
+
+def sparse_store_rate(spec: DeviceSpec, in_flight: float) -> float:
+    """Bytes/cycle of a store when the cores' stores rarely coincide: the rate of a store alone
+    (its pool bonus whole), but no more than the share of its link (the L2 link with a write-back
+    L2, else GM) among the ``in_flight`` stores the cores keep moving on average -- however the
+    stores interleave, the link carries no more than its bandwidth."""
+    _, alone = copy_rates(spec, 0, 1)
+    bw = spec.l2.bandwidth if stores_to_l2(spec) and spec.l2 is not None else spec.gm.bandwidth
+    return min(alone, spec.bytes_per_cycle(bw) / max(1.0, in_flight))
 
 
 def l2_read_rate(spec: DeviceSpec, concurrent: float) -> float:

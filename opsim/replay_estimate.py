@@ -12,7 +12,7 @@ import threading
 from typing import Any, Mapping
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import Estimate
+from opsim.kernels.analytic import Estimate, writeback_share
 from opsim.kernels.common import OpDef, TensorDesc
 from opsim.simulator import numerics as nx
 from opsim.simulator.replay import ReplayDevice, replay_launches
@@ -59,9 +59,16 @@ def replay_estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDe
     if ws:
         tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
     launches = opdef.launch(dev, stream, tensors, tiling, attrs)
-    rep = replay_launches(dev, launches)
     read = sum(d.nbytes for n, d in descs.items() if d is not None and n not in opdef.outputs)
     written = sum(d.nbytes for n, d in descs.items() if d is not None and n in opdef.outputs)
+    # a call that streams more than a write-back L2 holds writes back most of what it stores: the
+    # replayed blocks' L2 model sees only their lines, so the share is priced on HBM as a whole
+    wb = writeback_share(spec, read, written)
+    dev.writeback_share = wb
+    try:
+        rep = replay_launches(dev, launches)
+    finally:
+        dev.writeback_share = 0.0
     block_dim = max((r.block_dim for r in rep.launches), default=1)
     ub = max((c.memories[m].peak_allocated_bytes for c in dev.all_cores() for m in c.memories
               if m in ("UB", "PRIVATE")), default=0)
@@ -72,7 +79,7 @@ def replay_estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDe
     seen_gm = dev.link_bytes.get(f"{spec.gm.kind} read", 0)
     l2_read = round(read * seen_l2 / (seen_l2 + seen_gm)) if seen_l2 + seen_gm else 0
     return Estimate(cycles=rep.cycles, pipe_busy=rep.pipe_busy, bytes_read=read, bytes_written=written,
-                    l2_bytes_read=l2_read,
+                    l2_bytes_read=l2_read, gm_bytes_written=round(written * wb) if wb else None,
                     block_dim=block_dim, ub_bytes=ub, workspace_bytes=ws, launches=len(rep.launches),
                     model="replay",
                     notes=f"{len(rep.launches)} launch(es) replayed from the kernel program "

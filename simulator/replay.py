@@ -51,6 +51,7 @@ class _Transfer(simpy.Event):
                  startup: int) -> None:
         super().__init__(env)
         self.nbytes, self.base, self.links, self.pool, self.startup = nbytes, base, links, pool, startup
+        self.stored = False     # a store a write-back L2 takes (ReplayDevice.gm_transfer marks it)
 
 
 class ReplayNet:
@@ -77,6 +78,9 @@ class ReplayDevice(Device):
         net: Any = vars(self)["net"]   # the LinkNetwork Device built: its links and pools stay
         # a ReplayNet stands in for the LinkNetwork (it records transfers, it does not share links)
         self.net = ReplayNet(self.env, net.links, net.pools)  # type: ignore[assignment]
+        # of the bytes a write-back L2 takes, the share written back to HBM within the call: what
+        # the replayed blocks' L2 model cannot show (it sees only their lines); replay_estimate sets it
+        self.writeback_share = 0.0
 
         # GM allocations the replayed blocks read / wrote in the current launch: (addr, size) -> write
         self.touched: dict[tuple[int, int], bool] = {}
@@ -124,7 +128,12 @@ class ReplayDevice(Device):
             self.touched[key] = self.touched.get(key, False) or write
         if self.assumed and self.l2 is not None:
             self._warm(addr, nbytes)
-        return super().gm_transfer(pipe, addr, nbytes, write=write, **kw)
+        ev = super().gm_transfer(pipe, addr, nbytes, write=write, **kw)
+        if write and self.l2 is not None and self.l2.write_back:
+            for p in _parts(ev) or ():
+                if self.l2_link in p.links:
+                    p.stored = True
+        return ev
 
     def settle_l2(self) -> None:
         """After a launch: every tensor the replayed blocks touched counts as touched in full
@@ -255,6 +264,8 @@ class BlockReplay:
     skipped_tiles: int = 0      # tiles the steady state counted instead of scheduling
 
 
+STORED = -1          # the key of the stores into a write-back L2 in _Scheduler.moved
+
 _SIGNATURE_FIELDS = ("count", "_nbytes", "event_id", "m", "n", "k", "repeat")
 # instruction class -> (the signature fields its instances can have, a getter of them or None):
 # every field for a class whose instances carry a __dict__ (no getter: each is read with a
@@ -346,6 +357,7 @@ class _Scheduler:
         self.inflight: dict[int, list[int]] = {}   # id(link or pool) -> end times of transfers
         self.moved: dict[int, float] = {}            # id(link) -> bytes this block moved over it
         self.capacity: dict[int, float] = {}         # id(link) -> its bytes/cycle
+        # (under the key STORED in ``moved``: the bytes of its stores a write-back L2 took)
         self.now = 0
         self.programs: list[_Program] = []
         self.events: list[tuple[int, int, _RPipe]] = []
@@ -413,6 +425,8 @@ class _Scheduler:
                 inflight.setdefault(id(r), []).append(end)
                 moved[id(r)] = moved.get(id(r), 0.0) + p.nbytes
                 capacity[id(r)] = r.capacity
+            if p.stored:
+                moved[STORED] = moved.get(STORED, 0.0) + p.nbytes
             if p.pool is not None:
                 inflight.setdefault(id(p.pool), []).append(end)
         return longest
@@ -550,9 +564,16 @@ class _Scheduler:
             pipe.blocked = None
             self._run_for(pipe, pipe.current, 0)  # type: ignore[arg-type]
 
-    def link_bound(self) -> int:
-        """The fewest cycles in which the lockstep blocks' bytes fit through every link."""
-        return max((math.ceil(self.share * b / self.capacity[k] - 1e-9) for k, b in self.moved.items()), default=0)
+    def link_bound(self, gm_link: Any = None, writeback_share: float = 0.0) -> int:
+        """The fewest cycles in which the lockstep blocks' bytes fit through every link: with
+        ``writeback_share`` of their stores into a write-back L2 written back over ``gm_link``."""
+        moved = dict(self.moved)
+        stored = moved.pop(STORED, 0.0)
+        capacity = dict(self.capacity)
+        if stored and writeback_share > 0 and gm_link is not None:
+            moved[id(gm_link)] = moved.get(id(gm_link), 0.0) + stored * writeback_share
+            capacity[id(gm_link)] = gm_link.capacity
+        return max((math.ceil(self.share * b / capacity[k] - 1e-9) for k, b in moved.items()), default=0)
 
     def busy(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -621,7 +642,8 @@ def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = 
     # the lockstep blocks cannot move more over a link than it carries in the block's time: a
     # rate fixed at a transfer's start may overrun a link that is busy all the time (MSE, 4 Mi
     # fp32 on 48 cores with a 200 GB/s L2: the stores and the L2 hits at 208 GB/s)
-    cycles = max(cycles, sched.link_bound())
+    # (with the share of its stores a write-back L2 writes back to HBM within the call)
+    cycles = max(cycles, sched.link_bound(dev.gm_link, getattr(dev, "writeback_share", 0.0)))
     busy = sched.busy()
     n = sum(p.dispatched for p in sched.programs)
     return BlockReplay(cycles, busy, n, steady.skipped_tiles if steady is not None else 0)

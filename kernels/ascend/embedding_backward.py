@@ -60,7 +60,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
                               lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
-                              vector_cycles)
+                              sparse_store_rate, vector_cycles)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_nd, check_max_dims, check_not_null,
@@ -2319,34 +2319,43 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     the scalar's reads, the grad row's load, the Add (and the scalar's bookkeeping); a flush:
     the atomic store (and the 4 B count add with scale), the barrier, the Duplicate. All cores
     load at about the same time: each load gets the rate of ``block_dim`` concurrent copies; the
-    flushes of different cores rarely coincide (one store in flight)."""
+    flushes of different cores rarely coincide (a store alone: ``sparse_store_rate``, with the
+    link shared among the stores the cores keep in flight on average)."""
     bd = tiling.block_dim
     rows = -(-tiling.n_rows // bd)
     flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
     rl, _ = shared_rates(spec, bd, 0)
-    _, rs = shared_rates(spec, 0, 1)
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
     if tiling.emb_dim % tiling.e_chunk:
         passes.append(tiling.emb_dim % tiling.e_chunk)
-    total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
-    total += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
-    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
-    for j, n in enumerate(passes):
-        load = 2 * dma_cycles(st2, 4, rl) + dma_cycles(st2, n * 4, rl)
-        add = vector_cycles(spec, "Add", "fp32", n)
-        scal = math.ceil(5 * cpo)
-        row = load + scal + add
-        flush = dma_cycles(st3, n * 4, rs) + vector_cycles(spec, "Duplicate", "fp32", n)
-        if tiling.scale and j == 0:
-            flush += math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs)
-        total += rows * row + flushes * flush
-        busy["MTE2"] += rows * load
-        busy["VECTOR"] += rows * add + flushes * vector_cycles(spec, "Duplicate", "fp32", n)
-        busy["MTE3"] += flushes * dma_cycles(st3, n * 4, rs)
-        busy["SCALAR"] += rows * scal
+    in_flight = 1.0
+    for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
+        rs = sparse_store_rate(spec, in_flight)
+        total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
+        total += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
+        busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
+        storing = 0.0
+        for j, n in enumerate(passes):
+            load = 2 * dma_cycles(st2, 4, rl) + dma_cycles(st2, n * 4, rl)
+            add = vector_cycles(spec, "Add", "fp32", n)
+            scal = math.ceil(5 * cpo)
+            row = load + scal + add
+            flush = dma_cycles(st3, n * 4, rs) + vector_cycles(spec, "Duplicate", "fp32", n)
+            if tiling.scale and j == 0:
+                flush += math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs)
+            total += rows * row + flushes * flush
+            busy["MTE2"] += rows * load
+            busy["VECTOR"] += rows * add + flushes * vector_cycles(spec, "Duplicate", "fp32", n)
+            busy["MTE3"] += flushes * dma_cycles(st3, n * 4, rs)
+            busy["SCALAR"] += rows * scal
+            storing += flushes * n * 4 / rs
+        need = bd * storing / total
+        if sparse_store_rate(spec, need) >= rs * (1 - 1e-9):
+            break           # the link carries what the cores store at this rate
+        in_flight = max(need, in_flight * 1.01)
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
                       int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
                       "EmbeddingDenseGradV2")
