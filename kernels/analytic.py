@@ -31,7 +31,9 @@ the simulator.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
@@ -42,7 +44,7 @@ from opsim.simulator.isa import vector_cost
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
            "dma_cycles", "sequence", "lockstep_copy_cycles", "stores_to_l2", "drain_cycles", "writeback_share",
-           "sparse_store_rate"]
+           "sparse_store_rate", "with_writebacks"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,49 @@ def writeback_share(spec: DeviceSpec, read: float, written: float) -> float:
         return 0.0
     assert spec.l2 is not None
     return max(0.0, 1.0 - spec.l2.size / (read + written))
+
+
+def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate]) -> list[Estimate]:
+    """The launches of a call, one after another, with the dirty lines a write-back L2 evicts to
+    HBM, which a closed form's program does not move: the L2 holds the last ``l2.size`` bytes the
+    launches allocated (their HBM reads and their stores, interleaved within a launch), and a
+    launch writes back the dirty bytes its allocations push out (embedding on atlas-a2, 4096 x
+    2048 rows into 32000: ZerosLike 61 MB of its own 262, MemSet all 262 MB, as timing mode).
+    Each launch gets ``gm_bytes_written``, and takes at least its HBM bytes over the HBM link
+    (MemSet with half the HBM is HBM-bound: 683k cycles, its program's stores alone 547k)."""
+    if not stores_to_l2(spec):
+        return list(parts)
+    assert spec.l2 is not None
+    size = float(spec.l2.size)
+    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+    held: deque[list[float]] = deque()          # [bytes, dirty share], the oldest first
+    used = 0.0
+    out = []
+    for e in parts:
+        reads = float(e.bytes_read - e.l2_bytes_read)
+        alloc = reads + e.bytes_written
+        if alloc > 0:
+            held.append([alloc, e.bytes_written / alloc])
+            used += alloc
+        wb, over = 0.0, used - size
+        while over > 1e-9 and held:
+            seg = held[0]
+            take = min(seg[0], over)
+            wb += take * seg[1]
+            seg[0] -= take
+            over -= take
+            used -= take
+            if seg[0] <= 1e-9:
+                held.popleft()
+        wb_bytes = int(round(wb))
+        e = dataclasses.replace(e, gm_bytes_written=wb_bytes)
+        link = math.ceil((reads + wb_bytes) / cap) + spec.launch.overhead * e.launches
+        if wb_bytes and link > e.cycles:
+            e = dataclasses.replace(e, cycles=link, notes=(e.notes + "; " if e.notes else "") + (
+                f"HBM-bound: {int(reads) + wb_bytes} B over the {spec.gm.kind} link, {wb_bytes} B of them dirty "
+                f"lines the L2 writes back (the closed form's program has no write-back)"))
+        out.append(e)
+    return out
 
 
 def _fill(cap: float, classes: Sequence[tuple[float, float]]) -> list[float]:
@@ -493,9 +538,11 @@ def sequence(parts: Sequence[Estimate], model: str, notes: str = "", **extra: ob
     for e in parts:
         for p, b in e.pipe_busy.items():
             busy[p] = busy.get(p, 0) + int(b)
+    wb = [e.gm_bytes_written for e in parts]
     return Estimate(cycles=sum(int(e.cycles) for e in parts), pipe_busy=busy,
                     bytes_read=sum(int(e.bytes_read) for e in parts),
                     bytes_written=sum(int(e.bytes_written) for e in parts),
+                    gm_bytes_written=sum(int(w) for w in wb) if wb and None not in wb else None,
                     block_dim=max((e.block_dim for e in parts), default=0),
                     ub_bytes=max((e.ub_bytes for e in parts), default=0),
                     workspace_bytes=max((e.workspace_bytes for e in parts), default=0),

@@ -11,12 +11,11 @@ bandwidth, pipe busy and utilisation, UB bytes, bound) so studies can mix both m
 from __future__ import annotations
 
 import dataclasses
-import math
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import Estimate, TileWork, cast_work, stores_to_l2
+from opsim.kernels.analytic import Estimate, TileWork, cast_work, stores_to_l2, with_writebacks
 from opsim.kernels.common import OpDef, TensorDesc
 from opsim.replay_estimate import replay_estimate
 from opsim.traces.bounds import cap_text, copy_rate_facts
@@ -100,22 +99,14 @@ def _gm_written(spec: DeviceSpec, est: Estimate) -> int:
 
 
 def _with_writeback(spec: DeviceSpec, est: Estimate) -> Estimate:
-    """A closed form with the dirty lines a write-back L2 evicts to HBM: its programs price the
-    stores on the L2 link and no write-back beyond the L2's size, which the simulator's HBM
-    carries (embedding 4096 x 2048 rows into 32000 on atlas-a2 writes back 367 MB). Where those
-    and the reads the L2 does not serve take the HBM link longer than the program's cycles, the
-    call takes the link's time: with a 69 GB/s what-if HBM the estimate was -81 % and 4.9x the
-    link's peak, the link's time is within 7 % of timing mode."""
-    wb = _gm_written(spec, est) if stores_to_l2(spec) else 0
-    if wb <= 0:
+    """A closed form with the dirty lines a write-back L2 evicts to HBM, which its program does
+    not move (``analytic.with_writebacks``; a model with launches of its own prices them per
+    launch and says how many bytes): a call that stores more than the L2 holds takes at least
+    the HBM link's time for them and its HBM reads (embedding 4096 x 2048 rows into 32000 on
+    atlas-a2 with a 69 GB/s what-if HBM: -81 % and 4.9x the link's peak without them)."""
+    if est.gm_bytes_written is not None or not stores_to_l2(spec):
         return est
-    hbm = int(est.bytes_read - est.l2_bytes_read) + wb
-    link = math.ceil(hbm / spec.bytes_per_cycle(spec.gm.bandwidth)) + spec.launch.overhead * est.launches
-    if link <= est.cycles:
-        return est
-    return dataclasses.replace(est, cycles=link, notes=(est.notes + "; " if est.notes else "") + (
-        f"HBM-bound: {hbm} B over the {spec.gm.kind} link, {wb} B of them written back by the L2 beyond "
-        f"its size (the closed form's program has no write-back), take {link} cycles"))
+    return with_writebacks(spec, [est])[0]
 
 
 def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:

@@ -60,7 +60,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
                               lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
-                              sparse_store_rate, vector_cycles)
+                              sparse_store_rate, vector_cycles, with_writebacks)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_nd, check_max_dims, check_not_null,
@@ -2469,7 +2469,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     if tiling.path == "empty":
         if out is not None and out.numel:
             parts.append(_est_zero(spec, tiling.zero_block_dim, [(out.numel, out.dtype.itemsize)]))
-        return _finish(parts, tiling)
+        return _finish(spec, parts, tiling)
     assert out is not None              # validated (or inferred): out is required
     acc_ws = tiling.region("acc32") is not None
     acc_item = 4 if acc_ws else out.dtype.itemsize
@@ -2497,7 +2497,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         parts.append(_est_v1_scale(spec, tiling, acc_l2, idx_item))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
-    return _finish(parts, tiling)
+    return _finish(spec, parts, tiling)
 
 
 def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc_item: int, acc_bytes: int) -> Any:
@@ -2518,7 +2518,7 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         if tiling.cast_out_tiling is not None:
             acc_l2 = _fits_l2(spec, acc_bytes + n_rows * emb * 4 * (2 if tiling.cast_grad else 1))
             parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
-        return _finish(parts, tiling)
+        return _finish(spec, parts, tiling)
     parts.append(_est_tik_sort(spec, tiling))
     parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
     parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
@@ -2533,10 +2533,13 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         parts.append(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
-    return _finish(parts, tiling)
+    return _finish(spec, parts, tiling)
 
 
-def _finish(parts: list, tiling: EmbeddingTiling) -> Any:
+def _finish(spec: DeviceSpec, parts: list, tiling: EmbeddingTiling) -> Any:
+    # a write-back L2 evicts dirty lines to HBM between and within the launches (the zeroed
+    # output of 262 MB, then MemSet's, overflow atlas-a2's 192 MB L2): priced per launch
+    parts = with_writebacks(spec, parts)
     est = sequence(parts, "embedding",
                    f"{len(parts)} launch(es); indices assumed i mod numWeights (as timing mode)",
                    launch_cycles=tuple((e.notes, int(e.cycles)) for e in parts))
