@@ -133,14 +133,17 @@ def writeback_share(spec: DeviceSpec, read: float, written: float) -> float:
     return max(0.0, 1.0 - spec.l2.size / (read + written))
 
 
-def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate]) -> list[Estimate]:
+def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float | None = None) -> list[Estimate]:
     """The launches of a call, one after another, with the dirty lines a write-back L2 evicts to
     HBM, which a closed form's program does not move: the L2 holds the last ``l2.size`` bytes the
     launches allocated (their HBM reads and their stores, interleaved within a launch), and a
     launch writes back the dirty bytes its allocations push out (embedding on atlas-a2, 4096 x
     2048 rows into 32000: ZerosLike 61 MB of its own 262, MemSet all 262 MB, as timing mode).
     Each launch gets ``gm_bytes_written``, and takes at least its HBM bytes over the HBM link
-    (MemSet with half the HBM is HBM-bound: 683k cycles, its program's stores alone 547k)."""
+    (MemSet with half the HBM is HBM-bound: 683k cycles, its program's stores alone 547k).
+    ``distinct``: the most bytes of lines the call's stores can touch (the tensors it writes), so
+    a launch that stores into the same lines again (atomic adds into a small accumulator)
+    allocates them once."""
     if not stores_to_l2(spec):
         return list(parts)
     assert spec.l2 is not None
@@ -151,9 +154,10 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate]) -> list[Estimat
     out = []
     for e in parts:
         reads = float(e.bytes_read - e.l2_bytes_read)
-        alloc = reads + e.bytes_written
+        stores = float(e.bytes_written) if distinct is None else min(float(e.bytes_written), distinct)
+        alloc = reads + stores
         if alloc > 0:
-            held.append([alloc, e.bytes_written / alloc])
+            held.append([alloc, stores / alloc])
             used += alloc
         wb, over = 0.0, used - size
         while over > 1e-9 and held:

@@ -2538,8 +2538,12 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
 
 def _finish(spec: DeviceSpec, parts: list, tiling: EmbeddingTiling) -> Any:
     # a write-back L2 evicts dirty lines to HBM between and within the launches (the zeroed
-    # output of 262 MB, then MemSet's, overflow atlas-a2's 192 MB L2): priced per launch
-    parts = with_writebacks(spec, parts)
+    # output of 262 MB, then MemSet's, overflow atlas-a2's 192 MB L2): priced per launch, a
+    # launch storing into no more lines than the largest tensor the call writes (the flushes
+    # add into the accumulator's rows again and again)
+    nw, emb, rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
+    parts = with_writebacks(spec, parts, distinct=max(nw * emb * 4, rows * emb * 4 if tiling.cast_grad else 0,
+                                                      rows * 16))
     est = sequence(parts, "embedding",
                    f"{len(parts)} launch(es); indices assumed i mod numWeights (as timing mode)",
                    launch_cycles=tuple((e.notes, int(e.cycles)) for e in parts))
