@@ -543,10 +543,11 @@ def sequence(parts: Sequence[Estimate], model: str, notes: str = "", **extra: ob
         for p, b in e.pipe_busy.items():
             busy[p] = busy.get(p, 0) + int(b)
     wb = [e.gm_bytes_written for e in parts]
+    gm_written = sum(int(w) for w in wb if w is not None) if wb and None not in wb else None
     return Estimate(cycles=sum(int(e.cycles) for e in parts), pipe_busy=busy,
                     bytes_read=sum(int(e.bytes_read) for e in parts),
                     bytes_written=sum(int(e.bytes_written) for e in parts),
-                    gm_bytes_written=sum(int(w) for w in wb) if wb and None not in wb else None,
+                    gm_bytes_written=gm_written,
                     block_dim=max((e.block_dim for e in parts), default=0),
                     ub_bytes=max((e.ub_bytes for e in parts), default=0),
                     workspace_bytes=max((e.workspace_bytes for e in parts), default=0),

@@ -35,6 +35,9 @@ _PREFERRED: str | None = None
 #   the replay cannot skip a steady state (1-1.5 s a point).
 # - fused_linear_cross_entropy_loss_grad: the closed form models the L2 sharing of matmul panels
 #   between cores wave by wave; the replay's sampled blocks see another L2 order (+20 % mean).
+# Under what-if links (device_overrides of gm.* and l2.*) they stay: each prices the links in its
+# program as the simulator routes them (docs/estimate.md, "Error under what-if links"), where the
+# replay is further off (FLCE) or as far (the embedding's small-dim kernel).
 CLOSED_FORM_KEPT: frozenset[str] = frozenset({
     "binarycrossentropygrad", "embedding_dense_backward", "fused_linear_cross_entropy_loss_grad"})
 

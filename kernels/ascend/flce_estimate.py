@@ -756,11 +756,11 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
             lb, sb = n * 4, align16(prev) * item
             hit, miss = lb * rows_from_l2, lb * (1.0 - rows_from_l2)
             wl, ws = f * miss, 0.0
-            hit_c, store_c = hit / l2r, sb / ds
+            hit_c: float = hit / l2r
+            store_c: float = sb / ds
+            hit_b = hit_c
             if hit >= 1 and sb:
                 hit_b, store_c, hit_c = lockstep_copy_cycles(spec, hit, sb, cores, load_from_l2=True)
-            else:
-                hit_b = hit_c
             beside = max(miss / dl, (miss + wl + ws) / share, hit_b)
             alone = max(miss / dl, (miss + wl) / share, hit_c)
             # the last chunk's store of a batch's last row waits for what the batch's S evicts
