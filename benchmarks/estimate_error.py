@@ -50,19 +50,24 @@ def _sample(rows: list[dict], k: int) -> list[dict]:
     return [rows[int(i * step)] for i in range(k)]
 
 
+def _timing_rows(params: list[dict], workers: int) -> list[dict]:
+    """The row of each point's parameters run by the sweep's own runner, in ``workers`` processes."""
+    from concurrent.futures import ProcessPoolExecutor
+    batches = [[p] for p in params]
+    if workers <= 1:
+        return [run_points(b)[0] for b in batches]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [o[0] for o in pool.map(run_points, batches)]
+
+
 def _confirm(rows: list[dict], workers: int) -> list[dict]:
     """Run the rows' parameters in timing mode; returns (row, simulator row) pairs' errors."""
-    from concurrent.futures import ProcessPoolExecutor
     params = []
     for r in rows:
         p = json.loads(r["params"])
         p["mode"] = "timing"
-        params.append([p])
-    if workers <= 1:
-        outs = [run_points(p)[0] for p in params]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            outs = [o[0] for o in pool.map(run_points, params)]
+        params.append(p)
+    outs = _timing_rows(params, workers)
     done = []
     for r, o in zip(rows, outs):
         if o["status"] == "ok":
@@ -167,14 +172,8 @@ def _what_if_estimates(point: dict) -> dict:
 
 def run_what_if(workers: int) -> list[dict]:
     """Timing mode on every what-if point (in ``workers`` processes), the estimates here."""
-    from concurrent.futures import ProcessPoolExecutor
     points = what_if_points()
-    batches = [[pt["params"]] for pt in points]
-    if workers <= 1:
-        outs = [run_points(b)[0] for b in batches]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            outs = [o[0] for o in pool.map(run_points, batches)]
+    outs = _timing_rows([pt["params"] for pt in points], workers)
     rows = []
     for pt, o in zip(points, outs):
         if o["status"] != "ok":
