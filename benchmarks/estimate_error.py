@@ -359,7 +359,8 @@ launches are recorded, then replays them.
   waiting on its own flag that nothing sets is a `DeadlockError`, as in the simulator.
 - **Blocks**: the first, a middle and the last block of each launch are replayed (work splits put
   a remainder on the first blocks or on the last; the middle one stands for work that varies
-  across blocks); every other block takes the duration of the nearest one below it, and the
+  across blocks), and with more blocks than cores the first block of the second wave, whose core
+  has paid its pipe heads (assumption A-9); every other block takes the duration of the nearest one below it, and the
   blocks are placed on the usable cores in waves (core mask, block_dim beyond the cores). After
   each launch the L2 sees every tensor the replayed blocks touched as touched in
   full, so a later launch of the call reads from the L2 what the simulator's would.
