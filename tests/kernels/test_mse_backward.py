@@ -84,6 +84,60 @@ def test_bf16_arithmetic_is_cast_to_fp32_before_compute():
     assert {"Sub", "Muls", "Mul"} <= set(names)
 
 
+def _fp32_chain(g, x, y, reduction):
+    """(x − y)·cof·g in fp32 over the broadcast of all three, cof = fp32(2/numel(self)) for
+    mean, else 2 (numerics: cast to fp32, Sub, Muls, Mul), written out here, not via mse.golden."""
+    shape = np.broadcast_shapes(np.shape(g), np.shape(x), np.shape(y))
+    f = [np.broadcast_to(np.asarray(v).astype(np.float32), shape) for v in (x, y, g)]
+    cof = np.float32(2.0 / np.size(x)) if reduction == 1 else np.float32(2.0)
+    return ((f[0] - f[1]) * cof) * f[2]
+
+
+@pytest.mark.parametrize("self_dt,out_dt", [("fp32", "fp16"), ("fp32", "bf16"), ("bf16", "fp32"),
+                                            ("fp16", "bf16")])
+def test_out_of_another_supported_dtype_gets_the_librarys_cast(self_dt, out_dt):
+    """Seed: out supports BFLOAT16, FLOAT16, FLOAT; the library casts the kernel's result (self's
+    dtype) to out's dtype (l0op::Cast), so out need not have self's dtype."""
+    rng = np.random.default_rng(11)
+    g, x, y = _inputs(((3, 70), (3, 70), (70,)), self_dt, rng)
+    rt = AclRuntime("atlas-a2")
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    stream, _ = rt.aclrtCreateStream()
+    out_host = np.full((3, 70), 5, NP_DTYPES[out_dt])
+    t = [_acl_tensor(rt, a) for a in (g, x, y, out_host)]
+    ws, ex, ret = aclnnMseLossBackwardGetWorkspaceSize(*t[:3], 1, t[3])
+    assert ret == 0, rt.aclGetRecentErrMsg()
+    assert ws >= 3 * 70 * np.dtype(NP_DTYPES[self_dt]).itemsize   # the kernel's result lives there
+    wsp, _ = rt.aclrtMalloc(ws)
+    assert aclnnMseLossBackward(wsp, ws - 1, ex, stream) == 161002     # a workspace smaller than asked
+    assert aclnnMseLossBackward(wsp, ws, ex, stream) == 0
+    assert rt.aclrtSynchronizeStream(stream) == 0
+    got = np.empty_like(out_host)
+    assert rt.aclrtMemcpy(got, got.nbytes, t[3].addr, got.nbytes, 2) == 0
+    # rounded to self's dtype by the kernel, then (widened exactly) rounded once more to out's
+    expect = _fp32_chain(g, x, y, 1).astype(NP_DTYPES[self_dt]).astype(np.float32).astype(NP_DTYPES[out_dt])
+    assert np.array_equal(_bits(got), _bits(expect))
+    assert [ln.name for ln in ex.launches] == ["MseLossGradV2", "Cast(out)"]
+
+
+@pytest.mark.parametrize("shapes,out_shape", [
+    (((4, 8), (4, 8), (2, 4, 8)), (2, 4, 8)),     # target has more dimensions
+    (((4, 1), (4, 1), (1, 8)), (4, 8)),           # target widens a size-1 dimension
+    (((), (5,), (3, 1)), (3, 5)),
+])
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_target_broadcasts_with_grad_and_self_and_out_is_the_broadcast_of_all_three(shapes, out_shape, reduction):
+    """Seed: out has the shape of gradOutput, self and target broadcast together; the library
+    checks target against the broadcast of gradOutput and self with CheckBroadcastShape (either
+    way). mean still divides by numel(self)."""
+    rng = np.random.default_rng(12)
+    g, x, y = _inputs(shapes, "fp32", rng)
+    res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y,
+                    reduction=reduction, trace="off")
+    assert res.outputs["out"].shape == out_shape
+    assert np.array_equal(_bits(res.outputs["out"]), _bits(_fp32_chain(g, x, y, reduction)))
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad inputs: each documented check, through opsim.run and through the aclnn entry points
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +167,13 @@ BAD_CALLS = [
      161002, ["gradOutput shape [3]", "self shape [4]"]),
     ("target does not broadcast", "atlas-a2", dict(grad_output=_f32(2, 4), self=_f32(2, 4), target=_f32(3, 4)),
      161002, ["target shape [3, 4]", "[2, 4]"]),
+    ("out dtype outside the list", "atlas-a2", dict(grad_output=_f32(2, 4), self=_f32(2, 4), target=_f32(2, 4),
+                                                    out=np.zeros((2, 4), np.int32)), 161002, ["out", "INT32"]),
+    ("out bf16 on the training series", "atlas-training",
+     dict(grad_output=_f32(2, 4), self=_f32(2, 4), target=_f32(2, 4), out=np.zeros((2, 4), ml_dtypes.bfloat16)),
+     161002, ["out", "BFLOAT16", "supports FLOAT, FLOAT16"]),
+    ("out not the broadcast of all three", "atlas-a2",
+     dict(grad_output=_f32(4), self=_f32(4), target=_f32(2, 4), out=_f32(4)), 161002, ["out shape [4]", "[2, 4]"]),
     ("out shape wrong", "atlas-a2", dict(grad_output=_f32(2, 4), self=_f32(2, 4), target=_f32(2, 4),
                                          out=_f32(4, 2)), 161002, ["out shape [4, 2]", "[2, 4]"]),
     ("product not supported", "atlas-200i-500-a2", dict(grad_output=_f32(4), self=_f32(4), target=_f32(4)),

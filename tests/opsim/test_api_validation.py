@@ -81,10 +81,25 @@ def test_mode_trace_device_and_op_of_the_wrong_kind():
         opsim.run(None, **_xyz())
 
 
-def test_mse_out_dtype_other_than_self_fails_validation_with_161002():
-    with pytest.raises(opsim.OpError, match="out has dtype FLOAT16") as err:
-        opsim.run("mse_loss_backward", **_xyz(), out=np.zeros((4, 40), np.float16))
+def test_mse_out_dtype_outside_the_list_fails_validation_with_161002():
+    # out's dtype is checked against the supported list on its own (the library casts the
+    # result to it), so FLOAT16 is accepted for a FLOAT self and INT32 is not
+    with pytest.raises(opsim.OpError, match="out has dtype INT32") as err:
+        opsim.run("mse_loss_backward", **_xyz(), out=np.zeros((4, 40), np.int32))
     assert err.value.code == 161002
+    assert opsim.run("mse_loss_backward", **_xyz(), out=np.zeros((4, 40), np.float16)).outputs["out"].dtype \
+        == np.float16
+
+
+@pytest.mark.parametrize("op", ["mse_loss_backward", "binary_cross_entropy_backward"])
+def test_numeric_mode_gives_a_given_out_its_own_dtype_as_full_mode_does(op):
+    a = {k: np.random.default_rng(3).uniform(0.05, 0.95, (4, 40)).astype(np.float32)
+         for k in ("grad_output", "self", "target")}
+    out = np.zeros((4, 40), np.float16)
+    numeric = opsim.run(op, mode="numeric", out=out, reduction=1, **a).outputs["out"]
+    full = opsim.run(op, mode="full", trace="off", out=out, reduction=1, **a).outputs["out"]
+    assert numeric.dtype == full.dtype == np.float16
+    np.testing.assert_array_equal(numeric.view(np.uint16), full.view(np.uint16))
 
 
 @pytest.mark.parametrize("nw", [None, -1, 1.5, "8"])
