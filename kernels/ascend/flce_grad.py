@@ -113,6 +113,11 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
                       f"softmaxOptional is null and {missing} {'is' if ' and ' not in missing else 'are'} null; "
                       f"without softmaxOptional both logitsMaxOptional and sumExpLogitsOptional are required "
                       f"to recompute the softmax")
+    # With softmaxOptional (high-performance mode) the vendor checks and passes on only the
+    # softmax: logitsMaxOptional and sumExpLogitsOptional are then neither checked (dtype, format,
+    # shape) nor read, and are ignored here too (docs/sources.md#flce-checks).
+    if sm is not None:
+        lm = se = None
     # dtype
     check_dtype_in(("fp32",), API, grad=g)
     check_dtype_in(("fp16", "bf16"), API, input=x)
@@ -155,8 +160,10 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
                        f"the vocabulary partition must have V >= {MIN_V_WITH_SOFTMAX}")
     _shape_is("inputGradOut", ig, (bt, h), "[BT, H] like input")
     _shape_is("weightGradOut", wg, (v, h), "[V, H] like weight")
-    # platform
-    check_product(spec, API, PRODUCTS)
+    # platform: checked after the vendor's empty-tensor shortcut, so an empty input or weight
+    # (nothing to compute, nothing written) succeeds on any SoC (docs/sources.md#flce-checks)
+    if x.numel and w.numel:
+        check_product(spec, API, PRODUCTS)
     return {"input_grad": TensorDesc((bt, h), x.dtype), "weight_grad": TensorDesc((v, h), x.dtype)}
 
 
@@ -908,8 +915,10 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     else:
         rows = tensors["softmax"]
     tm = tensors["target_mask"]
-    ops = FlceOperands(tensors["grad"], tm, tensors["masked_target"], tensors.get("logits_max"),
-                       tensors.get("sum_exp_logits"), rows, GmMatrix.nd(tensors["input"]),
+    saving = tiling.mode == MEMORY_SAVING       # only this mode reads logitsMax and sumExpLogits
+    ops = FlceOperands(tensors["grad"], tm, tensors["masked_target"],
+                       tensors.get("logits_max") if saving else None,
+                       tensors.get("sum_exp_logits") if saving else None, rows, GmMatrix.nd(tensors["input"]),
                        GmMatrix.nd(tensors["weight"]), s_nz, logits, GmMatrix.nd(tensors["input_grad"]),
                        GmMatrix.nd(tensors["weight_grad"]), tm.dtype == nx.UINT8)
     kernel = MixKernel(aic=_aic_program, aiv=_aiv_program, name="FusedLinearCrossEntropyLossGrad")

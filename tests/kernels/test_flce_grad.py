@@ -544,3 +544,60 @@ def test_aclnn_non_nd_format_gives_161002_and_touches_no_memory(which):
     assert ret == 161002 and ex is None and ws == 0
     name = F.PARAM[which]
     assert f"{name} has format FRACTAL_NZ" in rt.aclGetRecentErrMsg() and "only ND" in rt.aclGetRecentErrMsg()
+
+
+def _run_acl(device: str, ops: dict, ig: np.ndarray, wg: np.ndarray, fmt: dict | None = None):
+    """GetWorkspaceSize, the call and a synchronize; returns (status, outputs read back, rt)."""
+    rt = AclRuntime(device)
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    stream, _ = rt.aclrtCreateStream()
+    ws, ex, ret, t = _acl_call(rt, ops, ig, wg, fmt)
+    if ret != 0:
+        return ret, None, rt
+    wsp = rt.aclrtMalloc(ws)[0] if ws else 0
+    assert aclnnFusedLinearCrossEntropyLossGrad(wsp, ws, ex, stream) == 0
+    assert rt.aclrtSynchronizeStream(stream) == 0
+    outs = {}
+    for name, host in (("input_grad", ig), ("weight_grad", wg)):
+        got = np.empty_like(host)
+        assert rt.aclrtMemcpy(got, got.nbytes, t[name][1], got.nbytes, ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        outs[name] = got
+    return ret, outs, rt
+
+
+def test_with_a_softmax_logits_max_and_sum_exp_logits_are_neither_checked_nor_read():
+    """The vendor host code checks logitsMaxOptional and sumExpLogitsOptional (dtype, format,
+    shape) only when softmaxOptional is null, and passes them to the kernel only then: given
+    alongside a softmax, even of a wrong dtype, shape or format, they change nothing."""
+    ig, wg = np.zeros((4, 32), ml_dtypes.bfloat16), np.zeros((128, 32), ml_dtypes.bfloat16)
+    ret, plain, _ = _run_acl("atlas-a2", dict(V), ig, wg)
+    assert ret == 0
+    odd = _with(V, logits_max=np.full((3, 2), 7, np.float16), sum_exp_logits=np.zeros(9, np.int32))
+    ret, got, rt = _run_acl("atlas-a2", odd, ig, wg, fmt={"sum_exp_logits": 29})
+    assert ret == 0, rt.aclGetRecentErrMsg()
+    for name in ("input_grad", "weight_grad"):
+        assert np.array_equal(got[name].view(np.uint16), plain[name].view(np.uint16))
+    # without the softmax the same operands are checked
+    with pytest.raises(opsim.OpError, match="logitsMaxOptional has dtype FLOAT16"):
+        opsim.run(OP, device="atlas-a2", trace="off", **_with(odd, softmax=None))
+
+
+@pytest.mark.parametrize("device", ["atlas-training", "atlas-inference", "atlas-a2"])
+@pytest.mark.parametrize("bt,v", [(0, 128), (4, 0)])
+def test_an_empty_input_or_weight_returns_before_the_platform_check(device, bt, v):
+    """The vendor returns workspace 0 for an empty input or weight before it checks the SoC:
+    the call succeeds, on any product, and writes nothing (outputs keep their bytes)."""
+    h = 32
+    ops = {"grad": np.ones(bt, np.float32), "input": np.ones((bt, h), ml_dtypes.bfloat16),
+           "weight": np.ones((v, h), ml_dtypes.bfloat16), "target_mask": np.ones(bt, bool),
+           "masked_target": np.zeros(bt, np.int64), "logits_max": np.zeros(bt, np.float32),
+           "sum_exp_logits": np.ones(bt, np.float32)}
+    ig = np.full((bt, h), 3, ml_dtypes.bfloat16)
+    wg = np.full((v, h), 3, ml_dtypes.bfloat16)
+    ret, got, rt = _run_acl(device, ops, ig, wg)
+    assert ret == 0, rt.aclGetRecentErrMsg()
+    assert np.array_equal(got["input_grad"], ig) and np.array_equal(got["weight_grad"], wg)
+    if device != "atlas-a2":      # a non-empty call on that product is still refused with 361001
+        with pytest.raises(opsim.OpError) as err:
+            opsim.run(OP, device=device, trace="off", **VMS)
+        assert err.value.code == 361001
