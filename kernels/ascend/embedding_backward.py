@@ -130,8 +130,8 @@ def _num_weights(attrs: Mapping[str, Any]) -> int:
         raise OpError(ACLNN_ERR_PARAM_INVALID, "numWeights is required: the first dimension of out")
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise OpError(ACLNN_ERR_PARAM_INVALID, f"numWeights is {v!r}; it must be an integer (uint64)")
-    if v < 0:
-        raise OpError(ACLNN_ERR_PARAM_INVALID, f"numWeights is {int(v)}; it is a uint64 and must be >= 0")
+    if not 0 <= v < 2 ** 64:
+        raise OpError(ACLNN_ERR_PARAM_INVALID, f"numWeights is {int(v)}; it is a uint64 and must be 0..{2 ** 64 - 1}")
     return int(v)
 
 
@@ -143,6 +143,11 @@ def _padding_idx(attrs: Mapping[str, Any]) -> int:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise OpError(ACLNN_ERR_PARAM_INVALID, f"paddingIdx is {v!r}; it must be an integer")
     v = int(v)
+    if not -2 ** 63 <= v < 2 ** 64:
+        # no C caller can pass it: wrapping it modulo 2^64 would pick a padding row silently
+        raise OpError(ACLNN_ERR_PARAM_INVALID,
+                      f"paddingIdx is {v}; it is a uint64, 0..{2 ** 64 - 1} (a negative int64, down to "
+                      f"{-2 ** 63}, or its uint64 image means no padding row)")
     if v >= 2 ** 63:           # a negative int64 passed through the uint64 parameter
         v -= 2 ** 64
     return -1 if v < 0 else v

@@ -128,6 +128,31 @@ def test_negative_padding_index_means_none():
         assert np.array_equal(out[2], g[3]) and np.array_equal(out[0], g[0])
 
 
+@pytest.mark.parametrize("name,value", [("padding_idx", 2 ** 64 + 2), ("padding_idx", 2 ** 64),
+                                        ("padding_idx", -2 ** 63 - 1), ("num_weights", 2 ** 64)])
+def test_a_uint64_parameter_outside_its_range_is_refused_not_wrapped(name, value):
+    """paddingIdx and numWeights are uint64 in C: 2^64 + 2 cannot be passed, and wrapping it
+    modulo 2^64 made row 2 the padding row without a word. Refused with 161002, through
+    opsim.run and through aclnn, with the parameter, the value and the range."""
+    idx = np.array([0, 1, 2, 2], np.int32)
+    attrs = {"num_weights": 3, "padding_idx": -1, name: value}
+    param = {"padding_idx": "paddingIdx", "num_weights": "numWeights"}[name]
+    with pytest.raises(opsim.OpError) as err:
+        _run(grad=np.ones((4, 8), np.float32), indices=idx, **attrs)
+    assert err.value.code == 161002
+    assert f"{param} is {value}" in err.value.message and str(2 ** 64 - 1) in err.value.message
+    rt = AclRuntime("atlas-a2")
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    tensors = []
+    for arr in (np.ones((4, 8), np.float32), idx, np.zeros((3, 8), np.float32)):
+        ptr, _ = rt.aclrtMalloc(arr.nbytes)
+        assert rt.aclrtMemcpy(ptr, arr.nbytes, arr, arr.nbytes, ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        tensors.append(rt.aclCreateTensor(list(arr.shape), nx.dtype(arr.dtype).acl, None, 0, 2, None, ptr))
+    ws, ex, ret = aclnnEmbeddingDenseBackwardGetWorkspaceSize(tensors[0], tensors[1], attrs["num_weights"],
+                                                              attrs["padding_idx"], False, tensors[2])
+    assert (ws, ex, ret) == (0, None, 161002) and f"{param} is {value}" in rt.aclGetRecentErrMsg()
+
+
 @pytest.mark.parametrize("device", ["atlas-a2", pytest.param("atlas-training", marks=pytest.mark.slow)])
 def test_scale_grad_by_freq_divides_each_sum_by_its_count_after_summing(device):
     # rows of 3.0: index 1 three times -> 9 x fp32(1/3) = 3; index 2 once -> 3; index 0 never -> 0
