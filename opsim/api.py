@@ -193,11 +193,11 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
         # a golden of 0-d operands may produce numpy scalars: outputs are always arrays
         outs = {n: np.asarray(v) for n, v in opdef.golden(arrays, attrs).items()}
-        for n, d in out_descs.items():
+        for n, od in out_descs.items():
             # an out of another dtype gets the library's final l0op::Cast, as in full mode: the
             # result widened to fp32 (exact for fp16/bf16/fp32) and rounded once (RNE) to out's dtype
-            if n in outs and d is not None and outs[n].dtype != d.dtype.np_dtype:
-                outs[n] = outs[n].astype(np.float32).astype(d.dtype.np_dtype)
+            if n in outs and outs[n].dtype != od.dtype.np_dtype:
+                outs[n] = outs[n].astype(np.float32).astype(od.dtype.np_dtype)
         return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"))
 
     if opdef.empty(descs):
