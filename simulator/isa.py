@@ -594,7 +594,7 @@ class VectorOp(Instruction):
             if scalar.dtype != dt:
                 raise SimulatorError(f"{self.name} scalar operand is {scalar.dtype}, the tensors "
                                      f"are {dt}; Cast first")
-            scalar.check(1, write=False)
+            scalar.check_scalar()
         costs = vector.cost
         name = self.name
         if name in costs and dtn in costs[name]:
@@ -749,23 +749,37 @@ Reciprocal = _op("Reciprocal", _reciprocal, "dst = 1 / src")
 
 
 class Duplicate(VectorOp):
-    """dst[:n] = scalar (in dst's dtype)."""
+    """dst[:n] = scalar (in dst's dtype). The scalar is a constant, or a LocalTensor of dst's
+    dtype whose element 0 is read when the instruction executes (``Duplicate(dst,
+    t.GetValue(0), n)`` in Ascend C: a value only the device has, broadcast)."""
 
     __slots__ = ()
     name = "Duplicate"
 
-    def __init__(self, dst: LocalTensor, scalar: float, count: int | None = None) -> None:
+    def __init__(self, dst: LocalTensor, scalar: float | LocalTensor, count: int | None = None) -> None:
         super().__init__(dst, scalar=scalar, count=count)
 
     def issue(self, pipe: "Pipe") -> int:
         self.dst.check(self.count, write=True)
+        scalar = self.scalar
+        if isinstance(scalar, LocalTensor):
+            if scalar.dtype != self.dst.dtype:
+                raise SimulatorError(f"Duplicate scalar operand is {scalar.dtype}, the tensor is "
+                                     f"{self.dst.dtype}; Cast first")
+            scalar.check_scalar()
         return _vector_cycles(pipe, "Duplicate", _cost_dtype(self.dst.dtype), self.count)
 
     def complete(self, pipe: "Pipe") -> None:
         if pipe.core.device.functional:
-            self.dst.array(self.count)[...] = _const(cast(float, self.scalar), self.dst.dtype)  # set in __init__
+            scalar = self.scalar
+            if isinstance(scalar, LocalTensor):    # the element's bits, as the scalar register holds them
+                self.dst.array(self.count)[...] = scalar.array(1)[0]
+                return
+            self.dst.array(self.count)[...] = _const(cast(float, scalar), self.dst.dtype)  # set in __init__
 
     def accesses(self, pipe: "Pipe") -> tuple[tuple[str, int, int, bool], ...]:
+        if isinstance(self.scalar, LocalTensor):
+            return self.scalar.access(1, False), self.dst.access(self.count, True)
         return (self.dst.access(self.count, True),)
 
 

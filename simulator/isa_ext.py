@@ -147,7 +147,7 @@ class Compare(VectorOp):
             s.check(n, write=False)
         _check_mask(self.dst, n, "Compare", write=True)
         if isinstance(self.scalar, LocalTensor):
-            self.scalar.check(1, write=False)
+            self.scalar.check_scalar()
         op = "CompareScalar" if len(self.srcs) == 1 else "Compare"
         return _vector_cycles(pipe, op, dt.name, n)
 

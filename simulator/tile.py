@@ -377,6 +377,20 @@ class LocalTensor:
                 or (write and region.read_only)):
             region.check(addr, nbytes, write=write)
 
+    def check_scalar(self) -> None:
+        """A scalar read of element 0 (``GetValue``: the scalar unit loads one element of local
+        memory): any element of the tensor's memory, aligned to its size -- not a vector
+        operand, so not 32 B aligned."""
+        item = self.dtype.itemsize
+        if self.count < 1:
+            raise MemoryFault(f"a scalar read of {self!r}, which has no elements", address=self.addr)
+        if self.addr % item:
+            raise MemoryFault(f"scalar read at {self.addr:#x} is not aligned to its {item} B element",
+                              address=self.addr)
+        region = self.region
+        if region.backing == "allocation" or self.addr < region.base or self.addr + item > region.end:
+            region.check(self.addr, item, write=False)
+
     def array(self, count: int | None = None) -> np.ndarray:
         n = self.count if count is None else count
         dt = self.dtype

@@ -34,7 +34,7 @@ from opsim.asc.sync import (ascend_is_aic, ascend_is_aiv, cross_core_set_flag, c
                             data_sync_barrier, get_block_idx, get_block_num, get_sub_block_idx,
                             get_sub_block_num, pipe_barrier, set_atomic_add, set_atomic_none, set_flag,
                             sync_all, wait_flag)
-from opsim.asc.tensor import GlobalAddress, GlobalTensor, LocalTensor
+from opsim.asc.tensor import GlobalAddress, GlobalTensor, LocalTensor, LocalTensorAuto
 from opsim.asc.types import (BinaryRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
                              DataCopyPadParams, DataCopyParams, FixpipeParamsV220, LoadData2DParams, MmadParams,
                              Nd2NzParams, UnaryRepeatParams)
@@ -94,6 +94,14 @@ def printf(fmt: str, *args: object) -> None:
 def dump_tensor(*args: object, **kwargs: object) -> None:
     from opsim.asc import _core
     raise _core.unsupported("dump_tensor", "read the result arrays after the launch, or the trace")
+
+
+def __getattr__(name: str) -> object:
+    # a pyasc API opsim does not model: say so, naming the kernel line (opsim.asc.pyasc_names)
+    from opsim.asc.pyasc_names import BASIC, refuse     # (not `from opsim.asc import`: that calls this)
+    if name in BASIC:
+        raise refuse("asc", name, BASIC)
+    raise AttributeError(f"module 'opsim.asc' has no attribute {name!r}")
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -80,6 +80,10 @@ class BlockState:
         self._event_ids: dict[tuple[str, str], int] = {}
         self.matmuls: list = []
         self.on_finish: list[Callable[[], None]] = []   # run when the kernel function returns
+        # insert_sync kernels (LocalTensorAuto): the flags pyasc's compiler would insert
+        # (opsim.asc.autosync), and the pool of LocalTensorAuto buffers (size -> free addresses)
+        self.autosync: Any = None
+        self.auto_pool: dict[int, list[int]] = {}
 
     def finish(self) -> None:
         for cb in self.on_finish:
@@ -87,9 +91,14 @@ class BlockState:
 
     # -- instruction stream ----------------------------------------------------------------------
     def emit(self, instr: Any, origin: str | None = None) -> None:
-        instr.origin = origin or call_site()
+        origin = origin or call_site()
+        instr.origin = origin
         instr.tile = self.core.tile
         buf = self.buffer
+        if self.autosync is not None:
+            for flag in self.autosync.before(instr):
+                flag.origin, flag.tile = origin, instr.tile
+                buf.append(flag)
         buf.append(instr)
         if len(buf) >= BATCH:
             self.flush()

@@ -274,12 +274,14 @@ relu = _unary(isa_ext.Relu, "relu")
 
 
 def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
-    """``Duplicate``: dst[:count] = scalar (a number)."""
+    """``Duplicate``: dst[:count] = scalar, a number or ``t.get_value(i)`` (read on the device
+    when the instruction executes: a broadcast of an element of local memory)."""
     state = _core.current()
     n = _count_of("duplicate", dst, args, kwargs)
-    if isinstance(scalar, DeferredScalar):
-        raise _core.unsupported("duplicate of a get_value() scalar", "use adds/muls with the scalar operand")
-    state.emit(isa.Duplicate(dst.sim, float(scalar), n))
+    if isinstance(scalar, DeferredScalar) and scalar.tensor.dtype != dst.sim.dtype:
+        raise TypeError(f"duplicate of a get_value() scalar of {scalar.tensor.dtype} into a {dst.sim.dtype} "
+                        f"tensor (at {_core.call_site()}); the scalar has the tensor's type: cast first")
+    state.emit(isa.Duplicate(dst.sim, _scalar(scalar), n))
 
 
 def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode = RoundMode.CAST_NONE, *args: Any,

@@ -76,9 +76,20 @@ class KernelResult:
     trace: Any = field(default=None, repr=False)
     tiling: Any = None
     sanitizer: Any = None
+    launch_records: tuple = field(default=(), repr=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
+
+    def tables(self) -> dict[str, tuple[list[str], list[list[Any]]]]:
+        """The msprof-style profiler tables of this launch, as ``opsim.RunResult.tables``:
+        ``op_summary``, ``pipe_utilization``, ``instr_exe`` and ``code_exe`` (the last per
+        kernel source line); write them with ``opsim.traces.tables.write_tables(
+        res.launch_records, path)``. See docs/profiling.md."""
+        from opsim.traces.tables import TABLES, op_summary
+        recs = list(self.launch_records)
+        return {name: (op_summary(recs, self.stats.get("gm_link", "HBM")) if name == "op_summary"
+                       else fn(recs)) for name, fn in TABLES.items()}
 
 
 @dataclass
@@ -226,11 +237,23 @@ class JitFunction:
                             f"is not decorated with @asc.jit: launch it with Device.launch or "
                             f"opsim.register_operator (docs/custom-operators.md)")
 
+    def inserts_sync(self) -> bool:
+        """Whether the launch gets the flags of pyasc's insert-sync pass: ``insert_sync=True``,
+        or (pyasc's default, ``None``) a kernel that creates ``asc.LocalTensorAuto`` tensors."""
+        opt = self.options.get("insert_sync")
+        if opt is None:
+            return "LocalTensorAuto" in _names(self.fn)
+        return bool(opt)
+
     def kind(self) -> str:
         forced = self.options.get("kernel_type")
         if forced is not None:
+            from opsim.asc.runtime.config import KernelType
+            if isinstance(forced, KernelType):
+                return forced.kind
             if forced not in ("vector", "cube", "mix"):
-                raise ValueError(f"kernel_type {forced!r} is not one of vector, cube, mix")
+                raise ValueError(f"kernel_type {forced!r} is not one of vector, cube, mix "
+                                 f"or a config.KernelType")
             return forced
         if self.options.get("matmul_cube_only"):
             return "cube"
@@ -245,7 +268,10 @@ class JitFunction:
 def jit(fn: Callable | None = None, **options: Any) -> Any:
     """``@asc.jit`` or ``@asc.jit(**options)``. Compiler options (``always_compile``, …) mean
     nothing to the simulator and are accepted; ``matmul_cube_only=True`` makes a cube-only
-    kernel; opsim's own options: ``device=``, ``kernel_type=``, ``sanitize=``, ``trace=``."""
+    kernel; ``kernel_type=config.KernelType.AIV_ONLY`` (or ``"vector"``, ``"cube"``, ``"mix"``)
+    forces the kind; ``insert_sync=True`` (the default for a kernel that uses
+    ``asc.LocalTensorAuto``) inserts the flags between pipes that pyasc's compiler inserts
+    (opsim.asc.autosync); opsim's own options: ``device=``, ``sanitize=``, ``trace=``."""
     if fn is None:
         return lambda f: JitFunction(f, options)
     return JitFunction(fn, options)
@@ -301,6 +327,7 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
     plan = LaunchPlan(name, block_dim, kind, dev, options=dict(options), core_mask=core_mask)
     fn = jf.run_fn
     ckw = dict(call_kwargs)
+    insert_sync = jf.inserts_sync()
 
     def program(role: str) -> Callable[..., Any]:
         def run(ctx: Any, *_gm_tensors: Any) -> Any:
@@ -309,6 +336,9 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
                 from opsim.asc.adv import group_of
                 group = group_of(plan, ctx, role)
             state = _core.BlockState(ctx, plan, role, group)
+            if insert_sync:
+                from opsim.asc.autosync import AutoSync
+                state.autosync = AutoSync(state)
             if group is not None and role == "aiv":
                 # when this vector core's kernel returns, its cube core stops waiting for it
                 sub = ctx.sub_block_idx
@@ -377,6 +407,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
             else:
                 call_args.append(value)
 
+        from opsim.simulator.profile import Profiler, launch_records
+        profiler = Profiler()                  # the msprof-style tables (KernelResult.tables)
+        dev.observers.append(profiler)
         san = _sanitizer(dev) if opts.get("sanitize") else None
         launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
                              core_mask=opts.get("core_mask"), gm_tensors=tuple(gm_tensors))
@@ -408,7 +441,8 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         stats["kernel_type"] = unit
         if report is not None:
             stats["sanitizer"] = report
+        records = tuple(launch_records(dev, profiler))
         return KernelResult(name, spec.name, "full", outputs, stats["cycles"], stats["time_us"], stats, trace,
-                            None, report)
+                            None, report, records)
     finally:
         dev.close()     # its host memory goes back now (Device.close)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from opsim.asc import _core
 from opsim.asc.dtype import DataType, of, sim_dtype
 from opsim.asc.enums import TPosition
@@ -138,11 +140,14 @@ class LocalTensor:
     """``asc.LocalTensor(dtype, pos, addr, length)``: ``length`` elements at byte ``addr`` of the
     memory of ``pos`` on the running core; slicing ``t[off:]`` gives a view."""
 
-    __slots__ = ("sim", "position")
+    # owner: the LocalTensorAuto a view was taken from, kept alive while the view is (its
+    # buffer goes back to the pool when the last reference to it goes)
+    __slots__ = ("sim", "position", "owner")
 
     def __init__(self, dtype: Any = None, pos: TPosition = TPosition.VECCALC, addr: int = 0,
-                 tile_size: int = 0, *, _sim: SimLocal | None = None) -> None:
+                 tile_size: int = 0, *, _sim: SimLocal | None = None, _owner: Any = None) -> None:
         self.position = TPosition(pos)
+        self.owner = _owner
         if _sim is not None:
             self.sim = _sim
             return
@@ -158,8 +163,11 @@ class LocalTensor:
         self.sim = SimLocal(core, region, addr, dt, n)
 
     @classmethod
-    def wrap(cls, sim: SimLocal, pos: TPosition) -> "LocalTensor":
-        return cls(pos=pos, _sim=sim)
+    def wrap(cls, sim: SimLocal, pos: TPosition, owner: Any = None) -> "LocalTensor":
+        return LocalTensor(pos=pos, _sim=sim, _owner=owner)
+
+    def _view_owner(self) -> Any:
+        return self.owner if self.owner is not None else (self if isinstance(self, LocalTensorAuto) else None)
 
     @property
     def dtype(self) -> DataType:
@@ -182,14 +190,14 @@ class LocalTensor:
             raise MemoryFault(f"LocalTensor slice from element {start} is outside {self.sim!r} "
                               f"(at {_core.call_site()})", address=self.sim.addr)
         stop = self.sim.count if s.stop is None else int(s.stop)
-        return LocalTensor.wrap(self.sim[start:stop], self.position)
+        return LocalTensor.wrap(self.sim[start:stop], self.position, self._view_owner())
 
     def get_value(self, index: int) -> DeferredScalar:
         i = int(index)
         return DeferredScalar(self.sim[i:i + 1])
 
     def reinterpret_cast(self, dtype: Any) -> "LocalTensor":
-        return LocalTensor.wrap(self.sim.reinterpret(sim_dtype(dtype)), self.position)
+        return LocalTensor.wrap(self.sim.reinterpret(sim_dtype(dtype)), self.position, self._view_owner())
 
     def set_value(self, index: int, value: Any) -> None:
         raise _core.unsupported("LocalTensor.set_value (a scalar store into local memory)",
@@ -197,6 +205,44 @@ class LocalTensor:
 
     def __repr__(self) -> str:
         return f"asc.LocalTensor({self.position.name}, {self.sim!r})"
+
+
+class LocalTensorAuto(LocalTensor):
+    """``asc.LocalTensorAuto(dtype, shape)``: a local tensor whose buffer the compiler places,
+    in a kernel whose synchronisation the compiler inserts (pyasc's third style, beside manual
+    flags and TQue). A UB buffer of the tensor's size (32 B aligned) is taken from the block's
+    pool, or allocated when the pool has none of that size, and goes back to the pool when the
+    last reference to the tensor (or to a view of it) goes, so a loop that creates its tensors
+    afresh in every iteration cycles through a few buffers. A kernel that uses it gets the
+    flags of ``insert_sync`` (opsim.asc.autosync), which also order a buffer's reuse after the
+    reads of its previous contents."""
+
+    __slots__ = ("_pool", "_addr")
+
+    def __init__(self, dtype: Any, shape: Any, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            raise _core.unsupported("LocalTensorAuto with arguments beyond (dtype, shape)")
+        state = _core.current()
+        dims = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+        n = 1
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
+                raise ValueError(f"LocalTensorAuto shape must be positive integers, got {shape!r} "
+                                 f"(at {_core.call_site()})")
+            n *= int(d)
+        dt = sim_dtype(dtype)
+        core = state.core
+        region = core.memory(memory_of(TPosition.VECCALC, core))
+        nbytes = -(-n * dt.itemsize // region.alignment) * region.alignment
+        pool = state.auto_pool.setdefault(nbytes, [])
+        addr = pool.pop() if pool else state.ctx.allocate(region, nbytes, f"LocalTensorAuto({n} x {dt})")
+        self._pool, self._addr = pool, addr
+        super().__init__(pos=TPosition.VECCALC, _sim=SimLocal(core, region, addr, dt, n))
+
+    def __del__(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.append(self._addr)
 
 
 def as_sim_dtype(x: Any) -> nx.DType:

@@ -529,3 +529,11 @@ def register_matmul(pipe: Any, matmul: Matmul, tiling: TCubeTiling, *args: Any, 
 
 
 __all__ = ["Matmul", "MatmulType", "TCubeTiling", "register_matmul"]
+
+
+def __getattr__(name: str) -> object:
+    # a pyasc adv API opsim does not model: say so, naming the kernel line (opsim.asc.pyasc_names)
+    from opsim.asc.pyasc_names import ADV, refuse     # (not `from opsim.asc import`: that calls this)
+    if name in ADV:
+        raise refuse("asc.adv", name, ADV)
+    raise AttributeError(f"module 'opsim.asc.adv' has no attribute {name!r}")
