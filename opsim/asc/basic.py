@@ -9,6 +9,7 @@ repeats with the default (dense) strides. Other repeat/mask forms raise Unsuppor
 """
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from opsim.asc import _core
@@ -153,7 +154,8 @@ def _mask_count(mask: Any, per: int) -> int:
             value = (value << 64) | (int(word) & ((1 << 64) - 1))
         if value & (value + 1):
             raise _core.unsupported("a bitwise mask that is not a continuous run from element 0")
-        return min(bin(value).count("1"), per)
+        # builtins.min: this module's own ``min`` is the vector instruction
+        return builtins.min(bin(value).count("1"), per)
     return int(mask)
 
 
@@ -333,12 +335,33 @@ def _reduce(cls: type[isa_ext.ReduceOp], name: str):
         if kwargs.pop("cal_index", False) or (len(args) in (2, 4) and args[-1] is True):
             raise _core.unsupported(f"{name} with cal_index=True")
         args = tuple(a for a in args if a is not False)
-        n = _count_of(name, src, args, kwargs)
+        if len(args) == 3 or "src_rep_stride" in kwargs:
+            n = _reduce_repeat_count(name, src, args, kwargs)
+        else:
+            n = _count_of(name, src, args, kwargs)
         _precheck(state, cls.name, src.sim.dtype)
         state.emit(cls(dst.sim, src.sim, shared_tmp_buffer.sim if shared_tmp_buffer is not None else None, n))
     op.__name__ = name
     op.__doc__ = f"``{cls.__name__}(dst, src, sharedTmpBuffer, count)``: dst[0] = reduction of src[:count]."
     return op
+
+
+def _reduce_repeat_count(name: str, src: LocalTensor, args: tuple, kwargs: dict) -> int:
+    """The element count of pyasc's repeat form ``reduce_*(dst, src, tmp, mask, repeat_time,
+    src_rep_stride)`` (a stride in 32 B blocks between repeats, not a repeat-params struct),
+    where it covers contiguous elements: one repeat, or full masks 8 blocks apart."""
+    if kwargs:
+        args = (kwargs.get("mask"), kwargs.get("repeat_time", 1), kwargs.get("src_rep_stride", 8))
+    per = 256 // src.sim.dtype.itemsize
+    mask, repeat, stride = _mask_count(args[0], per), int(args[1]), int(args[2])
+    if not 1 <= mask <= per:
+        raise _core.unsupported(f"{name} with mask {mask} (1..{per} elements per repeat for {src.sim.dtype})")
+    if repeat == 1:
+        return mask
+    if mask == per and stride == 8:
+        return per * repeat
+    raise _core.unsupported(f"{name} in the repeat form with mask {mask}, {repeat} repeats and src_rep_stride "
+                            f"{stride}", "only contiguous forms (one repeat, or full masks with stride 8) are modelled")
 
 
 reduce_sum = _reduce(isa_ext.ReduceSum, "reduce_sum")

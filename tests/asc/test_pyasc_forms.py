@@ -1,0 +1,67 @@
+"""The call forms pyasc documents for vector calls run as written: a bitwise mask given as a
+list of 64-bit words, and the reduce calls' own repeat form (mask, repeat_time, src_rep_stride)."""
+import numpy as np
+import pytest
+
+import opsim.asc as asc
+import opsim.asc.lib.runtime as rt
+from opsim.simulator.errors import UnsupportedInstruction
+
+FULL = (1 << 64) - 1
+
+
+@asc.jit
+def masked_add(x: asc.GlobalAddress, y: asc.GlobalAddress, z: asc.GlobalAddress, mask: list):
+    xg, yg, zg = asc.GlobalTensor(), asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    yg.set_global_buffer(y)
+    zg.set_global_buffer(z)
+    xl, yl, zl = (asc.LocalTensorAuto(x.dtype, 64) for _ in range(3))
+    asc.data_copy(xl, xg, count=64)
+    asc.data_copy(yl, yg, count=64)
+    asc.duplicate(zl, 0.0, 64)
+    asc.add(zl, xl, yl, mask, 1, asc.BinaryRepeatParams())    # one repeat, a bitwise mask {high, low}
+    asc.data_copy(zg, zl, count=64)
+
+
+@pytest.mark.parametrize("low, lanes", [(FULL, 64), ((1 << 16) - 1, 16)])
+def test_a_list_mask_selects_its_lanes(low, lanes):
+    rng = np.random.default_rng(0)
+    x, y = rng.random(64, dtype=np.float32), rng.random(64, dtype=np.float32)
+    z = np.zeros_like(x)
+    masked_add[1, rt.current_stream()](x, y, z, [0, low])
+    golden = np.zeros_like(x)
+    golden[:lanes] = (x[:lanes].astype(np.float64) + y[:lanes]).astype(np.float32)
+    assert np.array_equal(z, golden)
+
+
+@asc.jit
+def reduce_forms(x: asc.GlobalAddress, z: asc.GlobalAddress, n: asc.ConstExpr[int], mask: int, repeat: int,
+                 stride: int):
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    xl = asc.LocalTensorAuto(x.dtype, n)
+    out = asc.LocalTensorAuto(x.dtype, 16)
+    work = asc.LocalTensorAuto(x.dtype, n)
+    asc.data_copy(xl, xg, count=n)
+    asc.duplicate(out, 0.0, 16)
+    asc.reduce_sum(out, xl, work, n)                           # the count form
+    asc.reduce_sum(out[8:], xl, work, mask, repeat, stride)    # the repeat form
+    asc.data_copy(zg, out, count=16)
+
+
+def test_reduce_repeat_form_sums_what_the_count_form_sums():
+    x = np.random.default_rng(1).random(512, dtype=np.float32)
+    z = np.zeros(16, np.float32)
+    reduce_forms[1, rt.current_stream()](x, z, 512, 64, 8, 8)
+    assert z[8] == z[0]
+    assert abs(float(z[0]) - x.astype(np.float64).sum()) <= 512 * 2.0 ** -24 * x.sum()
+
+
+def test_reduce_repeat_form_that_skips_elements_is_refused_naming_it():
+    x = np.ones(512, np.float32)
+    with pytest.raises(UnsupportedInstruction, match=r"reduce_sum in the repeat form with mask 32, 8 repeats and "
+                                                     r"src_rep_stride 8 is not supported by opsim.asc \(called at "
+                                                     r".*test_pyasc_forms.py:\d+\)"):
+        reduce_forms[1, rt.current_stream()](x, np.zeros(16, np.float32), 512, 32, 8, 8)
