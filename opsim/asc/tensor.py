@@ -75,9 +75,11 @@ class GlobalTensor:
         return self._length - self._offset if self._length is not None else a.numel - self._offset
 
     def __getitem__(self, s: Any) -> "GlobalTensor":
+        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+            s = slice(int(s), None)        # pyasc's g[i] (Ascend C operator[]): the view from element i
         if not isinstance(s, slice):
-            raise _core.unsupported("GlobalTensor[index] (scalar GM access, GetValue)",
-                                    "copy the element to local memory with data_copy")
+            raise TypeError(f"GlobalTensor index must be an int or a slice, got {type(s).__name__} "
+                            f"(at {_core.call_site()})")
         if s.step not in (None, 1):
             raise SimulatorError(f"GlobalTensor slices have step 1, got {s.step}")
         start = int(s.start or 0)
@@ -88,6 +90,14 @@ class GlobalTensor:
         else:
             g._length = self._length
         return g
+
+    def get_value(self, offset: int) -> Any:
+        raise _core.unsupported("GlobalTensor.get_value (a scalar read of GM)",
+                                "copy the element into local memory with data_copy and use LocalTensor.get_value")
+
+    def set_value(self, offset: int, value: Any) -> None:
+        raise _core.unsupported("GlobalTensor.set_value (a scalar write to GM)",
+                                "write it through local memory with data_copy_pad")
 
     def sim_slice(self, count: int) -> GlobalSlice:
         """The GM operand of a DMA of ``count`` elements from this view."""
@@ -183,8 +193,11 @@ class LocalTensor:
         return self.sim.addr
 
     def __getitem__(self, s: Any) -> "LocalTensor":
+        if isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+            s = slice(int(s), None)        # pyasc's t[i] (Ascend C operator[]): the view from element i
         if not isinstance(s, slice):
-            raise _core.unsupported("LocalTensor[index] as a value", "use get_value(index)")
+            raise TypeError(f"LocalTensor index must be an int or a slice, got {type(s).__name__} "
+                            f"(at {_core.call_site()})")
         start = int(s.start or 0)
         if start < 0 or start > self.sim.count:
             raise MemoryFault(f"LocalTensor slice from element {start} is outside {self.sim!r} "

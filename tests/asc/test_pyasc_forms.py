@@ -65,3 +65,38 @@ def test_reduce_repeat_form_that_skips_elements_is_refused_naming_it():
                                                      r"src_rep_stride 8 is not supported by opsim.asc \(called at "
                                                      r".*test_pyasc_forms.py:\d+\)"):
         reduce_forms[1, rt.current_stream()](x, np.zeros(16, np.float32), 512, 32, 8, 8)
+
+
+@asc.jit
+def int_index_views(x: asc.GlobalAddress, z: asc.GlobalAddress):
+    # pyasc's g[i] and t[i] are views from element i (Ascend C operator[]), as g[i:] and t[i:]
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    xl = asc.LocalTensorAuto(x.dtype, 64)
+    asc.data_copy(xl, xg[64], count=64)              # x[64:128]
+    zl = asc.LocalTensorAuto(x.dtype, 64)
+    asc.duplicate(zl, 0.0, 64)
+    asc.adds(zl[8], xl[8], 1.0, 56)                  # lanes 8.. only
+    asc.data_copy(zg[0], zl, count=64)
+
+
+def test_an_int_index_is_the_view_from_that_element():
+    x = np.arange(128, dtype=np.float32)
+    z = np.full(64, -1.0, np.float32)
+    int_index_views[1, rt.current_stream()](x, z)
+    golden = np.zeros(64, np.float32)
+    golden[8:] = x[72:128] + 1
+    assert np.array_equal(z, golden)
+
+
+def test_global_tensor_get_value_is_refused_naming_it():
+    @asc.jit
+    def gm_scalar(x: asc.GlobalAddress):
+        xg = asc.GlobalTensor()
+        xg.set_global_buffer(x)
+        xg.get_value(0)
+
+    with pytest.raises(UnsupportedInstruction, match=r"GlobalTensor.get_value \(a scalar read of GM\) is not "
+                                                     r"supported by opsim.asc \(called at .*test_pyasc_forms.py"):
+        gm_scalar[1, rt.current_stream()](np.zeros(8, np.float32))
