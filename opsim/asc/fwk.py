@@ -212,6 +212,14 @@ class TBuf:
         n = self.nbytes // dt.itemsize if length is None else int(length)
         return LocalTensor.wrap(SimLocal(self._state.core, self.region, self.addr, dt, n), self.position)
 
+    def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
+        """pyasc's TBuf is a TQueBind: ``alloc_tensor`` gives the whole buffer, as ``get`` does
+        (a calculation buffer has no producer and consumer pipes, so no flags)."""
+        return self.get(dtype)
+
+    def free_tensor(self, tensor: LocalTensor) -> None:
+        """Nothing to hand back: the buffer stays the TBuf's."""
+
     def get_with_offset(self, size: int, buf_offset: int, dtype: Any = None) -> LocalTensor:
         dt = sim_dtype(dtype if dtype is not None else "fp32")
         t = self.get(dt)

@@ -100,3 +100,28 @@ def test_global_tensor_get_value_is_refused_naming_it():
     with pytest.raises(UnsupportedInstruction, match=r"GlobalTensor.get_value \(a scalar read of GM\) is not "
                                                      r"supported by opsim.asc \(called at .*test_pyasc_forms.py"):
         gm_scalar[1, rt.current_stream()](np.zeros(8, np.float32))
+
+
+@asc.jit
+def tbuf_alloc(x: asc.GlobalAddress, z: asc.GlobalAddress, n: asc.ConstExpr[int]):
+    # pyasc's TBuf is a TQueBind: alloc_tensor / free_tensor as in its bilinear-interpolation sample
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    pipe = asc.TPipe()
+    tmp_buf = asc.TBuf(asc.TPosition.VECCALC)
+    pipe.init_buffer(buf=tmp_buf, num=n * 4)
+    xl = asc.LocalTensorAuto(x.dtype, n)
+    asc.data_copy(xl, xg, count=n)
+    tmp = tmp_buf.alloc_tensor(asc.float32)
+    asc.muls(tmp, xl, 3.0, n)
+    asc.data_copy(zg, tmp, count=n)
+    tmp_buf.free_tensor(tmp)
+
+
+def test_tbuf_alloc_tensor_gives_its_buffer():
+    x = np.arange(64, dtype=np.float32)
+    z = np.zeros_like(x)
+    res = tbuf_alloc[1, rt.current_stream()](x, z, 64, sanitize=True)
+    assert np.array_equal(z, x * 3)
+    assert res.sanitizer.ok, res.sanitizer.text()
