@@ -15,7 +15,7 @@ from typing import Any
 from opsim.asc import _core
 from opsim.asc.enums import CMPMODE, ROUND_MODE_NAME, ReduceOrder, RoundMode, SELMODE
 from opsim.asc.tensor import DeferredScalar, GlobalTensor, LocalTensor
-from opsim.asc.types import (DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
+from opsim.asc.types import (CopyRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
                              DataCopyPadParams, DataCopyParams, Nd2NzParams)
 from opsim.simulator import isa, isa_ext
 from opsim.simulator.tile import GlobalSlice, GlobalTensor as SimGlobalTensor
@@ -284,6 +284,30 @@ def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
         raise TypeError(f"duplicate of a get_value() scalar of {scalar.tensor.dtype} into a {dst.sim.dtype} "
                         f"tensor (at {_core.call_site()}); the scalar has the tensor's type: cast first")
     state.emit(isa.Duplicate(dst.sim, _scalar(scalar), n))
+
+
+def copy(dst: LocalTensor, src: LocalTensor, mask: Any, repeat_time: int, repeat_params: CopyRepeatParams,
+         *args: Any) -> None:
+    """``Copy(dst, src, mask, repeatTime, CopyRepeatParams)``: a UB -> UB vector copy, in the
+    forms that cover contiguous elements: one repeat with a continuous mask, or full repeats
+    with block strides 1 and repeat sizes 8 (one 256 B repeat after another)."""
+    state = _core.current()
+    per = 256 // dst.sim.dtype.itemsize
+    m, repeat, p = _mask_count(mask, per), int(repeat_time), repeat_params
+    if not isinstance(p, CopyRepeatParams):
+        raise TypeError(f"copy takes CopyRepeatParams, got {type(p).__name__} (at {_core.call_site()})")
+    if not 1 <= m <= per:
+        raise _core.unsupported(f"copy with mask {m} (1..{per} elements per repeat for {dst.sim.dtype})")
+    blocks_dense = p.dst_stride == 1 and p.src_stride == 1
+    if repeat == 1 and blocks_dense:
+        n = m
+    elif m == per and blocks_dense and p.dst_repeat_size == 8 and p.src_repeat_size == 8:
+        n = per * repeat
+    else:
+        raise _core.unsupported(f"copy in the repeat form with mask {m}, {repeat} repeats and {p}",
+                                "only contiguous forms (block strides 1; one repeat, or full masks with repeat "
+                                "sizes 8) are modelled")
+    state.emit(isa.Copy(dst.sim, src.sim, n))
 
 
 def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode = RoundMode.CAST_NONE, *args: Any,

@@ -40,7 +40,7 @@ CUBE_NAMES = frozenset({"Matmul", "register_matmul", "mmad", "load_data", "fixpi
 VECTOR_NAMES = frozenset({"add", "sub", "mul", "div", "max", "min", "adds", "muls", "maxs", "mins", "exp", "ln",
                           "abs", "sqrt", "rsqrt", "reciprocal", "relu", "leaky_relu", "cast", "duplicate",
                           "compare", "compare_scalar", "select", "reduce_sum", "reduce_max", "reduce_min",
-                          "whole_reduce_sum", "whole_reduce_max", "whole_reduce_min", "data_copy_pad"})
+                          "whole_reduce_sum", "whole_reduce_max", "whole_reduce_min", "data_copy_pad", "copy"})
 
 
 def set_device(name: Any) -> None:

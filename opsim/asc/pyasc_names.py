@@ -46,7 +46,6 @@ BASIC: dict[str, str] = {
     "sub_relu_cast": "write it as sub, relu, cast",
     "mul_cast": "write it as mul then cast",
     "brcb": "broadcast an element with duplicate(dst, t.get_value(i), count)",
-    "copy": "copy UB to UB with data_copy(dst, src, count)",
     "block_reduce_sum": "reduce with whole_reduce_sum (one sum per repeat) or reduce_sum",
     "block_reduce_max": "reduce with whole_reduce_max or reduce_max",
     "block_reduce_min": "reduce with whole_reduce_min or reduce_min",
@@ -58,7 +57,6 @@ BASIC: dict[str, str] = {
     "set_vector_mask": _MASK,
     "get_data_block_size_in_bytes": "a data block is 32 B (asc.property(asc.ONE_BLK_SIZE))",
     "BrcbRepeatParams": "broadcast with duplicate(dst, t.get_value(i), count)",
-    "CopyRepeatParams": "copy UB to UB with data_copy(dst, src, count)",
     "DataCopyEnhancedParams": "data_copy takes a count or DataCopyParams",
     "uint16": _DTYPES, "uint32": _DTYPES, "uint64": _DTYPES,
 }

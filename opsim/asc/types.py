@@ -62,6 +62,16 @@ class UnaryRepeatParams:
 
 
 @dataclass(frozen=True)
+class CopyRepeatParams:
+    """``Copy``'s repeat parameters (pyasc's defaults, all 0): block strides and repeat sizes in
+    32 B blocks."""
+    dst_stride: int = 0
+    src_stride: int = 0
+    dst_repeat_size: int = 0
+    src_repeat_size: int = 0
+
+
+@dataclass(frozen=True)
 class Nd2NzParams:
     nd_num: int = 1
     n_value: int = 0

@@ -125,3 +125,44 @@ def test_tbuf_alloc_tensor_gives_its_buffer():
     res = tbuf_alloc[1, rt.current_stream()](x, z, 64, sanitize=True)
     assert np.array_equal(z, x * 3)
     assert res.sanitizer.ok, res.sanitizer.text()
+
+
+@asc.jit
+def copy_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, n: asc.ConstExpr[int], mask: int, repeat: int,
+                params: asc.CopyRepeatParams):
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    pipe = asc.TPipe()
+    qin, qout = asc.TQue(asc.TPosition.VECIN, 1), asc.TQue(asc.TPosition.VECOUT, 1)
+    pipe.init_buffer(que=qin, num=1, len=n * x.dtype.sizeof())
+    pipe.init_buffer(que=qout, num=1, len=n * z.dtype.sizeof())
+    xl = qin.alloc_tensor(x.dtype)
+    asc.data_copy(xl, xg, count=n)
+    qin.enque(xl)
+    src = qin.deque(x.dtype)
+    dst = qout.alloc_tensor(x.dtype)
+    asc.duplicate(dst, 0, n)
+    asc.copy(dst, src, mask, repeat, params)          # pyasc's generalization/basic/test_copy.py form
+    qout.enque(dst)
+    qin.free_tensor(src)
+    zl = qout.deque(z.dtype)
+    asc.data_copy(zg, zl, count=n)
+    qout.free_tensor(zl)
+
+
+@pytest.mark.parametrize("dtype, mask, repeat", [(np.float32, 64, 4), (np.float16, 128, 2), (np.float32, 24, 1)])
+def test_copy_repeat_form_copies_mask_times_repeat_elements(dtype, mask, repeat):
+    x = np.random.default_rng(3).standard_normal(1024).astype(dtype)
+    z = np.ones_like(x)
+    copy_kernel[1, rt.current_stream()](x, z, x.size, mask, repeat, asc.CopyRepeatParams(1, 1, 8, 8))
+    golden = np.zeros_like(x)
+    golden[:mask * repeat] = x[:mask * repeat]
+    assert np.array_equal(z, golden)
+
+
+def test_copy_with_gaps_is_refused_naming_it():
+    x = np.ones(1024, np.float32)
+    with pytest.raises(UnsupportedInstruction, match=r"copy in the repeat form with mask 64, 4 repeats .* is not "
+                                                     r"supported by opsim.asc \(called at .*test_pyasc_forms.py"):
+        copy_kernel[1, rt.current_stream()](x, np.zeros_like(x), 1024, 64, 4, asc.CopyRepeatParams(1, 1, 16, 16))
