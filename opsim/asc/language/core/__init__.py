@@ -1,0 +1,1 @@
+"""``asc.language.core``: see :mod:`opsim.asc.language.core.struct` and ``.dtype``."""
