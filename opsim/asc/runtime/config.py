@@ -64,7 +64,7 @@ def _device_of(soc: str) -> str:
     from opsim import api
     if soc == Platform.Ascend910B.value:
         return "atlas-a2"
-    socs = {}
+    socs: dict[str, str] = {}
     for name in api.devices():
         spec = api.device_spec(name)
         if spec.family == "ascend" and spec.soc:
