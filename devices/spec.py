@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .limits import check_spec, limit, toml_depth
+from .names import did_you_mean
 
 __all__ = [
     "SpecError", "Provenance", "DeviceSpec", "load", "load_file", "catalogue", "CATALOGUE_DIR",
@@ -262,12 +263,13 @@ class DeviceSpec:
             node = raw
             for part in parts[:-1]:
                 if not isinstance(node.get(part), dict):
-                    raise SpecError(f"{self.name}: unknown field '{key}' (no section '{part}')")
+                    raise SpecError(f"{self.name}: unknown field '{key}' (no section '{part}')"
+                                    f"{did_you_mean(key, _leaf_keys(raw))}")
                 node = node[part]
             leaf = parts[-1]
             if leaf not in node and not _settable_new_leaf(parts):
-                raise SpecError(f"{self.name}: unknown field '{key}'; known fields: "
-                                f"{', '.join(sorted(_leaf_keys(raw)))}")
+                raise SpecError(f"{self.name}: unknown field '{key}'{did_you_mean(key, _leaf_keys(raw))}; "
+                                f"known fields: {', '.join(sorted(_leaf_keys(raw)))}")
             node[leaf] = value
             for stale in [k for k in prov if k.startswith(ckey + ".")]:
                 del prov[stale]  # provenance of sub-fields of a replaced table no longer applies
@@ -527,6 +529,7 @@ def load(name_or_path: str | Path) -> DeviceSpec:
     if s not in _CACHE:
         path = CATALOGUE_DIR / f"{s}.toml"
         if not path.exists():
-            raise SpecError(f"unknown device '{s}'; known devices: {', '.join(catalogue())}")
+            raise SpecError(f"unknown device '{s}'{did_you_mean(s, catalogue())}; known devices: "
+                            f"{', '.join(catalogue())} (or a device file, path/to/device.toml)")
         _CACHE[s] = load_file(path)
     return _CACHE[s]

@@ -14,6 +14,7 @@ import importlib.util
 import os
 import sys
 
+from opsim.devices.names import did_you_mean
 from opsim.kernels.common import OpDef
 
 _OPS: dict[str, OpDef] = {}
@@ -37,8 +38,9 @@ def get(name: str) -> OpDef:
     if op is None and _is_file_spec(name):
         op = _from_file(name)
     if op is None:
-        raise KeyError(f"unknown operator {name!r}; known operators: {', '.join(sorted(_OPS))} "
-                       f"(or path/to/file.py:name for a kernel registered with opsim.register_operator)")
+        raise KeyError(f"unknown operator {name!r}{did_you_mean(name, _OPS)}; known operators: "
+                       f"{', '.join(sorted(_OPS))} (or path/to/file.py:name for a kernel registered with "
+                       f"opsim.register_operator)")
     return op
 
 

@@ -112,6 +112,18 @@ def format_links(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def error_text(exc: BaseException) -> str:
+    """One line for a refused command: a SimulatorError's message (it starts with its class
+    name), a KeyError's message without the quotes ``str(KeyError)`` adds (an unknown operator is
+    a mistyped name, not a Python error), otherwise ``Class: message``."""
+    from opsim.simulator.errors import SimulatorError
+    if isinstance(exc, SimulatorError):
+        return str(exc)
+    if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+        return exc.args[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import opsim
     from opsim.kernels.common import OpError
@@ -150,10 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"opsim: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
     except (SimulatorError, KeyError, TypeError, ValueError) as exc:
-        text = str(exc)      # a SimulatorError's message already starts with its class name
-        if not isinstance(exc, SimulatorError):
-            text = f"{type(exc).__name__}: {text}"
-        print(f"opsim: {text}", file=sys.stderr)
+        print(f"opsim: {error_text(exc)}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"op": res.op, "device": res.device, "mode": res.mode, "cycles": res.cycles,

@@ -108,3 +108,17 @@ def test_run_refuses_a_negative_seed_naming_the_option(capsys):
     with pytest.raises(SystemExit) as exc:    # opsim check: the same
         main(["check", "examples/kernels/leaky_relu.py:leaky_relu_kernel", "--seed", "-1"])
     assert exc.value.code == 2 and "argument --seed: -1 must be an integer >= 0" in capsys.readouterr().err
+
+
+def test_a_misspelt_operator_device_or_field_gets_one_line_with_the_likely_name(capsys):
+    # the operator's message came out as `KeyError: "…"` (Python's quoting) with no suggestion
+    cases = [(["run", "mse_los_backward"], "opsim: unknown operator 'mse_los_backward' "
+                                            "(did you mean 'mse_loss_backward'?); known operators: "),
+             (["run", "mse_loss_backward", "--device", "atlas_a2"],
+              "unknown device 'atlas_a2' (did you mean 'atlas-a2'?); known devices: "),
+             (["run", "mse_loss_backward", "--set", "ub.sise=1"],
+              "unknown field 'ub.sise' (did you mean 'ub.size'?); known fields: ")]
+    for argv, want in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert want in err and err.count("\n") == 1 and "KeyError" not in err and '"' not in err, err
