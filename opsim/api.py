@@ -202,7 +202,13 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
 
     if opdef.empty(descs):
         outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0))
+        # nothing is launched, so the sanitizer watched nothing and found nothing: an empty
+        # report, so that `res.sanitizer.ok` holds for every sanitized run
+        report = None
+        if sanitize:
+            from opsim.simulator.sanitizer import SanitizerReport
+            report = SanitizerReport()
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0), sanitizer=report)
 
     tiling_obj = opdef.plan(spec, descs, attrs, tiling)
 

@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from opsim.cli import _parse_pairs
+    from opsim.cli import _parse_pairs, error_text
     from opsim.kernels import registry
     from opsim.kernels.common import OpError
     from opsim.simulator.errors import SimulatorError
@@ -63,7 +63,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"opsim check: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
     except (SimulatorError, TypeError, ValueError, KeyError) as exc:
-        print(f"opsim check: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"opsim check: {error_text(exc)}", file=sys.stderr)
         return 2
     print(report)
     if fault is not None:
@@ -90,16 +90,30 @@ def _check_operator(args: argparse.Namespace, attrs: dict, tiling: dict) -> tupl
     return res.sanitizer, None
 
 
+def _annotation(p: inspect.Parameter) -> str:
+    """A parameter's annotation as text (``asc.GlobalAddress`` whether a string or the class)."""
+    return p.annotation if isinstance(p.annotation, str) else str(getattr(p.annotation, "__name__", ""))
+
+
 def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, Any]:
+    from opsim.devices.names import did_you_mean
     from opsim.simulator import numerics as nx
     from opsim.simulator.errors import SimulatorError
     rng = np.random.default_rng(args.seed)
     shape = args.shape or (2048,)
     dt = nx.dtype(args.dtype).np_dtype
+    params = inspect.signature(jf.fn).parameters
+    scalars = [p.name for p in params.values() if "GlobalAddress" not in _annotation(p)]
+    for name in values:
+        if name not in scalars:
+            # a misspelt --arg would otherwise be dropped and the kernel run with its default
+            raise ValueError(f"--arg {name}: {jf.fn.__name__} has no scalar parameter {name!r}"
+                             f"{did_you_mean(name, scalars)}; its scalar parameters: "
+                             f"{', '.join(scalars) or 'none'} (asc.GlobalAddress parameters get arrays "
+                             f"of --shape/--dtype)")
     call = []
-    for p in inspect.signature(jf.fn).parameters.values():
-        ann = p.annotation if isinstance(p.annotation, str) else getattr(p.annotation, "__name__", "")
-        if "GlobalAddress" in str(ann):
+    for p in params.values():
+        if "GlobalAddress" in _annotation(p):
             call.append(rng.standard_normal(shape).astype(np.float32).astype(dt))
         elif p.name in values:
             call.append(values[p.name])

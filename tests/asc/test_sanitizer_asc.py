@@ -137,6 +137,23 @@ def test_opsim_check_runs_a_plain_jit_kernel_with_its_scalar_arguments(capsys, b
     assert "--arg buffer_num=VALUE" in capsys.readouterr().err
 
 
+def test_opsim_check_refuses_an_arg_the_kernel_does_not_take(capsys, bugs) -> None:
+    # a misspelt --arg was ignored: the check ran the kernel without the value the user meant
+    target = f"{BUGS.parent / 'add_manual_flags.py'}:add_kernel"
+    args = ["check", target, "--shape", str(N), "--block-dim", "8", "--arg", f"block_length={N // 8}",
+            "--arg", "buffer_num=2", "--arg", "bufer_num=1"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "--arg bufer_num" in err and "did you mean 'buffer_num'" in err and "block_length, buffer_num" in err
+
+
+def test_opsim_check_of_an_empty_call_is_clean_not_a_traceback(capsys, bugs) -> None:
+    # an empty tensor launches nothing: the report is empty, not None (was AttributeError)
+    assert cli.main(["check", f"{BUGS}:add", "--shape", "0", "--dtype", "fp32"]) == 0
+    out = capsys.readouterr().out
+    assert "no findings" in out and "over 0 instructions" in out and "clean" in out
+
+
 @pytest.mark.parametrize("name", ["add_manual_flags", "add_tque", "matmul_leaky_relu"])
 def test_sanitize_changes_neither_bits_nor_cycles_of_the_examples(name, example, monkeypatch) -> None:
     import importlib

@@ -53,3 +53,15 @@ def test_sanitize_needs_a_simulated_run() -> None:
     kwargs = opdef.example(np.random.default_rng(0), devices.load("atlas-a2"), "fp32")
     with pytest.raises(ValueError, match="sanitize=True needs mode 'full' or 'timing'.*numeric"):
         opsim.run("mse_loss_backward", mode="numeric", sanitize=True, **kwargs)
+
+
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_an_empty_call_under_the_sanitizer_has_an_empty_report(mode: str) -> None:
+    # nothing is launched, so nothing can be wrong: `res.sanitizer.ok` must work (it was None)
+    empty = np.zeros((0, 8), np.float32)
+    operand = empty if mode == "full" else opsim.TensorSpec(empty.shape, "fp32")
+    res = opsim.run("mse_loss_backward", mode=mode, sanitize=True, grad_output=operand, self=operand,
+                    target=operand)
+    assert res.sanitizer is not None and res.sanitizer.ok and res.sanitizer.instructions == 0
+    assert opsim.run("mse_loss_backward", mode=mode, grad_output=operand, self=operand,
+                     target=operand).sanitizer is None
