@@ -243,6 +243,10 @@ class OpDef:
     prepare: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None
     # optional documented limits for `opsim capacity`: (spec, dtype or None) -> [CapacityRow]
     documented_limits: Callable[..., Sequence[Any]] | None = None
+    # the tiling override keys ``plan`` accepts (opsim.run(tiling=...), a study's tiling.* axes),
+    # so that a study with a misspelt key is refused before it runs; None: not declared (a custom
+    # operator's keys come from its tiling function), checked only when planning
+    tiling_keys: tuple[str, ...] | None = None
 
     def empty(self, descs: Mapping[str, "TensorDesc | None"]) -> bool:
         """Whether the call has no work: the operator's own rule, else any input without elements."""

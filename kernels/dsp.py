@@ -799,4 +799,5 @@ OP = OpDef(
     summary="DSP BCE gradient: dloss * w * (x - y) / (x(1 - x) + 1e-12), shared (_s) or private (_p) storage",
     place=place,
     example_shapes=example_shapes,
+    tiling_keys=OVERRIDE_KEYS,
 )

@@ -132,6 +132,7 @@ def _loc(where: str, text: str | None, key: str) -> str:
 def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool = True) -> Study:
     from opsim.kernels import registry
     from opsim import devices as _devices
+    from opsim.devices.names import did_you_mean
 
     def err(key: str, msg: str) -> StudyError:
         return StudyError(f"{_loc(where, text, key)}: key '{key}': {msg}")
@@ -193,12 +194,15 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
     for op in dict(axes)["operator"]:
         # a custom operator may be named as path/to/file.py:name (opsim.register_operator)
         if not isinstance(op, str) or (strict and not registry.known(op)):
-            raise err("axes.operator", f"unknown operator {op!r}; known operators: {', '.join(known_ops)}")
+            raise err("axes.operator", f"unknown operator {op!r}{did_you_mean(str(op), known_ops)}; "
+                                       f"known operators: {', '.join(known_ops)}")
     known_devices = _devices.catalogue()
     device_names = dict(axes).get("device", ("atlas-a2",))
     for d in device_names:
         if not isinstance(d, str) or (d not in known_devices and not d.endswith(".toml")):
-            raise err("axes.device", f"unknown device {d!r}; known devices: {', '.join(known_devices)}")
+            raise err("axes.device", f"unknown device {d!r}{did_you_mean(str(d), known_devices)}; "
+                                     f"known devices: {', '.join(known_devices)}")
+    _check_operator_keys(axes, [registry.get(op) for op in dict(axes)["operator"] if registry.known(op)], err)
     # what-if fields are checked against every device's schema now, not point by point later
     for key, vals in axes:
         if key.startswith("override."):
@@ -263,14 +267,39 @@ def _flatten(node: Mapping[str, Any], prefix: str, out: list[tuple[str, Any]]) -
             out.append((key, v))
 
 
+def _check_operator_keys(axes: Sequence[tuple[str, tuple[Any, ...]]], ops: Sequence[Any],
+                         err: Callable[[str, str], Exception]) -> None:
+    """Refuse an ``attr.*`` or ``tiling.*`` axis that none of the study's operators takes: a
+    misspelt key would otherwise run every point into the same refusal, recorded row by row."""
+    from opsim.devices.names import did_you_mean
+    if not ops:
+        return
+    for key, _ in axes:
+        head, _, name = key.partition(".")
+        if head == "attr":
+            allowed = sorted({a for op in ops for a in op.attrs})
+            what = "attribute"
+        elif head == "tiling":
+            if any(op.tiling_keys is None for op in ops):
+                continue        # an operator that does not declare its keys checks them when it plans
+            allowed = sorted({k for op in ops for k in op.tiling_keys})
+            what = "tiling override"
+        else:
+            continue
+        if name not in allowed:
+            names = ", ".join(op.name for op in ops)
+            raise err(f"axes.{key}", f"no operator of this study ({names}) takes the {what} {name!r}"
+                                     f"{did_you_mean(name, allowed)}; allowed: {', '.join(allowed) or 'none'}")
+
+
 def _check_dtype_value(v: Any, fail: Callable[[str], Exception]) -> None:
     from opsim.simulator import numerics as nx
     values = v.values() if isinstance(v, Mapping) else [v]
     for d in values:
         try:
             nx.dtype(d)
-        except Exception:
-            raise fail(f"unknown dtype {d!r}") from None
+        except Exception as exc:   # its message lists the allowed names
+            raise fail(str(exc) if isinstance(exc, ValueError) else f"unknown dtype {d!r}") from None
 
 
 def _check_shape_value(v: Any, fail: Callable[[str], Exception]) -> None:

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
+from opsim.kernels.ascend.elementwise import OVERRIDE_KEYS as ELEMENTWISE_KEYS
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, check_overrides, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, FORMAT_NAMES, OpDef, OpError, TensorDesc,
                             acl_dtype_name, broadcast_shapes, check_dtype_in, check_max_dims,
@@ -441,4 +442,5 @@ OP = OpDef(
     workspace=workspace,
     summary="BCE loss gradient: grad * weight * (self - target) / max((1 - self) * self, 1e-12)",
     example_shapes=example_shapes,
+    tiling_keys=ELEMENTWISE_KEYS,
 )

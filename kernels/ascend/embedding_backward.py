@@ -2575,4 +2575,5 @@ OP = OpDef(
     is_empty=is_empty,
     estimate=estimate,
     example_shapes=example_shapes,
+    tiling_keys=OVERRIDE_KEYS,
 )

@@ -1081,4 +1081,5 @@ OP = OpDef(
     summary="vocabulary-parallel linear + cross-entropy gradient: input_grad = S·W, weight_grad = Sᵀ·input",
     estimate=estimate,
     example_shapes=example_shapes,
+    tiling_keys=OVERRIDE_KEYS,
 )

@@ -17,6 +17,7 @@ import numpy as np
 
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.ascend.bce_backward import WORKSPACE_ALIGN, cast_kernel
+from opsim.kernels.ascend.elementwise import OVERRIDE_KEYS as ELEMENTWISE_KEYS
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, check_overrides, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, broadcast_shapes,
                             check_dtype_in, check_max_dims, check_not_null,
@@ -243,4 +244,5 @@ OP = OpDef(
     workspace=workspace,
     summary="MSE loss gradient: (self - target) * cof * gradOutput",
     example_shapes=example_shapes,
+    tiling_keys=ELEMENTWISE_KEYS,
 )

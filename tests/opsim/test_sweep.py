@@ -74,6 +74,17 @@ BAD_STUDIES = {
     "plot value unknown": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
                            '[[plot]]\nkind = "lines"\nx = "shape"\nvalue = "time"\n', "plot.value", 8,
                            "not a numeric result column"),
+    # a misspelt attribute or tiling key ran every point into the same refusal, exit status 0
+    "attribute no operator takes": ('[axes]\noperator = ["mse_loss_backward", "binary_cross_entropy_backward"]\n'
+                                    'attr.reductio = ["mean"]\n', "axes.attr.reductio", 3,
+                                    "takes the attribute 'reductio' (did you mean 'reduction'?); allowed: reduction"),
+    "tiling key no operator takes": ('[axes]\noperator = ["mse_loss_backward"]\ntiling.blockdim = [4, 8]\n',
+                                     "axes.tiling.blockdim", 3,
+                                     "takes the tiling override 'blockdim' (did you mean 'block_dim'?); allowed: "
+                                     "block_dim, buffer_num, core_mask, tile_length"),
+    # the dtype's allowed names were dropped
+    "unknown dtype": ('[axes]\noperator = ["mse_loss_backward"]\ndtype = ["fp23"]\n', "axes.dtype", 3,
+                      "unknown dtype 'fp23'; allowed names: fp32"),
     "plot key unknown": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
                          '[[plot]]\nkind = "lines"\nx = "shape"\nseires = "device"\n', "plot.seires", 8,
                          "unknown key"),
@@ -98,6 +109,22 @@ def test_bad_study_is_refused_naming_key_and_line_and_nothing_is_written(tmp_pat
     assert res.returncode == 2
     assert what in res.stderr and "Traceback" not in res.stderr
     assert not db.exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_every_builtin_operator_declares_the_tiling_keys_its_plan_accepts():
+    # the study check reads OpDef.tiling_keys; the plan's own refusal lists what it accepts
+    import numpy as np
+    import opsim
+    from opsim import devices
+    from opsim.kernels import registry
+    for name in registry.names():
+        op = registry.get(name)
+        device = "ft78ne" if name == "binarycrossentropygrad" else "atlas-a2"
+        ex = op.example(np.random.default_rng(0), devices.load(device), op.dtypes(devices.load(device))[0])
+        with pytest.raises(opsim.OpError) as exc:
+            opsim.run(name, device=device, mode="estimate", tiling={"zz_not_a_key": 1}, **ex)
+        assert op.tiling_keys is not None, name
+        assert exc.value.message.endswith("allowed: " + ", ".join(op.tiling_keys)), (name, exc.value.message)
 
 
 def test_operand_tables_do_not_rename_the_study(tmp_path):
