@@ -59,7 +59,8 @@ bench: $(NATIVE)
 	$(BIN)/python benchmarks/run.py
 
 # Every figure of README.md and docs/ from a fresh run: the README blocks between
-# <!-- figure: NAME --> markers (opsim/docfigs.py), docs/calibration.md and docs/estimate.md.
+# <!-- figure: NAME --> markers and those of docs/profiling.md (opsim/docfigs.py), docs/calibration.md
+# and docs/estimate.md.
 docs: $(STAMP)
 	$(BIN)/python benchmarks/calibrate.py > /dev/null
 	$(BIN)/python benchmarks/estimate_error.py

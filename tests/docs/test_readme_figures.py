@@ -33,9 +33,10 @@ def _load(script: str):
 # ---------------------------------------------------------------------------------------------
 
 def test_every_marked_block_has_a_figure_and_every_figure_a_block():
-    marked = set(docfigs.blocks(docfigs.README.read_text(encoding="utf-8")))
-    registered = {n for n, f in docfigs.FIGURES.items() if f.path == docfigs.README}
-    assert marked == registered
+    for path in {docfigs.README, *(f.path for f in docfigs.FIGURES.values())}:
+        marked = set(docfigs.blocks(path.read_text(encoding="utf-8")))
+        registered = {n for n, f in docfigs.FIGURES.items() if f.path == path}
+        assert marked == registered, path
 
 
 def test_write_replaces_only_the_text_between_the_markers(tmp_path, monkeypatch):
