@@ -252,12 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one operator on a simulated device")
     r.add_argument("op", nargs="?", help="operator name (see `opsim ops`)")
     r.add_argument("--kernel", help="a custom operator: FILE.py:name registered with opsim.register_operator")
-    r.add_argument("--device", default="atlas-a2", help="device name or TOML path (see `opsim devices`)")
+    r.add_argument("--device", default="atlas-a2",
+                   help="device name or TOML path (see `opsim devices`; default: atlas-a2)")
     r.add_argument("--shape", type=_parse_shape, default=None, help="main operand shape, e.g. 64x4096")
     r.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: fp32, or the operator's first dtype)")
     r.add_argument("--reduction", default=None, help="none, mean or sum (or 0/1/2)")
     r.add_argument("--attr", action="append", help="operator attribute KEY=VALUE (repeatable)")
-    r.add_argument("--mode", default="full", choices=("full", "timing", "numeric", "estimate"))
+    r.add_argument("--mode", default="full", choices=("full", "timing", "numeric", "estimate"),
+                   help="full: numbers and timing (default); timing: shapes only; numeric: the golden only; "
+                        "estimate: a fast replay without the event loop")
     r.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8,tile_length=4096")
     r.add_argument("--set", "--override", action=DeviceOverride, dest="set", metavar="KEY=VALUE",
                    help="device field override, e.g. ub.size=262144 (repeatable; --override is a deprecated alias)")
@@ -265,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one operand: 64x128, 64x128:fp16, :int32, none or @file.npy (repeatable; see `opsim ops OP`)")
     r.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random operands (an integer >= 0)")
     r.add_argument("--trace", help="write a Chrome/Perfetto JSON trace to this file")
-    r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"))
+    r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"),
+                   help="detail of the trace (default: instruction)")
     r.add_argument("--report", help="write a self-contained HTML report to this file")
     r.add_argument("--json", action="store_true", help="print the result as JSON")
     r.add_argument("--csv", help="write the op_summary CSV (one row per launch) to this file, and the "
@@ -288,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.set_defaults(func=cmd_ops)
 
     m = sub.add_parser("demo", help="run every operator on every product that supports it and check goldens")
-    m.add_argument("--out", default="opsim-out", help="directory for traces and reports")
+    m.add_argument("--out", default="opsim-out", help="directory for traces and reports (default: opsim-out)")
     m.add_argument("--no-report", action="store_true", help="skip the HTML reports")
     m.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
     m.add_argument("--kernel", action="append", help="only this operator (repeatable); custom ones as FILE.py:name")

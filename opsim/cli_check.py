@@ -21,9 +21,10 @@ def register(sub: Any) -> None:
     from opsim.cli import _parse_seed, _parse_shape
     c = sub.add_parser("check", help="run a kernel under the sanitizer (racecheck, memcheck, synccheck)")
     c.add_argument("target", help="FILE.py:kernel (an operator the file registers, or an @asc.jit kernel)")
-    c.add_argument("--shape", type=_parse_shape, default=None, help="input shape, e.g. 8x2048")
-    c.add_argument("--dtype", default="fp32", help="fp32, fp16 or bf16")
-    c.add_argument("--device", default="atlas-a2", help="device name (see `opsim devices`)")
+    c.add_argument("--shape", type=_parse_shape, default=None,
+                   help="input shape, e.g. 8x2048 (default: the operator's example shape; 2048 for an @asc.jit kernel)")
+    c.add_argument("--dtype", default="fp32", help="fp32, fp16 or bf16 (default: fp32)")
+    c.add_argument("--device", default="atlas-a2", help="device name (see `opsim devices`; default: atlas-a2)")
     c.add_argument("--attr", action="append", help="operator attribute KEY=VALUE (repeatable)")
     c.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8")
     c.add_argument("--arg", action="append", help="@asc.jit kernel: a scalar parameter NAME=VALUE")
