@@ -171,6 +171,9 @@ class LocalTensor:
                               f"{region.size} B and tensors start {region.alignment} B aligned "
                               f"(at {_core.call_site()})", address=addr)
         self.sim = SimLocal(core, region, addr, dt, n)
+        # a tensor at a fixed address bypasses the allocator; its bytes are in use all the same,
+        # so the run's local-memory peak (stats["ub_peak_bytes"]) covers them
+        region.peak_allocated_bytes = max(region.peak_allocated_bytes, addr + n * dt.itemsize)
 
     @classmethod
     def wrap(cls, sim: SimLocal, pos: TPosition, owner: Any = None) -> "LocalTensor":

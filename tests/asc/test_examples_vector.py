@@ -25,3 +25,10 @@ def test_example_scripts_print_their_timing(example, capsys):
     example("add_manual_flags").main()
     out = capsys.readouterr().out
     assert "cycles" in out and " us" in out and "bitwise equal to numpy" in out
+
+
+def test_fixed_address_local_tensors_count_in_the_ub_peak(example, capsys):
+    # LocalTensor(dtype, pos, addr, n) bypasses the allocator: the UB peak said 0 B
+    res = example("add_manual_flags").main(n=8 * 2048, block_dim=8, buffer_num=2)
+    tile = 2048 // 8 // 2
+    assert res.stats["ub_peak_bytes"] == 3 * tile * 2 * 4     # x, y, z: tile x buffer_num fp32 each
