@@ -55,8 +55,13 @@ def demo_cases(ops: list[str] | None = None) -> list[tuple[str, str, str]]:
     return cases
 
 
-def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tuple[str, dict[str, Any] | None, bool]:
-    """One demo row: run, check against the golden, write the trace (and report).
+OP_WIDTH = 36     # the operator column: the longest built-in name
+
+
+def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool,
+             width: int = OP_WIDTH) -> tuple[str, dict[str, Any] | None, bool]:
+    """One demo row: run, check against the golden, write the trace (and report); ``width`` is
+    the operator column's.
 
     Returns (printed row, index entry or None, failed). Runs in a worker process.
     """
@@ -73,7 +78,7 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tu
         verdict = _check(res.outputs, op.golden({**{n: None for n in op.optional}, **arrays},
                                                  {**op.attrs, **attrs}))
     except Exception as exc:  # a demo row must report, not crash the table
-        return f"{op_name:36s} {dev:20s} {dt:5s} FAILED: {type(exc).__name__}: {exc}", None, True
+        return f"{op_name:{width}s} {dev:20s} {dt:5s} FAILED: {type(exc).__name__}: {exc}", None, True
     s = res.stats
     trace_path = os.path.join(out_dir, f"{tag}.json")
     if res.trace is not None:
@@ -84,7 +89,7 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool) -> tu
         path = os.path.join(out_dir, f"{tag}.html")
         report_for_result(res, path)
         entry["report"] = os.path.basename(path)
-    row = (f"{op_name:36s} {dev:20s} {dt:5s} {s.get('block_dim') or '-':>5} {res.cycles:9d} "
+    row = (f"{op_name:{width}s} {dev:20s} {dt:5s} {s.get('block_dim') or '-':>5} {res.cycles:9d} "
            f"{res.time_us:9.2f} {s.get('bandwidth_GBps', 0):7.1f} {s.get('bound', '-'):7s} {verdict}")
     return row, entry, verdict.startswith("FAIL")
 
@@ -105,7 +110,9 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
     except OSError as exc:   # e.g. a path under a regular file: said in one line, not a traceback
         print(f"opsim demo: --out {out_dir}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    header = f"{'operator':36s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
+    # the operator column fits the longest name (a custom operator's path:name can be long)
+    width = max([OP_WIDTH, *(len(op) for op, _, _ in cases)])
+    header = f"{'operator':{width}s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
              f"{'GB/s':>7s} {'bound':7s} check"
     print(header)
     print("-" * len(header), flush=True)
@@ -113,7 +120,7 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
     failures = 0
     index: list[dict[str, Any]] = []
     t0 = time.time()
-    args = [(op, dev, dt, out_dir, reports) for op, dev, dt in cases]
+    args = [(op, dev, dt, out_dir, reports, width) for op, dev, dt in cases]
     if workers > 1:
         from opsim.study_files import watch_parent   # workers exit if the demo is killed
         with ProcessPoolExecutor(max_workers=workers, initializer=watch_parent, initargs=(os.getpid(),)) as pool:
@@ -132,6 +139,6 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
             print(row, flush=True)
     if reports and index:
         write_index_page(index, os.path.join(out_dir, "index.html"))
-    print(f"\n{len(index)} runs, {failures} failed, {time.time() - t0:.1f} s; traces in {out_dir}/"
+    print(f"\n{len(cases)} runs, {failures} failed, {time.time() - t0:.1f} s; traces in {out_dir}/"
           + (" (open index.html)" if reports and index else ""))
     return 1 if failures else 0

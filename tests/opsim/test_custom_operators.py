@@ -190,6 +190,21 @@ def test_opsim_demo_kernel_restricts_the_table(capsys: pytest.CaptureFixture[str
     assert "mse_loss_backward" not in out
 
 
+def test_the_demo_table_fits_a_long_custom_name_and_counts_failed_runs(capsys: pytest.CaptureFixture[str],
+                                                                      tmp_path: Path) -> None:
+    # a path:name longer than 36 characters pushed its rows' columns out of line with the header,
+    # and a run that raised was left out of "N runs" ("0 runs, 8 failed")
+    bad = f"{BUGS}:add_out_of_bounds"
+    assert cli.main(["demo", "--kernel", ADD, "--kernel", bad, "--out", str(tmp_path), "--no-report",
+                     "--workers", "1"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    header, rows = lines[0], [ln for ln in lines[2:] if ln.startswith(str(BUGS))]
+    column = header.index("device")
+    assert rows and all(r[column - 1] == " " and r[column] != " " for r in rows), (header, rows)
+    n = len(rows)
+    assert any(ln.startswith(f"{n} runs, {n // 2} failed") for ln in lines), lines[-1]
+
+
 def test_op_summary_of_an_asc_operator_lists_its_gm_tensors() -> None:
     # an opsim.asc kernel's launch carried no arguments, so the profiler's op_summary had empty
     # Input/Output Shapes, Data Types and Formats for every custom asc operator
