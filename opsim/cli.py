@@ -73,6 +73,8 @@ def format_result(res: Any) -> str:
     lines = [f"operator      {res.op} on {res.device} ({res.mode} mode)"]
     if res.mode != "numeric":   # numeric mode has no timing; it prints its check instead
         lines.append(f"cycles        {res.cycles}   ({res.time_us:.3f} us)")
+    if s.get("empty"):
+        lines.append("empty         an operand has no elements: the call succeeds and launches nothing")
     if s.get("block_dim") is not None:
         # a plan without a tile length or buffer count (the embedding's row plans) shows none
         parts = [f"block_dim     {s['block_dim']}"] + [f"{k} {s[k]}" for k in ("tile_length", "buffer_num")

@@ -73,7 +73,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
           f"(ran {res.ran}, skipped {res.skipped} already done, {res.failed} failed this run)")
     if ok:
         best = min(ok, key=lambda r: r["time_us"])
-        print(f"fastest: {best['time_us']:.3f} us ({best['cycles']} cycles, {best['bound']}-bound) "
+        # an empty point (a zero dimension) launches nothing and has no bound
+        bound = f"{best['bound']}-bound" if best["bound"] else "empty: nothing launched"
+        print(f"fastest: {best['time_us']:.3f} us ({best['cycles']} cycles, {bound}) "
               f"at {best['operator']} on {best['device']} shape {best['shape']} dtype {best['dtype']} "
               f"tiling {best['tiling']} overrides {best['overrides']} attrs {best['attrs']}")
     confirmed = [r for r in rows if r.get("confirmed_cycles") is not None]

@@ -122,3 +122,12 @@ def test_a_misspelt_operator_device_or_field_gets_one_line_with_the_likely_name(
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert want in err and err.count("\n") == 1 and "KeyError" not in err and '"' not in err, err
+
+
+def test_an_empty_shape_says_that_nothing_was_launched(capsys):
+    # `--shape 64x0` printed "cycles 0" and "block_dim 0" with no word of why
+    assert main(["run", "mse_loss_backward", "--shape", "64x0"]) == 0
+    out = capsys.readouterr().out
+    assert "empty         an operand has no elements: the call succeeds and launches nothing" in out
+    assert main(["run", "mse_loss_backward", "--shape", "64x4"]) == 0
+    assert "empty" not in capsys.readouterr().out

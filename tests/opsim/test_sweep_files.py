@@ -264,3 +264,14 @@ def test_a_csv_path_that_cannot_be_written_is_a_clear_error_and_the_rows_stay_in
     err = capsys.readouterr().err
     assert rc == 2 and "--csv afile/rows.csv: Not a directory" in err and "csvfail.sqlite" in err
     assert sweep(str(path), "csvfail.sqlite", workers=1, quiet=True, resume=True).skipped == 2
+
+
+def test_the_fastest_point_of_a_study_with_an_empty_shape_is_not_none_bound(work, capsys):
+    # an empty point has no bound: the summary printed "(0 cycles, None-bound)"
+    from opsim.cli import main
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "empty"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'shape = [[0], [4096]]\n')
+    assert main(["sweep", str(path), "--quiet", "--executor", "serial"]) == 0
+    out = capsys.readouterr().out
+    assert "(0 cycles, empty: nothing launched)" in out and "None" not in out
