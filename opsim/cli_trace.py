@@ -131,5 +131,6 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_plot)
     c = sub.add_parser("convert", help="write the trace as Perfetto protobuf (.pftrace) or JSON")
     c.add_argument("file", help="trace file (.json or .json.gz)")
-    c.add_argument("-o", "--output", required=True, help=".pftrace (protobuf) or .json/.json.gz")
+    c.add_argument("-o", "--output", required=True,
+                   help=".json or .json.gz: Chrome JSON; any other name (.pftrace): Perfetto protobuf")
     c.set_defaults(func=cmd_convert)
