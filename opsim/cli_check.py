@@ -28,7 +28,8 @@ def register(sub: Any) -> None:
     c.add_argument("--attr", action="append", help="operator attribute KEY=VALUE (repeatable)")
     c.add_argument("--tiling", action="append", help="tiling override, e.g. block_dim=8")
     c.add_argument("--arg", action="append", help="@asc.jit kernel: a scalar parameter NAME=VALUE")
-    c.add_argument("--block-dim", type=int, default=1, help="@asc.jit kernel: blocks to launch (default 1)")
+    c.add_argument("--block-dim", type=int, default=None,
+                   help="@asc.jit kernel: blocks to launch (default 1; an operator takes --tiling block_dim=N)")
     c.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random inputs (an integer >= 0)")
     c.set_defaults(func=cmd_check)
 
@@ -53,9 +54,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         if getattr(obj, "__opsim_operator__", None) is not None or registry.known(args.target):
+            _refuse_options(args, "a registered operator", arg="--attr KEY=VALUE",
+                            block_dim="--tiling block_dim=N")
             report, fault = _check_operator(args, _parse_pairs(args.attr, "--attr"),
                                             _parse_pairs(args.tiling, "--tiling"))
         elif type(obj).__name__ == "JitFunction":
+            _refuse_options(args, "an @asc.jit kernel", attr="--arg NAME=VALUE", tiling="--block-dim N")
             report, fault = _check_jit(args, obj, _parse_pairs(args.arg, "--arg"))
         else:
             print(f"opsim check: {name} is neither a registered operator nor an @asc.jit kernel", file=sys.stderr)
@@ -73,6 +77,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     print(f"\nopsim check {args.target}: " + ("clean" if report.ok else
           f"{len(report.findings)} finding(s): " + ", ".join(f"{c} {n}" for c, n in counts.items())))
     return 0 if report.ok else 1
+
+
+def _refuse_options(args: argparse.Namespace, kind: str, **instead: str) -> None:
+    """A ValueError for an option given that ``kind`` does not take (it would be ignored and the
+    check run with defaults the user did not ask for), saying what to give instead."""
+    for dest, use in instead.items():
+        if getattr(args, dest) is not None:
+            opt = "--" + dest.replace("_", "-")
+            raise ValueError(f"{opt} does not apply to {args.target} ({kind}); give {use}")
 
 
 def _check_operator(args: argparse.Namespace, attrs: dict, tiling: dict) -> tuple[Any, Any]:
@@ -124,7 +137,8 @@ def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, An
             raise ValueError(f"{jf.fn.__name__}: give parameter {p.name!r} with --arg {p.name}=VALUE "
                              f"(asc.GlobalAddress parameters get arrays of --shape/--dtype)")
     try:
-        res = jf[args.block_dim, None](*call, device=args.device, sanitize=True, trace="off")
+        blocks = 1 if args.block_dim is None else args.block_dim
+        res = jf[blocks, None](*call, device=args.device, sanitize=True, trace="off")
     except SimulatorError as exc:
         report = getattr(exc, "sanitizer", None)
         if report is None:

@@ -220,3 +220,28 @@ def test_without_sanitize_a_deadlock_lists_each_blocked_pipe_once_with_its_kerne
     assert _line("asc.wait_flag(asc.HardEvent.MTE2_V, 1)") in text
     # 8 cores x 3 blocked pipes: the message names 8 of them, the attribute keeps all
     assert len(err.value.waiting) == 3 * BLOCKS and text.endswith(f"and {3 * BLOCKS - 8} more")
+
+
+@pytest.mark.parametrize("extra,named,instead", [
+    (["--arg", "tile=64"], "--arg", "--attr KEY=VALUE"),
+    (["--block-dim", "4"], "--block-dim", "--tiling block_dim=N"),
+])
+def test_opsim_check_refuses_jit_options_for_a_registered_operator(extra, named, instead, capsys, bugs) -> None:
+    # --arg and --block-dim were ignored for an operator: the check ran with defaults the user
+    # had not asked for and said "clean"
+    assert cli.main(["check", f"{BUGS}:add", "--shape", str(N), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"{named} does not apply to" in err and "a registered operator" in err and instead in err
+
+
+@pytest.mark.parametrize("extra,named,instead", [
+    (["--attr", "reduction=0"], "--attr", "--arg NAME=VALUE"),
+    (["--tiling", "block_dim=8"], "--tiling", "--block-dim N"),
+])
+def test_opsim_check_refuses_operator_options_for_a_jit_kernel(extra, named, instead, capsys, bugs) -> None:
+    target = f"{BUGS.parent / 'add_manual_flags.py'}:add_kernel"
+    args = ["check", target, "--shape", str(N), "--arg", f"block_length={N}", "--arg", "buffer_num=2"]
+    assert cli.main(args + extra) == 2
+    err = capsys.readouterr().err
+    assert f"{named} does not apply to" in err and "an @asc.jit kernel" in err and instead in err
+    assert cli.main(args) == 0                       # the same call without it runs (block_dim 1)
