@@ -126,6 +126,22 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def output_path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written, or None: checked before a run so that a mistyped
+    directory is refused at once, not after minutes of simulation (writing can still fail
+    later, e.g. on a full disk, and is reported then)."""
+    if os.path.isdir(path):
+        return "is a directory; give a file name"
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        return f"{parent} is not a directory"
+    if not os.path.isdir(parent):
+        return f"directory {parent} does not exist"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"directory {parent} is not writable"
+    return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import opsim
     from opsim.kernels.common import OpError
@@ -141,6 +157,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.op:
         print("opsim: name an operator (see `opsim ops`) or --kernel FILE.py:name", file=sys.stderr)
         return 2
+    for opt in ("csv", "trace", "report"):
+        path = getattr(args, opt)
+        problem = output_path_problem(path) if path else None
+        if problem:
+            print(f"opsim: --{opt} {path}: {problem}", file=sys.stderr)
+            return 2
     try:
         kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
                                 getattr(args, "operand", None) or ())

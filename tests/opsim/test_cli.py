@@ -77,15 +77,34 @@ def test_run_json_keeps_stdout_one_json_document_when_it_also_writes_files(tmp_p
         assert (tmp_path / name).exists() and name in captured.err
 
 
-def test_run_into_a_path_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path, capsys):
+def test_run_into_a_path_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path, capsys, monkeypatch):
+    import opsim
+    ran = []
+    monkeypatch.setattr(opsim, "run", lambda *a, **k: ran.append(a))   # refused before any run
     blocker = tmp_path / "afile"
     blocker.write_text("")
+    cases = [(blocker / "x.out", f"{blocker} is not a directory"),
+             (tmp_path / "no_dir" / "x.out", f"directory {tmp_path / 'no_dir'} does not exist"),
+             (tmp_path, "is a directory; give a file name")]
     for flag in ("--trace", "--report", "--csv"):
-        target = str(blocker / "x.out")
-        rc = main(["run", "mse_loss_backward", flag, target])
-        err = capsys.readouterr().err
-        assert rc == 2, flag
-        assert f"opsim: {flag} {target}: Not a directory" in err, err
+        for target, why in cases:
+            rc = main(["run", "mse_loss_backward", flag, str(target)])
+            err = capsys.readouterr().err
+            assert rc == 2, flag
+            assert f"opsim: {flag} {target}: {why}" in err, err
+    assert not ran
+
+
+def test_run_reports_a_write_that_fails_after_the_run_as_a_one_line_error(tmp_path, capsys, monkeypatch):
+    # the check before the run cannot see everything (a full disk): the write's own error is
+    # still one line with exit status 2
+    from opsim.traces import trace as trace_mod
+    def fail(self, path):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(trace_mod.Trace, "to_chrome_json", fail)
+    target = tmp_path / "t.json"
+    assert main(["run", "mse_loss_backward", "--shape", "256", "--trace", str(target)]) == 2
+    assert f"opsim: --trace {target}: No space left on device" in capsys.readouterr().err
 
 
 def test_demo_with_an_unknown_kernel_or_an_impossible_out_directory_says_so(tmp_path, capsys):
