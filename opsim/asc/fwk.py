@@ -15,7 +15,7 @@ from opsim.asc import _core
 from opsim.asc.dtype import sim_dtype
 from opsim.asc.enums import TPosition
 from opsim.asc.tensor import LocalTensor, memory_of
-from opsim.simulator.errors import SimulatorError
+from opsim.simulator.errors import MemoryFault, SimulatorError
 from opsim.simulator.isa import SetFlag, WaitFlag
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import LocalTensor as SimLocal
@@ -210,7 +210,16 @@ class TBuf:
             raise SimulatorError(f"TBuf.get before TPipe.init_buffer (at {_core.call_site()})")
         dt = sim_dtype(dtype if dtype is not None else "fp32")
         n = self.nbytes // dt.itemsize if length is None else int(length)
+        self._check_span("get", 0, n, dt)
         return LocalTensor.wrap(SimLocal(self._state.core, self.region, self.addr, dt, n), self.position)
+
+    def _check_span(self, call: str, offset: int, n: int, dt: Any) -> None:
+        """A tensor of ``n`` x ``dt`` at byte ``offset`` of the buffer must lie inside it: past its
+        end it would overlap whatever the pipe allocated next, which no later access check can
+        tell from the kernel's own data."""
+        if offset < 0 or n < 0 or offset + n * dt.itemsize > self.nbytes:
+            raise MemoryFault(f"TBuf.{call} of {n} x {dt} at byte offset {offset}: the buffer holds "
+                              f"{self.nbytes} B (at {_core.call_site()})", address=self.addr + max(offset, 0))
 
     def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
         """pyasc's TBuf is a TQueBind: ``alloc_tensor`` gives the whole buffer, as ``get`` does
@@ -223,5 +232,6 @@ class TBuf:
     def get_with_offset(self, size: int, buf_offset: int, dtype: Any = None) -> LocalTensor:
         dt = sim_dtype(dtype if dtype is not None else "fp32")
         t = self.get(dt)
+        self._check_span("get_with_offset", int(buf_offset), int(size), dt)
         return LocalTensor.wrap(SimLocal(t.sim.core, t.sim.region, t.sim.addr + int(buf_offset), dt, int(size)),
                                 self.position)

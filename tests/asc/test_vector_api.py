@@ -5,7 +5,7 @@ import pytest
 
 import opsim
 import opsim.asc as asc
-from opsim.simulator.errors import UnsupportedInstruction
+from opsim.simulator.errors import MemoryFault, UnsupportedInstruction
 from opsim.simulator.isa_ext import tree_sum
 
 N = 256
@@ -286,3 +286,29 @@ def test_host_arithmetic_on_get_value_is_refused_naming_the_line(how):
     with pytest.raises(UnsupportedInstruction, match=r"get_value\(\) result in host Python arithmetic "
                                                      r".*test_vector_api.py:\d+"):
         host_arithmetic_on_get_value_kernel[1, None](np.zeros(8, np.float32), how)
+
+
+@asc.jit
+def tbuf_span_kernel(x: asc.GlobalAddress, n: int, offset: int, how: str):
+    pipe = asc.TPipe()
+    buf = asc.TBuf(asc.TPosition.VECCALC)
+    pipe.init_buffer(buf, 256)
+    if how == "get":
+        buf.get(asc.float32, n)
+    else:
+        buf.get_with_offset(n, offset, asc.float32)
+
+
+@pytest.mark.parametrize("n,offset,how,ok", [
+    (64, 0, "get", True), (65, 0, "get", False),
+    (32, 128, "offset", True), (33, 128, "offset", False), (8, -32, "offset", False),
+])
+def test_a_tbuf_tensor_must_lie_inside_its_buffer(n, offset, how, ok):
+    # a 256 B buffer: 64 fp32 from byte 0, 32 from byte 128; past its end the tensor overlapped
+    # the next allocation unnoticed
+    x = np.zeros(64, np.float32)
+    if ok:
+        tbuf_span_kernel[1, None](x, n, offset, how)
+        return
+    with pytest.raises(MemoryFault, match=r"TBuf\.get\w* of .* the buffer holds 256 B \(at .*test_vector_api.py"):
+        tbuf_span_kernel[1, None](x, n, offset, how)
