@@ -279,12 +279,33 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         stats = collect_stats(dev, launches, tiling_obj, ws)
         records = tuple(launch_records(dev, profiler))     # every launch the call made, in order
         if tr is not None:
-            tr.metadata["launches"] = launch_metadata(records)
-            tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
+            record_run_facts(tr, dev, stats, records)
         return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
                          records, san.finish() if san is not None else None)
     finally:
         dev.close()
+
+
+def record_run_facts(tr: Trace, dev: Device, stats: Mapping[str, Any], records: Any) -> None:
+    """What a finished run counted exactly that its trace may not show at every level, into the
+    trace's metadata (the summary, the report and the tables read it back): each launch, the
+    bytes each link carried within the run, each core's peak of local memory (a launch-level
+    trace has no occupancy counters, and a DSP library's work area is bump allocated outside the
+    region's allocator, so its counter never moves)."""
+    tr.metadata["launches"] = launch_metadata(records)
+    tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
+    tr.metadata["local_peak_bytes"] = local_peaks(dev)
+
+
+def local_peaks(dev: Device) -> dict[str, int]:
+    """Peak bytes allocated in the local memory (UB, or a DSP's private memory) of each core that
+    ran a block: ``stats["ub_peak_bytes"]`` is the largest."""
+    out: dict[str, int] = {}
+    for c in dev.all_cores():
+        local = c.memories.get("UB") or c.memories.get("PRIVATE")
+        if c.blocks_run and local is not None:
+            out[c.name] = int(local.peak_allocated_bytes)
+    return out
 
 
 def attach_report(exc: SimulatorError, report: Any) -> SimulatorError:
@@ -359,7 +380,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
     pipe_max: dict[str, int] = {}
     pipe_total: dict[str, int] = {}
     busiest: dict[str, str] = {}
-    ub_peak = 0
+    ub_peak = max(local_peaks(dev).values(), default=0)
     instructions = 0
     stall: dict[str, tuple[int, str]] = {}
     for c in dev.all_cores():
@@ -376,9 +397,6 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
             if b > pipe_max.get(p, -1):
                 pipe_max[p] = b
                 busiest[p] = c.name
-        local = c.memories.get("UB") or c.memories.get("PRIVATE")
-        if local is not None:
-            ub_peak = max(ub_peak, local.peak_allocated_bytes)
     gm_peak = spec.gm.bandwidth
     links: dict[str, LinkStats] = {}
     for name, link in dev.net.links.items():

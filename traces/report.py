@@ -118,7 +118,9 @@ def _summary_html(s: Summary) -> str:
         parts.append("<h3>Links: achieved vs peak</h3>" +
                      _table(["link", "bytes (from the trace)", "achieved GB/s", "peak GB/s", "util %",
                              "max GB/s"], rows))
-    facts = [("UB / local memory peak", f"{s.ub_peak_bytes} B")]
+    facts = []
+    if s.ub_peak_bytes is not None:     # a trace that does not record it shows no row, not 0
+        facts.append(("UB / local memory peak", f"{s.ub_peak_bytes} B"))
     if s.l2_hit_rate is not None:
         facts.append(("L2 hit rate (bytes read)", f"{100 * s.l2_hit_rate:.1f}%"))
     r = s.roofline
@@ -129,7 +131,8 @@ def _summary_html(s: Summary) -> str:
         facts.append(("arithmetic intensity", f"{r.intensity:.4f} per GM byte"))
         facts.append(("achieved", f"{r.ops_per_s / 1e9:.2f} G/s (roof there "
                                   f"{roof / 1e9:.2f} G/s)"))
-    parts.append(_kv(facts))
+    if facts:
+        parts.append(_kv(facts))
     if s.notes:
         parts.append("".join(f'<p class="note">{_e(n)}</p>' for n in s.notes))
     return "".join(parts)

@@ -3,7 +3,8 @@
 Per core and pipe: busy cycles and busy % of the run. Per link: bytes carried (the integral of the
 bandwidth counter, or the run's own count in the metadata where the trace has no counter),
 achieved vs peak GB/s, the highest rate seen. Per core: the peak occupancy of the local memory
-(UB, or the DSP's private memory). The L2 hit rate. And the bound — memory,
+(UB, or the DSP's private memory): the run's own count in the metadata, else the occupancy
+counters; a trace with neither has no UB peak (None, not 0). The L2 hit rate. And the bound — memory,
 vector, cube, scalar or launch — with the reason, by the same rule ``opsim.run`` applies to the
 live device: a run is launch bound when the launch overhead is at least half of its time, else
 bound by the category of its busiest pipe (MTE*/DMA/FIXP memory, VECTOR vector, CUBE cube,
@@ -102,7 +103,7 @@ class Summary:
     pipes: tuple[PipeUse, ...]
     links: tuple[LinkUse, ...]
     local_peak: dict[str, int]          # core -> peak bytes of its UB / private memory
-    ub_peak_bytes: int
+    ub_peak_bytes: int | None           # None: the trace records no local-memory occupancy
     l2_hit_rate: float | None
     bound: str
     bound_reason: str
@@ -200,11 +201,14 @@ def summarize(trace: Trace) -> Summary:
     links.sort(key=lambda u: u.name)
     hit = series.get(("memory", "L2 hit rate %"))
     l2_hit_rate = hit[1][-1] / 100.0 if hit else None
-    local_peak: dict[str, int] = {}
-    for (proc, name), (_, vs) in series.items():
-        if name.split(" ")[0] in LOCAL_MEMORIES and name.endswith(" bytes"):
-            local_peak[proc] = max(local_peak.get(proc, 0), int(max(vs)))
-    ub_peak = max(local_peak.values(), default=0)
+    # the run's own per-core peaks when it recorded them (every level, DSP work areas included);
+    # else the occupancy counters; a trace with neither says nothing rather than 0
+    local_peak: dict[str, int] = {str(c): int(v) for c, v in (meta.get("local_peak_bytes") or {}).items()}
+    if not local_peak:
+        for (proc, name), (_, vs) in series.items():
+            if name.split(" ")[0] in LOCAL_MEMORIES and name.endswith(" bytes"):
+                local_peak[proc] = max(local_peak.get(proc, 0), int(max(vs)))
+    ub_peak = max(local_peak.values()) if local_peak else None
 
     bound, reason = _bound(trace, pipes, cycles, launches, links, meta)
     return Summary(
@@ -357,7 +361,7 @@ def format_summary(s: Summary) -> str:
             f"run        {s.cycles} cycles = {s.time_us:.3f} us at {s.clock_hz / 1e9:g} GHz, "
             f"{s.launches} launch{'es' if s.launches != 1 else ''}",
             f"bound      {s.bound}: {s.bound_reason}"]
-    if s.ub_peak_bytes:
+    if s.ub_peak_bytes is not None:
         head.append(f"UB peak    {s.ub_peak_bytes} B")
     if s.l2_hit_rate is not None:
         head.append(f"L2 hits    {100 * s.l2_hit_rate:.1f}% of bytes read")
