@@ -697,7 +697,7 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
         except ImportError:
             raise RuntimeError("executor 'dask' needs dask.distributed: pip install 'opsim[cluster]'") from None
         own = not hasattr(scheduler, "submit")
-        client = Client(scheduler) if own else cast(Client, scheduler)   # a Client (it has submit)
+        client = _connect(Client, scheduler) if own else cast(Client, scheduler)   # a Client (it has submit)
         try:
             dask_futs = [client.submit(run_points, ps, pure=False) for ps in params]
             index = {f: b for f, b in zip(dask_futs, batches)}    # futures hash and compare by key
@@ -708,6 +708,22 @@ def _execute(batches: list[list[Mapping[str, Any]]], executor: str, workers: int
                 client.close()
         return
     raise ValueError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
+
+
+def _connect(client_class: Any, scheduler: str | None) -> Any:
+    """A dask client of the scheduler at ``scheduler`` (None: a local cluster), or a StudyError
+    naming the option, the address and what to check: dask's own message ("Timed out trying to
+    connect to ...") names neither the option nor a cause."""
+    try:
+        return client_class(scheduler)
+    except (OSError, ValueError) as exc:
+        if scheduler is None:
+            raise
+        why = str(exc).strip() or type(exc).__name__
+        check = ("give it as tcp://HOST:PORT (the address `dask scheduler` prints)" if isinstance(exc, ValueError)
+                 else "check that `dask scheduler` is running there and that this machine can reach that "
+                      "host and port (firewall, VPN)")
+        raise StudyError(f"--scheduler {scheduler}: cannot reach a dask scheduler ({why}); {check}") from None
 
 
 def _isolate(points: list[tuple[Mapping[str, Any], Mapping[str, Any]]],

@@ -153,6 +153,25 @@ def test_a_scheduler_without_the_dask_executor_is_refused_not_ignored(tmp_path):
     assert r.returncode == 2 and "--executor dask" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("address,advice", [("tcp://127.0.0.1:1", "check that `dask scheduler` is running"),
+                                            ("nonsense", "give it as tcp://HOST:PORT")])
+def test_an_unreachable_dask_scheduler_is_a_one_line_error_naming_the_option_and_address(tmp_path, address,
+                                                                                          advice):
+    pytest.importorskip("distributed")
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "s"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'device = ["atlas-a2"]\nshape = [[1024]]\n')
+    # dask's connect timeout (30 s by default) through its environment configuration
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"}
+    r = _cli("sweep", str(toml), "--db", str(tmp_path / "s.sqlite"), "--executor", "dask",
+             "--scheduler", address, env=env)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"opsim sweep: --scheduler {address}: cannot reach a dask scheduler")
+    assert advice in lines[0]
+
+
 def test_an_operands_table_naming_no_operand_of_the_operator_fails_its_points(tmp_path):
     study = {"study": {"name": "ops", "mode": "estimate"},
              "axes": {"operator": ["mse_loss_backward"], "device": ["atlas-a2"], "shape": [[1024]]},
