@@ -9,6 +9,10 @@
 A study names its pictures in ``[[plot]]`` tables; without any, :func:`plot_study` draws a heat
 map over the two numeric axes with the most values and scaling lines over the numeric axis
 with the most values.
+
+Axis titles, tick labels and the value's unit come from :mod:`opsim.study_labels` (an operand
+table reads ``grad 4096x1024``, a byte count ``128 KiB``, a core mask ``0xf`` / ``4 cores``);
+a heat map is sized to its labels and turns long x tick labels.
 """
 from __future__ import annotations
 
@@ -17,7 +21,9 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["plot_study", "heatmap", "scaling_lines"]
+from opsim.study_labels import axis_labels, cell_text, value_label
+
+__all__ = ["plot_study", "heatmap", "heatmap_figure", "scaling_lines", "scaling_figure"]
 
 
 def _axis_value(row: Mapping[str, Any], axis: str) -> Any:
@@ -53,6 +59,17 @@ def _slug(s: str) -> str:
 def heatmap(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | Path, value: str = "time_us",
             title: str = "") -> Path:
     """One heat map of ``value`` over ``x`` × ``y`` (best over the other axes)."""
+    import matplotlib.pyplot as plt
+    fig = heatmap_figure(rows, x, y, value, title)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def heatmap_figure(rows: Sequence[Mapping[str, Any]], x: str, y: str, value: str = "time_us",
+                   title: str = "") -> Any:
+    """The matplotlib figure :func:`heatmap` saves (the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -64,58 +81,79 @@ def heatmap(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | Path,
     grid = np.full((len(ys), len(xs)), np.nan)
     for (xv, yv), v in best.items():
         grid[ys.index(yv), xs.index(xv)] = v
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(xs), 1.0 + 0.5 * len(ys)))
+    xl, yl = axis_labels(x, xs), axis_labels(y, ys)
+    # room for the labels: a column holds its cell text or its (rotated) tick label, the y tick
+    # labels and the colorbar sit beside the grid
+    ychars = max((len(t) for t in yl.ticks), default=1)
+    xchars = max((len(line) for t in xl.ticks for line in t.split("\n")), default=1)
+    rotate = xchars * 0.075 > 0.95
+    width = 2.6 + 0.075 * ychars + 0.95 * len(xs)
+    height = 2.0 + 0.45 * len(ys) + (0.06 * xchars if rotate else 0.0)
+    fig, ax = plt.subplots(figsize=(max(width, 5.0), max(height, 3.0)))
     im = ax.imshow(np.ma.masked_invalid(grid), origin="lower", aspect="auto", cmap="viridis_r")
-    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [str(v) for v in ys])
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xticks(range(len(xs)), list(xl.ticks), rotation=30 if rotate else 0,
+                  ha="right" if rotate else "center", fontsize=8)
+    ax.set_yticks(range(len(ys)), list(yl.ticks), fontsize=8)
+    ax.set_xlabel(xl.text, fontsize=9)
+    ax.set_ylabel(yl.text, fontsize=9)
     finite = grid[np.isfinite(grid)]
     for i in range(len(ys)):
         for j in range(len(xs)):
             if math.isfinite(grid[i, j]):
                 dark = finite.size and grid[i, j] > (finite.min() + finite.max()) / 2
-                ax.text(j, i, f"{grid[i, j]:.3g}", ha="center", va="center", fontsize=7,
+                ax.text(j, i, cell_text(grid[i, j]), ha="center", va="center", fontsize=7,
                         color="white" if dark else "black")
             else:
                 ax.text(j, i, "x", ha="center", va="center", fontsize=7, color="grey")
-    fig.colorbar(im, ax=ax, label=value)
-    ax.set_title(title or f"{value} (best over other axes; x = no feasible point)", fontsize=9)
+    fig.colorbar(im, ax=ax, label=value_label(value))
+    head = title or value_label(value)
+    ax.set_title(f"{head}\nbest over the other axes; x = no feasible point", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def scaling_lines(rows: Sequence[Mapping[str, Any]], x: str, path: str | Path, series: str = "device",
                   value: str = "time_us", title: str = "") -> Path:
     """``value`` against ``x``, one line per ``series`` value (best over the other axes)."""
+    import matplotlib.pyplot as plt
+    fig = scaling_figure(rows, x, series, value, title)
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def scaling_figure(rows: Sequence[Mapping[str, Any]], x: str, series: str = "device",
+                   value: str = "time_us", title: str = "") -> Any:
+    """The matplotlib figure :func:`scaling_lines` saves (the caller closes it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     best = _best(rows, (series, x), value)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for s in sorted({k[0] for k in best}, key=_sort_key):
+    xvals = sorted({k[1] for k in best}, key=_sort_key)
+    xl = axis_labels(x, xvals)
+    tick = dict(zip(xvals, xl.ticks))
+    sl = axis_labels(series, sorted({k[0] for k in best}, key=_sort_key))
+    numeric = all(isinstance(v, (int, float)) for v in xvals)
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    for s, name in zip(sorted({k[0] for k in best}, key=_sort_key), sl.ticks):
         pts = sorted(((xv, v) for (sv, xv), v in best.items() if sv == s), key=lambda p: _sort_key(p[0]))
-        numeric = all(isinstance(p[0], (int, float)) for p in pts)
-        xs = [p[0] if numeric else i for i, p in enumerate(pts)]
-        ax.plot(xs, [p[1] for p in pts], marker="o", label=str(s))
-        if not numeric:
-            ax.set_xticks(xs, [str(p[0]) for p in pts])
-    if all(isinstance(k[1], (int, float)) and k[1] > 0 for k in best) and best:
+        ax.plot([p[0] if numeric else xvals.index(p[0]) for p in pts], [p[1] for p in pts], marker="o",
+                label=name)
+    if numeric and xvals and all(v > 0 for v in xvals):
         ax.set_xscale("log", base=2)
-    ax.set_xlabel(x)
-    ax.set_ylabel(value)
+        ax.minorticks_off()
+    # ticks at the values the study ran, labelled as the axis names them (not 2^k between them)
+    ax.set_xticks([v if numeric else i for i, v in enumerate(xvals)], [tick[v] for v in xvals], fontsize=8)
+    ax.set_xlabel(xl.text, fontsize=9)
+    ax.set_ylabel(value_label(value), fontsize=9)
     ax.grid(True, alpha=0.3)
-    ax.legend(title=series, fontsize=8)
-    ax.set_title(title or f"{value} vs {x} (best over other axes)", fontsize=9)
+    ax.legend(title=sl.text, fontsize=8, title_fontsize=8)
+    head = title or f"{value_label(value)} vs {xl.title}"
+    ax.set_title(f"{head}\nbest over the other axes", fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _numeric_axes(study: Any) -> list[tuple[str, int]]:
@@ -150,11 +188,12 @@ def plot_study(result: Any, out_dir: str | Path) -> list[Path]:
                 name = f"{_slug(study.name)}-{i}-heatmap-{_slug(p['y'])}-x-{_slug(p['x'])}" + (
                     f"-{_slug(d)}" if d else "") + ".png"
                 written.append(heatmap(sel, p["x"], p["y"], out / name, value,
-                                       title=f"{study.name}: {value}" + (f" on {d}" if d else "")))
+                                       title=f"{study.name}: {value_label(value)}" + (f" on {d}" if d else "")))
         else:
             series = p.get("series", "device")
             name = f"{_slug(study.name)}-{i}-lines-{_slug(value)}-vs-{_slug(p['x'])}.png"
             written.append(scaling_lines(rows, p["x"], out / name, series=series if series != "device"
                                          else "device", value=value,
-                                         title=f"{study.name}: {value} vs {p['x']}"))
+                                         title=f"{study.name}: {value_label(value)} vs "
+                                               f"{axis_labels(p['x'], []).title}"))
     return written
