@@ -138,10 +138,18 @@ def _summary_html(s: Summary) -> str:
     return "".join(parts)
 
 
-def _launches_html(trace: Trace) -> str:
-    """The op_summary table (one row per kernel launch, docs/profiling.md), its main columns."""
+def _launches_html(trace: Trace, records: Sequence[Any] | None = None) -> str:
+    """The op_summary table (one row per kernel launch, docs/profiling.md), its main columns:
+    from the run's own launch records when given, else read back from the trace."""
     from opsim.traces.tables import op_summary, records_from_trace
-    records = records_from_trace(trace)
+    note = ""
+    if not records:
+        records = records_from_trace(trace)
+        if trace.level == "tile":
+            note = (" Read from a tile-level trace: a slice spans a tile of a pipe with the waits "
+                    "inside it, so the ratios are upper bounds.")
+        elif trace.level == "launch":
+            note = " Read from a launch-level trace: it has no pipe slices, so the pipe columns are N/A."
     if not records:
         return ""
     head, rows = op_summary(records, str(trace.metadata.get("gm_link", "HBM")))
@@ -150,14 +158,18 @@ def _launches_html(trace: Trace) -> str:
         "Input Shapes", "Output Shapes") or h.endswith("_ratio") or h.endswith("bw(GB/s)")]
     return ("<h2>Launches (op_summary)</h2>"
             '<p class="note">One row per kernel launch; ratios are busy cycles over the cores\' '
-            "block cycles; bandwidths are the launch's bytes on each link over its duration.</p>" +
+            f"block cycles; bandwidths are the launch's bytes on each link over its duration.{_e(note)}</p>" +
             _table([head[i] for i in keep], [[r[i] for i in keep] for r in rows], left=2))
 
 
 def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace | None,
                   stats: Mapping[str, Any] | None = None, tiling: Mapping[str, Any] | None = None,
-                  spec_rows: Sequence[Sequence[Any]] = (), timeline_rows: int = 96) -> str:
-    """The report as one HTML string (plain data in, no opsim or simulator objects)."""
+                  spec_rows: Sequence[Sequence[Any]] = (), timeline_rows: int = 96,
+                  records: Sequence[Any] | None = None) -> str:
+    """The report as one HTML string (plain data in, no opsim or simulator objects).
+
+    ``records``: the run's launch records (``traces.tables.LaunchRecord``), exact at any trace
+    level; without them the op_summary table is read back from the trace."""
     stats = dict(stats or {})
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -176,7 +188,7 @@ def render_report(*, title: str, facts: Sequence[tuple[str, Any]], trace: Trace 
     parts.append("<h2>Run</h2>" + _kv(facts))
     if s is not None and trace is not None:     # s is the trace's summary
         parts.append(f"<h2>Trace summary ({_e(s.level)} level)</h2>" + _summary_html(s))
-        parts.append(_launches_html(trace))
+        parts.append(_launches_html(trace, records))
         parts.append("<h2>Pictures</h2>")
         for kind in KINDS:
             opts = {"max_rows": timeline_rows} if kind == "timeline" else {}
@@ -284,7 +296,8 @@ def write_report(result: Any, path: str, spec: Any = None) -> str:
     title = f"{facts[0][1]} on {facts[1][1]}"
     page = render_report(title=title, facts=facts, trace=trace, stats=stats,
                          tiling=_tiling_dict(getattr(result, "tiling", None)) or meta.get("tiling"),
-                         spec_rows=spec_provenance_rows(spec))
+                         spec_rows=spec_provenance_rows(spec),
+                         records=tuple(getattr(result, "launch_records", None) or ()))
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(page)
     return path

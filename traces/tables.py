@@ -71,6 +71,9 @@ class LaunchRecord:
     # (core, pipe, instruction, origin, calls, cycles, bytes)
     instructions: tuple[tuple[str, str, str, str | None, int, int, int], ...] = ()
     blocks: tuple[tuple[int, str, int, int], ...] = ()                  # (block, core, start, end)
+    # False when the source recorded no pipe activity (a launch-level trace): the pipe columns
+    # then say N/A, not 0
+    pipes_recorded: bool = True
 
     @property
     def cycles(self) -> int:
@@ -157,6 +160,9 @@ def op_summary(records: Sequence[LaunchRecord], gm_link: str = "HBM") -> tuple[l
             total = sum(r.core_cycles[c] for c in cores)
             row += [_r(r.us(total / len(cores))), int(round(total / len(cores)))]
             for pipe, _ in _pipes(k):
+                if not r.pipes_recorded:
+                    row += ["N/A", "N/A"]
+                    continue
                 busy = sum(r.busy.get((c, pipe), 0) for c in cores)
                 row += [_r(r.us(busy / len(cores))), _r(busy / total if total else 0.0)]
         seconds = r.cycles / r.clock_hz if r.cycles else 0.0
@@ -189,6 +195,9 @@ def pipe_utilization(records: Sequence[LaunchRecord]) -> tuple[list[str], list[l
                     continue
                 row += [_r(r.us(total)), total]
                 for pipe, _ in _pipes(kk):
+                    if not r.pipes_recorded:
+                        row += ["N/A", "N/A"]
+                        continue
                     busy = r.busy.get((core, pipe), 0)
                     row += [_r(r.us(busy)), _r(busy / total if total else 0.0)]
             rows.append(row)
@@ -291,8 +300,10 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
     """Launch records read back from a trace: launches from the host rows, each core's blocks
     from its BLOCK row, busy cycles and instruction counts from the pipe slices inside them.
 
-    Needs a trace at ``launch`` level or finer (pipe figures need ``tile`` or ``instruction``;
-    at ``tile`` level a slice is a tile of instructions, so instr_exe counts tiles). Tensor
+    Needs a trace at ``launch`` level or finer (pipe figures need ``tile`` or ``instruction``:
+    a launch-level trace gives records whose pipe columns are N/A; at ``tile`` level a slice is a
+    tile of a pipe's instructions with the waits inside it, so busy figures are upper bounds and
+    instr_exe counts tiles). Tensor
     shapes and per-link bytes come from the ``launches`` entry of the trace metadata that
     ``opsim.run`` writes; source lines are not in traces, so code_exe is empty.
     """
@@ -380,7 +391,7 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
             outputs=tuple(TensorInfo(tuple(t[0]), t[1], t[2]) for t in info.get("outputs", ())),
             core_cycles=core_cycles, busy=busy, link_bytes=dict(info.get("link_bytes", {})),
             instructions=tuple((c, p, nm, None, a[0], a[1], a[2]) for (c, p, nm), a in instr.items()),
-            blocks=tuple(blocks)))
+            blocks=tuple(blocks), pipes_recorded=trace.level != "launch"))
     return out
 
 

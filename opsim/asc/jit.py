@@ -76,6 +76,7 @@ class KernelResult:
     trace: Any = field(default=None, repr=False)
     tiling: Any = None
     sanitizer: Any = None
+    # what the launch did (traces.tables.LaunchRecord), as opsim.RunResult.launch_records
     launch_records: tuple = field(default=(), repr=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
@@ -361,7 +362,8 @@ def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_arg
 
 def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: Any) -> KernelResult:
     """Run ``jf`` on ``block_dim`` blocks of a fresh simulated device; see the module docstring."""
-    from opsim.api import collect_stats, device_spec
+    from opsim.api import collect_stats, device_spec, record_run_facts
+    from opsim.simulator.profile import Profiler, launch_records
 
     jf.check_not_generator()
     params = inspect.signature(jf.fn).parameters
@@ -376,6 +378,10 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
     trace = _trace(opts.get("trace", "instruction"), spec, name)
     dev = Device(spec, trace=trace, functional=True, seed=int(opts.get("seed", 0)))
     try:
+        # the profiler, as opsim.run has: the on-chip bytes of the statistics and the launch's
+        # tables come from it
+        profiler = Profiler()
+        dev.observers.append(profiler)
         # the front-end stamps every instruction's origin itself: no need for the dispatcher's
         # generator-frame walk (device.source_lines)
         sim_stream = dev.create_stream()
@@ -407,9 +413,6 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
             else:
                 call_args.append(value)
 
-        from opsim.simulator.profile import Profiler, launch_records
-        profiler = Profiler()                  # the msprof-style tables (KernelResult.tables)
-        dev.observers.append(profiler)
         san = _sanitizer(dev) if opts.get("sanitize") else None
         launched = launch_on(dev, sim_stream, jf, block_dim, tuple(call_args), call_kwargs, options=opts,
                              core_mask=opts.get("core_mask"), gm_tensors=tuple(gm_tensors))
@@ -442,6 +445,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         if report is not None:
             stats["sanitizer"] = report
         records = tuple(launch_records(dev, profiler))
+        if trace is not None:
+            # the bytes, launches and UB peaks the trace alone cannot give exactly (opsim.run's too)
+            record_run_facts(trace, dev, stats, records)
         return KernelResult(name, spec.name, "full", outputs, stats["cycles"], stats["time_us"], stats, trace,
                             None, report, records)
     finally:
