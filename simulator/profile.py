@@ -88,6 +88,10 @@ class Profiler:
                 nbytes, addr = instr._bytes, None
             elif cls is DataCopy or cls is DataCopyPad or cls is CopyGmToL1 or cls is Fixpipe:
                 nbytes, addr = instr._nbytes, None
+            elif pname not in COPY_PIPES:
+                # a vector Copy (UB -> UB): its trace_args carry no bytes, like every vector
+                # instruction's, so count them here (on_chip "UB->UB" was 0)
+                nbytes, addr = instr.count * instr.dst.dtype.itemsize, None
             else:
                 _, nbytes, addr, _ = instr.trace_args()
             row[2] += nbytes
