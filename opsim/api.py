@@ -289,11 +289,14 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
 def record_run_facts(tr: Trace, dev: Device, stats: Mapping[str, Any], records: Any) -> None:
     """What a finished run counted exactly that its trace may not show at every level, into the
     trace's metadata (the summary, the report and the tables read it back): each launch, the
-    bytes each link carried within the run, each core's peak of local memory (a launch-level
+    bytes each link carried within the run and its highest rate, each core's peak of local memory (a launch-level
     trace has no occupancy counters, and a DSP library's work area is bump allocated outside the
     region's allocator, so its counter never moves)."""
     tr.metadata["launches"] = launch_metadata(records)
     tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
+    # the highest carried rate; the trace's counter is the allocated rate, a little higher where a
+    # transfer ends part-way through a cycle (FLCE's example: L2 3366 GB/s for 3308)
+    tr.metadata["link_max_GBps"] = {n: l["max_rate_GBps"] for n, l in stats["links"].items()}
     tr.metadata["local_peak_bytes"] = local_peaks(dev)
 
 

@@ -175,6 +175,7 @@ def summarize(trace: Trace) -> Summary:
     seconds = cycles / clk if cycles else 0.0
     links = []
     exact = meta.get("link_bytes_carried") or {}
+    top = meta.get("link_max_GBps") or {}
     for (proc, name), (ts, vs) in series.items():
         if proc != "memory" or not name.endswith(" GB/s"):
             continue
@@ -184,20 +185,22 @@ def summarize(trace: Trace) -> Summary:
         # a hair above the carried one where a transfer ends part-way through a cycle)
         carried = float(exact.get(link, carried))
         links.append(LinkUse(link, carried, carried / seconds / 1e9 if seconds else 0.0,
-                             caps.get(link), float(max(vs)) if vs else 0.0))
+                             caps.get(link), float(top.get(link, max(vs) if vs else 0.0))))
     uncounted = []
     for link, cap in caps.items():
         if not any(u.name == link for u in links):
-            # no bandwidth counter (launch level): the run's own byte count, if it recorded one;
-            # the highest rate is then unknown, and the average is the most the trace can say
+            # no bandwidth counter (launch level): the run's own byte count and highest rate, if
+            # it recorded them; without the latter the average is the most the trace can say
             carried = float(exact.get(link, 0.0))
             rate = carried / seconds / 1e9 if seconds else 0.0
-            links.append(LinkUse(link, carried, rate, cap, rate))
+            links.append(LinkUse(link, carried, rate, cap, float(top.get(link, rate))))
             if carried:
                 uncounted.append(link)
     if uncounted:
-        notes.append(f"{', '.join(uncounted)}: no bandwidth counter in the trace; bytes are the run's own "
-                     f"count and max GB/s is the average")
+        own = all(link in top for link in uncounted)
+        notes.append(f"{', '.join(uncounted)}: no bandwidth counter in the trace; bytes "
+                     + ("and max GB/s are the run's own count" if own else
+                        "are the run's own count and max GB/s is the average"))
     links.sort(key=lambda u: u.name)
     hit = series.get(("memory", "L2 hit rate %"))
     l2_hit_rate = hit[1][-1] / 100.0 if hit else None
