@@ -1,10 +1,11 @@
 """Pictures of a sweep (matplotlib, Agg): heat maps over two axes and scaling lines.
 
 - heat map: ``value`` (default ``time_us``) over axis ``x`` × axis ``y``; every other axis is
-  reduced to its best (smallest) value, so a cell reads "the fastest this pair can be"; one
+  reduced to its best setting (the fastest point), so a cell reads "the fastest this pair can
+  be" (another value: its value at that point); one
   picture per device when the study has several. Cells whose points all failed are blank.
 - scaling lines: ``value`` against axis ``x``, one line per value of ``series`` (default the
-  device), other axes reduced to their best value.
+  device), the other axes reduced to their fastest setting.
 
 A study names its pictures in ``[[plot]]`` tables; without any, :func:`plot_study` draws a heat
 map over the two numeric axes with the most values and scaling lines over the numeric axis
@@ -41,15 +42,19 @@ def _sort_key(v: Any) -> tuple:
 
 
 def _best(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], value: str) -> dict[tuple, float]:
-    best: dict[tuple, float] = {}
+    """``value`` of the fastest point (smallest ``time_us``) of each combination of ``keys``: the
+    other axes reduced to their best setting. Smallest ``value`` would be the best only for a
+    time; for a bandwidth or a utilisation it would pick the slowest point."""
+    best: dict[tuple, tuple[float, float]] = {}
     for r in rows:
         if r.get("status") != "ok" or r.get(value) is None:
             continue
         k = tuple(_axis_value(r, a) for a in keys)
         v = float(r[value])
-        if k not in best or v < best[k]:
-            best[k] = v
-    return best
+        rank = float(r["time_us"]) if r.get("time_us") is not None else v
+        if k not in best or rank < best[k][0]:
+            best[k] = (rank, v)
+    return {k: v for k, (_, v) in best.items()}
 
 
 def _slug(s: str) -> str:
@@ -58,7 +63,7 @@ def _slug(s: str) -> str:
 
 def heatmap(rows: Sequence[Mapping[str, Any]], x: str, y: str, path: str | Path, value: str = "time_us",
             title: str = "") -> Path:
-    """One heat map of ``value`` over ``x`` × ``y`` (best over the other axes)."""
+    """One heat map of ``value`` over ``x`` × ``y`` (at the fastest setting of the other axes)."""
     import matplotlib.pyplot as plt
     fig = heatmap_figure(rows, x, y, value, title)
     path = Path(path)
@@ -107,14 +112,14 @@ def heatmap_figure(rows: Sequence[Mapping[str, Any]], x: str, y: str, value: str
                 ax.text(j, i, "x", ha="center", va="center", fontsize=7, color="grey")
     fig.colorbar(im, ax=ax, label=value_label(value))
     head = title or value_label(value)
-    ax.set_title(f"{head}\nbest over the other axes; x = no feasible point", fontsize=9)
+    ax.set_title(f"{head}\nat the fastest setting of the other axes; x = no feasible point", fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def scaling_lines(rows: Sequence[Mapping[str, Any]], x: str, path: str | Path, series: str = "device",
                   value: str = "time_us", title: str = "") -> Path:
-    """``value`` against ``x``, one line per ``series`` value (best over the other axes)."""
+    """``value`` against ``x``, one line per ``series`` value (at the fastest setting of the other axes)."""
     import matplotlib.pyplot as plt
     fig = scaling_figure(rows, x, series, value, title)
     path = Path(path)
@@ -151,7 +156,7 @@ def scaling_figure(rows: Sequence[Mapping[str, Any]], x: str, series: str = "dev
     ax.grid(True, alpha=0.3)
     ax.legend(title=sl.text, fontsize=8, title_fontsize=8)
     head = title or f"{value_label(value)} vs {xl.title}"
-    ax.set_title(f"{head}\nbest over the other axes", fontsize=9)
+    ax.set_title(f"{head}\nat the fastest setting of the other axes", fontsize=9)
     fig.tight_layout()
     return fig
 

@@ -106,3 +106,18 @@ def test_the_core_mask_lines_are_ticked_at_the_masks_the_study_ran(tmp_path):
     # a log2 axis ticked 2^0 .. 2^8 between masks 1, 3, 15, 63, 255 (which are not core counts)
     [(_, ticks)] = _pictures("dsp_core_mask_scaling.toml", tmp_path)
     assert ticks == ["0x1\n1 core", "0x3\n2 cores", "0xf\n4 cores", "0x3f\n6 cores", "0xff\n8 cores"]
+
+
+def test_a_cell_of_another_value_than_time_shows_that_value_at_the_fastest_point():
+    # every value was reduced to its smallest over the other axes: a bandwidth cell showed the
+    # slowest tiling's bandwidth under "best over the other axes"
+    from opsim.study_plots import heatmap_figure
+    import matplotlib.pyplot as plt
+    rows = [{"status": "ok", "axis:x": 1, "axis:y": 1, "axis:tile": t, "time_us": us, "bandwidth_GBps": bw}
+            for t, us, bw in ((1024, 1.0, 50.0), (2048, 2.0, 10.0))]
+    for value, want in (("bandwidth_GBps", 50.0), ("time_us", 1.0)):
+        fig = heatmap_figure(rows, "x", "y", value)
+        try:
+            assert float(fig.axes[0].images[0].get_array()[0, 0]) == want, value
+        finally:
+            plt.close(fig)
