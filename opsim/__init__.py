@@ -10,9 +10,10 @@ from opsim.api import RunResult, TensorSpec, device_spec, operators, run
 from opsim.custom import register_operator
 from opsim.stats import RunStats
 from opsim.sweep import sweep  # the function; the module stays importable as `from opsim.sweep import ...`
-from opsim.simulator.errors import (CapacityError, DeadlockError, MemoryFault, SimulatorError,
+from opsim.simulator.errors import (CapacityError, DeadlockError, MemoryFault, QueueError, SimulatorError,
                               UnsupportedInstruction)
 
 __all__ = ["run", "register_operator", "sweep", "devices", "device_spec", "operators", "RunResult", "RunStats",
            "TensorSpec", "OpError",
-           "SimulatorError", "MemoryFault", "CapacityError", "UnsupportedInstruction", "DeadlockError"]
+           "SimulatorError", "MemoryFault", "CapacityError", "QueueError", "UnsupportedInstruction",
+           "DeadlockError"]

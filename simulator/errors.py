@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 __all__ = [
     "SimulatorError",
     "MemoryFault",
+    "QueueError",
     "CapacityError",
     "UnsupportedInstruction",
     "DeadlockError",
@@ -153,6 +154,13 @@ class MemoryFault(SimulatorError):
     unmapped, write to read-only memory, or an invalid/double free."""
 
     DEFAULT_REASON = "memory fault"
+
+
+class QueueError(SimulatorError):
+    """A misuse of a TQue: alloc with every buffer in use, deque of an empty queue, free of a
+    tensor the queue did not hand out or of one freed already (a double free)."""
+
+    DEFAULT_REASON = "queue misuse"
 
 
 class CapacityError(SimulatorError):

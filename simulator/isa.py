@@ -233,9 +233,18 @@ class QueueFreeFlag(SetFlag):
     """The SetFlag of ``TQue.free`` (FreeTensor), the consumer telling the producer a buffer is
     free again. The last ones of a kernel are never waited for; the model assumes the queue
     framework takes them back when its queues are torn down, so one still set at the end of a
-    block is no bug (the sanitizer reports any other flag left set)."""
+    block is no bug (the sanitizer reports any other flag left set).
 
-    __slots__ = ()
+    ``buffer`` is the buffer it releases, (memory, address, bytes, name) with memory the core's
+    region name ("UB"), set by the queue that emits it: the sanitizer reports any access of
+    those bytes ordered after the release and not after the buffer's next allocation."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, src: str, dst: str, event_id: int,
+                 buffer: tuple[str, int, int, str] | None = None) -> None:
+        super().__init__(src, dst, event_id)
+        self.buffer = buffer
 
 
 class WaitFlag(Instruction):

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
-from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, SimulatorError
+from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, QueueError, SimulatorError
 from opsim.simulator.isa import BlockEnd, DataCopy, QueueFreeFlag, SetFlag, WaitFlag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -215,6 +215,10 @@ class Sanitizer:
         self._found: dict[tuple, list] = {}            # dedup key -> [Finding kwargs, count]
         self._contexts: dict[str, Any] = {}
         self._unfreed: dict[str, list] = {}    # core -> (region, unfreed buffer) at its block's end
+        # memory -> queue buffers released by free_tensor: [lo, hi, name, free instr, free pid,
+        # free clock, realloc pid, realloc clock] (the realloc is the wait that consumed the
+        # release: the buffer's next alloc_tensor)
+        self._released: dict[str, list[list]] = {}
         self.instructions = 0
         self._report: SanitizerReport | None = None
 
@@ -237,13 +241,18 @@ class Sanitizer:
                 if q is None:
                     q = self._flags[key] = deque()
                 q.append((dict(vc), instr))
+                if self.memcheck and type(instr) is QueueFreeFlag:
+                    self._release(core.name, instr, pid, clock)
                 return
             if isinstance(instr, WaitFlag):
                 key = (core.name, (instr.src, instr.dst, instr.event_id))
                 q = self._flags.get(key)
                 self._waited[key] = self._waited.get(key, 0) + 1
                 if q:
-                    _join(vc, q.popleft()[0])
+                    snap, setter = q.popleft()
+                    _join(vc, snap)
+                    if type(setter) is QueueFreeFlag:
+                        self._reallocate(core.name, setter, pid, clock)
                 return
             if isinstance(instr, BlockEnd):
                 self._ended.add(core.name)
@@ -288,10 +297,14 @@ class Sanitizer:
             acc = _Access(pid, clock, cname, pname, instr, memory, addr, addr + nbytes, write,
                           atomic and write)
             self._access(acc, vc)
+            if self.memcheck and memory.startswith(cname + "/"):
+                self._local_checks(core, acc, vc)
         if self.memcheck and isinstance(instr, DataCopy):
             glob = instr.glob
             item = glob.dtype.itemsize
             lo = glob.byte_range()[0]
+            if glob.limit is not None:
+                self._gm_limit(cname, pname, instr, glob.limit)
             if lo % item:
                 self._add(("misaligned", getattr(instr, "origin", None)),
                           check="memcheck", kind="misaligned",
@@ -328,6 +341,7 @@ class Sanitizer:
             self._resettable[mem] = region.backing != "sparse"
             if region.backing != "sparse":
                 self._shadow.pop(mem, None)
+            self._released.pop(mem, None)
         self._contexts[core.name] = getattr(core, "context", None)
 
     def _base_of(self, launch: Any) -> dict[int, int]:
@@ -352,6 +366,97 @@ class Sanitizer:
         return base
 
     # -- memory --------------------------------------------------------------------------------
+    def _gm_limit(self, core: str, pipe: str, instr: DataCopy, limit: tuple[int, int | None]) -> None:
+        """A GM copy past the end of the kernel argument its GlobalTensor points into, or past
+        the length set_global_buffer gave the GlobalTensor. Neither faults on the machine when
+        the bytes belong to another tensor (the next argument, the next block's part), which is
+        why the front-end's view of the copy is checked here."""
+        arg_end, view_end = limit
+        lo, hi = instr.glob.byte_range()
+        verb = "writes" if instr._to_gm else "reads"
+        origin = getattr(instr, "origin", None)
+        gm = self.device.gm
+        if hi > arg_end:
+            arg = gm.allocation_at(arg_end - 1)
+            into = gm.allocation_at(max(lo, arg_end))
+            name = f"kernel argument '{arg.name}'" if arg is not None and arg.name else "its kernel argument"
+            message = (f"{pipe} {verb} GM [{lo:#x}, {hi:#x}): {hi - max(lo, arg_end)} B past the end of "
+                       f"{name} (which ends at {arg_end:#x})"
+                       + (f", in {into.describe()}" if into is not None else "")
+                       + "; the machine does not fault when the bytes belong to another tensor: check "
+                         "the offset and the count of this copy")
+            key: tuple = ("gm-arg-overrun", origin)
+        elif view_end is not None and hi > view_end:
+            message = (f"{pipe} {verb} GM [{lo:#x}, {hi:#x}): {hi - max(lo, view_end)} B past the end "
+                       f"of its GlobalTensor (set_global_buffer gave it a length that ends at "
+                       f"{view_end:#x}), into memory of the same argument the GlobalTensor does not "
+                       f"cover (another block's part?): check the offset and the count of this copy, "
+                       f"or the length given to set_global_buffer")
+            key = ("gm-view-overrun", origin)
+        else:
+            return
+        self._add(key, check="memcheck", kind="out-of-bounds", message=message, core=core,
+                  pipes=(pipe,), instructions=(instr.describe(),), lines=(origin,),
+                  ranges=(f"GM [{lo:#x}, {hi:#x}) {'write' if instr._to_gm else 'read'}",), address=lo)
+
+    def _local_checks(self, core: "Core", acc: _Access, vc: dict[int, int]) -> None:
+        """An access of local memory past the end of the TQue/TBuf buffer it starts in (the
+        memory is the core's own: nothing faults), and one of a queue buffer after free_tensor
+        released it and before alloc_tensor took it again."""
+        region = core.memories.get(acc.memory.rpartition("/")[2])
+        if region is not None and region.backing != "allocation":
+            buf = region.allocation_at(acc.lo)
+            if buf is not None and acc.hi > buf.addr + buf.nbytes:
+                over = acc.hi - (buf.addr + buf.nbytes)
+                self._add(("local-overrun", acc.origin, acc.instr.name, buf.name), check="memcheck",
+                          kind="out-of-bounds",
+                          message=(f"{acc.pipe} {acc.verb()}s {region.name} bytes [{acc.lo:#x}, {acc.hi:#x}): "
+                                   f"{over} B past the end of buffer '{buf.name}' [{buf.addr:#x}, "
+                                   f"{buf.addr + buf.nbytes:#x}), into the memory after it (local memory does "
+                                   f"not fault): check the count, or the length the buffer was given "
+                                   f"(init_buffer, TBuf.get)"),
+                          core=acc.core, pipes=(acc.pipe,), instructions=(acc.instr.describe(),),
+                          lines=(acc.origin,), ranges=(f"{acc.memory} [{acc.lo:#x}, {acc.hi:#x}) {acc.verb()}",),
+                          address=acc.lo)
+        for rel in self._released.get(acc.memory, ()):
+            lo, hi, name, free, fpid, fclock, rpid, rclock = rel
+            if acc.lo >= hi or lo >= acc.hi or vc.get(fpid, 0) < fclock:
+                continue            # other bytes, or not ordered after the release
+            if rpid is not None and vc.get(rpid, 0) >= rclock:
+                continue            # after the buffer's next alloc_tensor
+            self._add(("use-after-free", acc.origin, acc.instr.name, name), check="memcheck",
+                      kind="use-after-free",
+                      message=(f"{acc.pipe} {acc.verb()}s {name} ({acc.memory.rpartition('/')[2]} "
+                               f"[{lo:#x}, {hi:#x})) after free_tensor released it at "
+                               f"{_short(getattr(free, 'origin', None))}: the producer may already be "
+                               f"refilling it; free the tensor after its last use"),
+                      core=acc.core, pipes=(acc.pipe, free.src),
+                      instructions=(acc.instr.describe(), free.describe()),
+                      lines=(acc.origin, getattr(free, "origin", None)),
+                      ranges=(f"{acc.memory} [{max(lo, acc.lo):#x}, {min(hi, acc.hi):#x}) {acc.verb()}",),
+                      address=max(lo, acc.lo))
+
+    def _release(self, core: str, flag: QueueFreeFlag, pid: int, clock: int) -> None:
+        buffer = getattr(flag, "buffer", None)
+        if buffer is None:
+            return
+        region, addr, nbytes, name = buffer
+        entries = self._released.setdefault(f"{core}/{region}", [])
+        entry = [addr, addr + nbytes, name, flag, pid, clock, None, 0]
+        for i, old in enumerate(entries):
+            if old[0] == addr:
+                entries[i] = entry
+                return
+        entries.append(entry)
+
+    def _reallocate(self, core: str, flag: QueueFreeFlag, pid: int, clock: int) -> None:
+        buffer = getattr(flag, "buffer", None)
+        if buffer is None:
+            return
+        for entry in self._released.get(f"{core}/{buffer[0]}", ()):
+            if entry[3] is flag:
+                entry[6], entry[7] = pid, clock
+
     def _access(self, acc: _Access, vc: dict[int, int]) -> None:
         # the history of a memory is kept per 64 KiB page, so that a memory touched in many
         # small runs (strided copies, NZ blocks) stays cheap to update
@@ -531,13 +636,17 @@ class Sanitizer:
         line = getattr(fault, "origin", None) or _traceback_line(fault)
         if isinstance(fault, MemoryFault):
             reason = fault.reason
-            kind = ("misaligned" if "aligned" in reason else "use-after-free" if "after free" in reason
+            # a DataCopy of a length that is not whole 32 B blocks breaks the DMA's alignment rule
+            kind = ("misaligned" if "aligned" in reason or "32 B blocks" in reason
+                    else "use-after-free" if "after free" in reason
                     else "invalid-free" if "free" in reason else "out-of-bounds")
         elif isinstance(fault, CapacityError):
             kind = "over-capacity"
+        elif isinstance(fault, QueueError):
+            kind = "queue-misuse"
         else:
             kind = "fault"
-        check = "memcheck" if isinstance(fault, (MemoryFault, CapacityError)) else "fault"
+        check = "memcheck" if isinstance(fault, (MemoryFault, CapacityError, QueueError)) else "fault"
         self._add(("fault",), check=check, kind=kind,
                   message=f"{type(fault).__name__}: {fault.reason}{fault._details()} (the run fails here)",
                   core=fault.core, pipes=(fault.pipe or "-",), instructions=(fault.instruction or "-",),
@@ -561,7 +670,7 @@ class Sanitizer:
                 if full:
                     stalled.setdefault(full, []).append(core.name)
         # the likely culprits (a wrong event id) first
-        items = sorted(groups.items(), key=lambda kv: "wrong event id" not in kv[0][3])
+        items = sorted(groups.items(), key=lambda kv: not kv[0][3].endswith("?"))
         pipes = tuple(f"{cores[0]}.{k[0]}" + (f" (+{len(cores) - 1} cores)" if len(cores) > 1 else "")
                       for k, cores in items) or ("-",)
         instrs = tuple(k[1] for k, _ in items) or ("-",)
@@ -587,6 +696,12 @@ class Sanitizer:
                 return (text + f" but {q[0][1].describe()} was set instead "
                         f"({_short(getattr(q[0][1], 'origin', None))}) and never waited for: "
                         f"a wrong event id?")
+            swapped = self._flags.get((core.name, (instr.dst, instr.src, instr.event_id)))
+            if swapped:
+                setter = swapped[0][1]
+                return (text + f" but {setter.describe()} was set instead "
+                        f"({_short(getattr(setter, 'origin', None))}) and never waited for: the two pipes "
+                        f"of the HardEvent swapped?")
             src_pipe = core.pipes.get(instr.src)
             src_wait = getattr(src_pipe, "waiting_instr", None) if src_pipe is not None else None
             if src_wait is not None:

@@ -12,13 +12,13 @@ compiler inserts, so a kernel reads like Ascend C and double buffering falls out
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from opsim.simulator import numerics as nx
-from opsim.simulator.errors import CapacityError, MemoryFault, SimulatorError
+from opsim.simulator.errors import CapacityError, MemoryFault, QueueError, SimulatorError
 from opsim.simulator.memory import NO_WINDOW, align_up
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,11 +172,18 @@ class GlobalTensor:
 
 @dataclass(frozen=True)
 class GlobalSlice:
-    """A flat element range of a GlobalTensor: the GM operand of a DataCopy."""
+    """A flat element range of a GlobalTensor: the GM operand of a DataCopy.
+
+    ``limit``, when a front-end knows it, is what the kernel may touch through this view, for
+    the sanitizer: (end of the kernel argument the view points into, end of the view's declared
+    length or None), byte addresses. The machine itself only faults outside every allocation:
+    a copy that starts in the tensor after the argument's does not fault.
+    """
 
     tensor: GlobalTensor
     start: int
     count: int
+    limit: tuple[int, int | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def dtype(self) -> nx.DType:
@@ -450,8 +457,8 @@ class TQue:
         """AllocTensor: the next free buffer (waits on the consumer's free flag if reused)."""
         free = self._free
         if not free:
-            raise SimulatorError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
-                                 f"(free() one first)", core=self.ctx.core.name)
+            raise QueueError(f"{self.position} queue: alloc() with all {self.depth} buffers in use "
+                             f"(free() one first)", core=self.ctx.core.name)
         i = free[0]
         del free[0]
         # the queue's flags are built and queued here, not through ctx.emit_wait: a kernel runs
@@ -486,7 +493,7 @@ class TQue:
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.addr)
         if i is None:
-            raise SimulatorError(f"{self.position} queue: tensor {t!r} does not belong to this queue")
+            raise QueueError(f"{self.position} queue: tensor {t!r} does not belong to this queue")
         return i
 
     def enque(self, t: LocalTensor) -> None:
@@ -506,7 +513,7 @@ class TQue:
     def deque(self) -> LocalTensor:
         fifo = self._fifo
         if not fifo:
-            raise SimulatorError(f"{self.position} queue: deque() on an empty queue")
+            raise QueueError(f"{self.position} queue: deque() on an empty queue")
         i, t = fifo[0]
         del fifo[0]
         flag = _new(self._wait_flag)           # WaitFlag(producer, consumer, event id), as in alloc
@@ -524,7 +531,7 @@ class TQue:
         try:
             i = out[addr]
         except KeyError:
-            raise SimulatorError(f"{self.position} queue: free() of a tensor not allocated here") from None
+            raise QueueError(f"{self.position} queue: free() of a tensor not allocated here") from None
         del out[addr]
         flag = _new(self._free_flag)           # QueueFreeFlag(consumer, producer, event id), as in alloc
         flag.tile = -1
@@ -532,6 +539,7 @@ class TQue:
         flag.src = flag.pipe = self.consumer
         flag.dst = self.producer
         flag.event_id = self.event_ids[i]
+        flag.buffer = (self.region.name, addr, self.nbytes, f"{self.position} queue buffer {i}")
         self._pending.append(flag)
         self._free.append(i)
 

@@ -15,8 +15,8 @@ from opsim.asc import _core
 from opsim.asc.dtype import sim_dtype
 from opsim.asc.enums import TPosition
 from opsim.asc.tensor import LocalTensor, memory_of
-from opsim.simulator.errors import MemoryFault, SimulatorError
-from opsim.simulator.isa import SetFlag, WaitFlag
+from opsim.simulator.errors import MemoryFault, QueueError, SimulatorError
+from opsim.simulator.isa import QueueFreeFlag, SetFlag, WaitFlag
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import LocalTensor as SimLocal
 
@@ -100,6 +100,7 @@ class TQue:
         self._fifo: deque[tuple[int, LocalTensor]] = deque()
         self._out: dict[int, int] = {}
         self._alloc_site: dict[int, str] = {}
+        self._freed_site: dict[int, str] = {}   # buffer -> its free_tensor line, until allocated again
         state.on_finish.append(self._drain)
         state.ctx.queues.append(self)          # the sanitizer reports buffers never freed
 
@@ -115,8 +116,8 @@ class TQue:
     def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
         state = self._ready()
         if not self._free:
-            raise SimulatorError(f"TQue({self.position.name}).alloc_tensor with all {len(self.buffers)} "
-                                 f"buffers in use; free_tensor one first (at {_core.call_site()})")
+            raise QueueError(f"TQue({self.position.name}).alloc_tensor with all {len(self.buffers)} "
+                             f"buffers in use; free_tensor one first (at {_core.call_site()})")
         i = self._free.popleft()
         if self._used[i]:
             state.emit(WaitFlag(self.consumer, self.producer, self.event_ids[i]))
@@ -127,6 +128,7 @@ class TQue:
                                       self.nbytes // dt.itemsize), self.position)
         self._out[t.sim.addr] = i
         self._alloc_site[t.sim.addr] = _core.call_site()
+        self._freed_site.pop(t.sim.addr, None)
         return t
 
     def unfreed(self) -> list[tuple[str, int, int, str | None]]:
@@ -137,8 +139,8 @@ class TQue:
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.sim.addr)
         if i is None:
-            raise SimulatorError(f"TQue({self.position.name}): {t!r} is not a buffer of this queue "
-                                 f"(at {_core.call_site()})")
+            raise QueueError(f"TQue({self.position.name}): {t!r} is not a buffer of this queue "
+                             f"(at {_core.call_site()})")
         return i
 
     def enque(self, tensor: LocalTensor) -> bool:
@@ -151,7 +153,8 @@ class TQue:
     def deque(self, dtype: Any = None) -> LocalTensor:
         state = self._ready()
         if not self._fifo:
-            raise SimulatorError(f"TQue({self.position.name}).deque on an empty queue (at {_core.call_site()})")
+            raise QueueError(f"TQue({self.position.name}).deque on an empty queue: enque a tensor "
+                             f"before each deque (at {_core.call_site()})")
         i, t = self._fifo.popleft()
         state.emit(WaitFlag(self.producer, self.consumer, self.event_ids[i]))
         if dtype is not None and sim_dtype(dtype) != t.sim.dtype:
@@ -162,9 +165,16 @@ class TQue:
         state = self._ready()
         i = self._out.pop(tensor.sim.addr, None)
         if i is None:
-            raise SimulatorError(f"TQue({self.position.name}).free_tensor of a tensor not allocated from "
-                                 f"this queue (at {_core.call_site()})")
-        state.emit(SetFlag(self.consumer, self.producer, self.event_ids[i]))
+            freed = self._freed_site.get(tensor.sim.addr)
+            if freed is not None:
+                raise QueueError(f"TQue({self.position.name}).free_tensor of a buffer freed already at {freed} "
+                                 f"and not allocated since: a double free (at {_core.call_site()})")
+            raise QueueError(f"TQue({self.position.name}).free_tensor of a tensor not allocated from "
+                             f"this queue (at {_core.call_site()})")
+        self._freed_site[tensor.sim.addr] = _core.call_site()
+        # a QueueFreeFlag names the bytes it releases: the sanitizer reports a use after free
+        released = (self.region.name, self.buffers[i], self.nbytes, f"TQue({self.position.name}) buffer {i}")
+        state.emit(QueueFreeFlag(self.consumer, self.producer, self.event_ids[i], released))
         self._pending_free[i] = True
         self._free.append(i)
 

@@ -104,7 +104,11 @@ class GlobalTensor:
         a = self._addr
         dt = a.dtype.sim
         t = SimGlobalTensor(a.device, self.address, dt, (max(int(count), 1),), (1,), 0)
-        return GlobalSlice(t, 0, int(count))
+        # what the kernel may touch through this view, for the sanitizer: its argument's end
+        # and the length set_global_buffer declared
+        item = dt.itemsize
+        view_end = None if self._length is None else a.addr + self._length * item
+        return GlobalSlice(t, 0, int(count), limit=(a.addr + a.numel * item, view_end))
 
     def __repr__(self) -> str:
         return f"GlobalTensor({self.address:#x}, {self.dtype})" if self._base is not None else "GlobalTensor()"

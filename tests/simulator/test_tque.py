@@ -110,7 +110,8 @@ def test_a_queue_flag_is_the_instruction_its_class_constructor_makes(lines: bool
     ctx.emit_wait("VECTOR", "MTE3", 5)
     made = ctx.pending[:]
     expected = [SetFlag("MTE2", "VECTOR", q.event_ids[0]), WaitFlag("MTE2", "VECTOR", q.event_ids[0]),
-                QueueFreeFlag("VECTOR", "MTE2", q.event_ids[0]), WaitFlag("VECTOR", "MTE2", q.event_ids[0]),
+                QueueFreeFlag("VECTOR", "MTE2", q.event_ids[0], (q.region.name, t.addr, q.nbytes, "VECIN queue buffer 0")),
+                WaitFlag("VECTOR", "MTE2", q.event_ids[0]),
                 SetFlag("VECTOR", "MTE3", 5), WaitFlag("VECTOR", "MTE3", 5)]
     assert [type(f) for f in made] == [type(e) for e in expected]
     for f, e in zip(made, expected):
