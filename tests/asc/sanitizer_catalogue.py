@@ -851,7 +851,7 @@ def tbuf_overrun_bug(x: asc.GlobalAddress, y: asc.GlobalAddress, z: asc.GlobalAd
     pipe.init_buffer(qz, 1, TILE * 4)
     c = qz.alloc_tensor(asc.float32)
     t = tmp.get(asc.float32, 2 * TILE)                         # BUG: the TBuf holds TILE
-    asc.data_copy(t, xg, 2 * TILE)                             # SEEN
+    asc.data_copy(t, xg, 2 * TILE)
     asc.set_flag(E.MTE2_V, 0)
     asc.wait_flag(E.MTE2_V, 0)
     asc.add(c, t, t[TILE:], TILE)

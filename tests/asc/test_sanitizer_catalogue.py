@@ -26,7 +26,9 @@ CATALOGUE = {
     "gm_write_oob": ("memcheck", "out-of-bounds", MemoryFault, "past the end of allocation 'z'"),
     "gm_view_overrun": ("memcheck", "out-of-bounds", None, "set_global_buffer"),
     "ub_overflow": ("memcheck", "out-of-bounds", MemoryFault, "overruns the local buffer of 256"),
-    "tbuf_overrun": ("memcheck", "out-of-bounds", None, "past the end of buffer 'TBuf(VECCALC)'"),
+    # refused where the tensor is made (TBuf.get checks its length against the buffer)
+    "tbuf_overrun": ("memcheck", "out-of-bounds", MemoryFault, "TBuf.get of 512 x fp32 at byte offset 0: "
+                     "the buffer holds 1024 B"),
     "ub_misaligned": ("memcheck", "misaligned", MemoryFault, "32 B aligned"),
     "copy_not_whole_blocks": ("memcheck", "misaligned", MemoryFault, "use DataCopyPad"),
     "uninitialized_read": ("memcheck", "uninitialized-read", None, "nothing wrote"),
