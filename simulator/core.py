@@ -292,6 +292,9 @@ class Pipe:
                     # pipe (traced runs only: last_slice stays -1 without a trace)
                     if self.last_slice >= 0 and instr.dst in core.pipes:
                         core._flag_slices[key] = self.last_slice
+                        # tile level: later work of this pipe starts a new slice, so the hand-off
+                        # leaves from a slice that ends before the flag is set
+                        self._tile_slice = -1
                 elif steps & STEP_COMPLETES and (steps & STEP_TIMING or device.functional):
                     # a data_only complete (STEP_TIMING unset) does nothing
                     # unless the device is functional: not called in timing mode
@@ -472,7 +475,10 @@ class Core:
             pipe.last_slice = idx
         elif level == 2:  # tile: merge a tile's instructions on this pipe
             elements, nbytes, _, detail = instr.trace_args()
-            if pipe._tile_index == instr.tile and pipe._tile_slice >= 0:
+            # ... between synchronisations: work after a flag wait that has a producer starts a
+            # new slice (as does work after a flag set, SetFlag), so every flow arrow runs from
+            # a slice that ended to one that starts later, never backwards in time
+            if pipe._tile_index == instr.tile and pipe._tile_slice >= 0 and pipe.flow_from < 0:
                 trace.extend_slice(pipe._tile_slice, end, elements=elements, nbytes=nbytes)
             else:
                 name = f"tile {instr.tile}" if instr.tile >= 0 else instr.name

@@ -224,6 +224,7 @@ class SetFlag(Instruction):
         # runs only: last_slice stays -1 without a trace)
         if pipe.last_slice >= 0 and self.dst in core.pipes:
             core._flag_slices[(self.src, self.dst, self.event_id)] = pipe.last_slice
+            pipe._tile_slice = -1   # tile level: later work starts a new slice (Core.record)
 
     def describe(self) -> str:
         return f"SetFlag<{self.src}_{self.dst}>({self.event_id})"

@@ -189,8 +189,10 @@ def write_chrome(trace: Trace, path: str, chunk: int = 20000) -> None:
     lay = layout(trace)
     head = _header(trace, lay)
     if path.endswith(".gz"):
-        # mtime=0: the gzip header carries no write time, so the same run writes the same bytes
-        with gzip.GzipFile(path, "wb", mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as fh:
+        # mtime=0 and no file name in the gzip header (GzipFile stores the name it was given):
+        # the same run writes the same bytes, whatever the file is called (as `gzip -n`)
+        with open(path, "wb") as dest, gzip.GzipFile(filename="", mode="wb", fileobj=dest, mtime=0) as raw, \
+                io.TextIOWrapper(raw, encoding="utf-8") as fh:
             _write(fh, head, iter_events(trace, lay), chunk)
         return
     with open(path, "w", encoding="utf-8") as fh:
