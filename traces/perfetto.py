@@ -4,7 +4,7 @@ Same rows as the JSON export (:mod:`traces.layout`): a process track per core wi
 ``process_name`` and sort index, a thread track per pipe (sub-lanes ``PIPE#k`` where work
 overlaps), a ``host`` process with a thread per stream, counter tracks (link GB/s, L2 hit
 rate, UB bytes) under their process. Slices are ``SLICE_BEGIN``/``SLICE_END`` pairs with interned
-names and a few debug annotations (elements, bytes, tile, dtype, address); flag
+names and a few debug annotations (elements, bytes, tile, dtype, address, detail); flag
 hand-offs are flows (``flow_ids`` on the producer slice, ``terminating_flow_ids`` on the consumer).
 The run's metadata rides on one instant event of an ``opsim`` track.
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from opsim.traces.chrome import split_series
-from opsim.traces.layout import layout
+from opsim.traces.chrome import split_detail, split_series
+from opsim.traces.layout import PIPES, layout
 from opsim.traces.trace import Trace
 
 SEQ_ID = 1
@@ -32,8 +32,10 @@ TYPE_COUNTER = 4
 _PROCESS_UUID = 1 << 40
 _COUNTER_UUID = 2 << 40
 _META_UUID = 3 << 40
-# per-slice arguments (exact cycles are left to the JSON export: the protobuf is the lean format)
-_ANNOTATIONS = ("elements", "bytes", "tile", "dtype", "addr")
+# per-slice arguments (exact cycles are left to the JSON export: the protobuf is the lean format);
+# a slice's detail splits as in the JSON: the dtype(s) of a pipe instruction under ``dtype``, the
+# rest (a Cast's rounding, ``atomic add``, a launch's ``block_dim=…``) under ``detail``
+_ANNOTATIONS = ("elements", "bytes", "tile", "dtype", "addr", "detail")
 
 
 def builder_class() -> Any:
@@ -58,7 +60,7 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
     name_ids = sorted({int(i) for i in np.unique(np.asarray(trace.s_name, dtype=np.int64))}) if len(trace) else []
     for iid in name_ids:
         first.interned_data.event_names.add(iid=iid + 1, name=strings[iid])
-    for k, ann in enumerate(_ANNOTATIONS):   # iids 1..5 in this order, used below
+    for k, ann in enumerate(_ANNOTATIONS):   # iids 1..6 in this order, used below
         first.interned_data.debug_annotation_names.add(iid=k + 1, name=ann)
 
     # track descriptors
@@ -81,6 +83,8 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
         td.uuid = _COUNTER_UUID + c
         td.parent_uuid = _PROCESS_UUID + lay.counter_pid[c]
         td.name = strings[s]
+        # the counter descriptor makes it a counter track, with a unit or without one
+        td.counter.SetInParent()
         name, unit = split_series(strings[s])
         if unit != "value":
             td.counter.unit_name = unit
@@ -119,9 +123,12 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
     ident = np.concatenate([np.arange(n), np.arange(n), np.arange(nc)])
     order = np.lexsort((kind, ident, phase, ts))
 
-    s_name, s_el, s_by, s_tile, s_addr, s_det = (trace.s_name, trace.s_elements, trace.s_bytes,
-                                                 trace.s_tile, trace.s_addr, trace.s_detail)
+    s_track, s_name, s_el, s_by, s_tile, s_addr, s_det = (trace.s_track, trace.s_name, trace.s_elements,
+                                                          trace.s_bytes, trace.s_tile, trace.s_addr,
+                                                          trace.s_detail)
     tids = lay.slice_tid.tolist()
+    pipe_track = [th in PIPES for _, th in trace.tracks]
+    details: dict[tuple[int, bool], tuple[str, str]] = {}
     ts_l, kind_l, ident_l = ts.tolist(), kind.tolist(), ident.tolist()
     c_track, c_value = trace.c_track, trace.c_value
     for j in order.tolist():
@@ -149,10 +156,18 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
             anns.add(name_iid=2, int_value=s_by[i])
         if s_tile[i] >= 0:
             anns.add(name_iid=3, int_value=s_tile[i])
-        if s_det[i] >= 0:
-            anns.add(name_iid=4, string_value=strings[s_det[i]])
+        d = s_det[i]
+        if d >= 0:
+            on_pipe = pipe_track[s_track[i]]
+            parts = details.get((d, on_pipe))
+            if parts is None:
+                parts = details[(d, on_pipe)] = split_detail(strings[d]) if on_pipe else ("", strings[d])
+            if parts[0]:
+                anns.add(name_iid=4, string_value=parts[0])
         if s_addr[i] >= 0:
             anns.add(name_iid=5, pointer_value=s_addr[i])
+        if d >= 0 and parts[1]:
+            anns.add(name_iid=6, string_value=parts[1])
         out = flows_out.get(i)
         if out:
             ev.flow_ids.extend(out)
