@@ -7,6 +7,9 @@ import os
 import sys
 from typing import Any, Sequence
 
+# `--trace FILE` with one of these endings writes Perfetto protobuf, any other Chrome JSON
+PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace")
+
 
 def _parse_shape(text: str) -> tuple[int, ...]:
     if text in ("", "scalar", "()"):
@@ -209,7 +212,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tables        {', '.join(files.values())}", file=notes)
     if args.trace and res.trace is not None:
         try:
-            res.trace.to_chrome_json(args.trace)
+            if args.trace.endswith(PERFETTO_SUFFIXES):
+                res.trace.to_perfetto(args.trace)
+            else:
+                res.trace.to_chrome_json(args.trace)
+        except ImportError as exc:
+            print(f"opsim: --trace {args.trace}: {exc}", file=sys.stderr)
+            return 2
         except OSError as exc:
             print(f"opsim: --trace {args.trace}: {exc.strerror or exc}", file=sys.stderr)
             return 2
@@ -291,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--operand", action="append", metavar="NAME=SPEC",
                    help="one operand: 64x128, 64x128:fp16, :int32, none or @file.npy (repeatable; see `opsim ops OP`)")
     r.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random operands (an integer >= 0)")
-    r.add_argument("--trace", help="write a Chrome/Perfetto JSON trace to this file")
+    r.add_argument("--trace", help="write the trace to this file: Chrome JSON (.json, .json.gz: "
+                                   "ui.perfetto.dev or chrome://tracing) or Perfetto protobuf (.pftrace)")
     r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"),
                    help="detail of the trace (default: instruction)")
     r.add_argument("--report", help="write a self-contained HTML report to this file")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import json
 import os
 
 import pytest
@@ -282,3 +283,16 @@ def test_perfetto_trace_processor_loads_the_trace_as_the_run_says(case, tmp_path
         assert int(n_flows) == len(res.trace.f_from)
         n_points = tp.query("SELECT COUNT(*) AS n FROM counter").as_pandas_dataframe()["n"][0]
         assert int(n_points) == len(res.trace.c_track)
+
+
+def test_opsim_run_trace_writes_the_format_its_file_name_asks_for(tmp_path):
+    common = ["run", "mse_loss_backward", "--device", "atlas-a2", "--shape", "2048", "--dtype", "fp32"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert cli_main([*common, "--trace", str(tmp_path / "t.pftrace")]) == 0
+        assert cli_main([*common, "--trace", str(tmp_path / "t.json")]) == 0
+    data = (tmp_path / "t.pftrace").read_bytes()
+    assert not data.lstrip().startswith(b"{")          # not JSON under a protobuf name
+    errors, model = import_pftrace(data)
+    assert errors == [] and model["slices"]
+    with open(tmp_path / "t.json", encoding="utf-8") as fh:
+        assert len(model["slices"]) == sum(e["ph"] == "X" for e in json.load(fh)["traceEvents"])
