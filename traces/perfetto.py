@@ -157,17 +157,19 @@ def to_perfetto(trace: Trace, path: str | None = None) -> bytes:
         if s_tile[i] >= 0:
             anns.add(name_iid=3, int_value=s_tile[i])
         d = s_det[i]
+        dtype, rest = "", ""
         if d >= 0:
             on_pipe = pipe_track[s_track[i]]
-            parts = details.get((d, on_pipe))
-            if parts is None:
-                parts = details[(d, on_pipe)] = split_detail(strings[d]) if on_pipe else ("", strings[d])
-            if parts[0]:
-                anns.add(name_iid=4, string_value=parts[0])
+            known = details.get((d, on_pipe))
+            if known is None:
+                known = details[(d, on_pipe)] = split_detail(strings[d]) if on_pipe else ("", strings[d])
+            dtype, rest = known
+        if dtype:
+            anns.add(name_iid=4, string_value=dtype)
         if s_addr[i] >= 0:
             anns.add(name_iid=5, pointer_value=s_addr[i])
-        if d >= 0 and parts[1]:
-            anns.add(name_iid=6, string_value=parts[1])
+        if rest:
+            anns.add(name_iid=6, string_value=rest)
         out = flows_out.get(i)
         if out:
             ev.flow_ids.extend(out)
