@@ -27,6 +27,7 @@ from typing import Any, Mapping
 
 from .limits import check_spec, limit, toml_depth
 from .names import did_you_mean
+from .toml_lines import with_line
 
 __all__ = [
     "SpecError", "Provenance", "DeviceSpec", "load", "load_file", "catalogue", "CATALOGUE_DIR",
@@ -507,10 +508,14 @@ def read_toml(path: str | Path, error: type[Exception], what: str) -> tuple[dict
 def load_file(path: str | Path) -> DeviceSpec:
     """Load and validate one device TOML file (a catalogue entry or a user's own file)."""
     where = str(path)
-    doc, _ = read_toml(path, SpecError, "device file")
+    doc, text = read_toml(path, SpecError, "device file")
     prov: dict[str, Provenance] = {}
-    raw = _strip(doc, "", where, prov, None)
-    return _build(raw, prov, origin=where, where=where)
+    try:
+        raw = _strip(doc, "", where, prov, None)
+        return _build(raw, prov, origin=where, where=where)
+    except SpecError as exc:
+        # point at the line of the field the message names (tomllib keeps no positions)
+        raise SpecError(with_line(str(exc), where, text)) from None
 
 
 def catalogue() -> list[str]:

@@ -229,3 +229,74 @@ def test_replacing_a_table_drops_the_stale_provenance_of_its_entries():
     assert dict(spec.vector.cost) == {"Add": {"fp32": (0.1, 4.0)}}
     assert spec.provenance["vector.cost"].kind == "override"
     assert not any(k.startswith("vector.cost.") for k in spec.provenance)
+
+
+def _device_file(tmp_path, edit) -> tuple[str, int]:
+    """atlas-a2.toml with one line changed by ``edit(line) -> line or None``; (path, that line)."""
+    lines = (CATALOGUE_DIR / "atlas-a2.toml").read_text().splitlines()
+    for i, line in enumerate(lines):
+        new = edit(line)
+        if new is not None and new != line:
+            lines[i] = new
+            break
+    else:
+        raise AssertionError("the edit matched no line")
+    path = tmp_path / "dev.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path), i + 1
+
+
+@pytest.mark.parametrize("edit, needle", [
+    # a misspelt field, a misspelt provenance key, a wrong type, a number without provenance
+    (lambda s: s.replace("size = { value = 196608", "sise = { value = 196608") if s.startswith("size = { value = 196608") else None,
+     "unknown field(s) ub.sise; allowed in [ub]: size, alignment"),
+    (lambda s: s.replace(", source", ", sourse") if s.startswith("read_rate = { value = 110") else None,
+     "field 'l2.read_rate' has unexpected keys ['sourse']"),
+    (lambda s: s.replace("value = 1800000000", 'value = "1.8GHz"') if s.startswith("clock_hz") else None,
+     "field 'clock_hz' must be an integer, got '1.8GHz'"),
+    (lambda s: "m = 16" if s.startswith("m = { value = 16") else None,
+     "number at 'cube.m' has no provenance"),
+], ids=["misspelt-field", "misspelt-provenance-key", "wrong-type", "no-provenance"])
+def test_an_error_in_a_device_file_names_the_field_and_its_line(tmp_path, edit, needle):
+    path, line = _device_file(tmp_path, edit)
+    with pytest.raises(SpecError) as info:
+        load_file(path)
+    assert str(info.value).startswith(f"{path}:{line}: ") and needle in str(info.value)
+
+
+def test_a_missing_field_points_at_the_table_that_should_hold_it(tmp_path):
+    text = (CATALOGUE_DIR / "atlas-a2.toml").read_text()
+    lines = [s for s in text.splitlines() if not s.startswith("bandwidth = { value = 1.3824e12")]
+    path = tmp_path / "dev.toml"
+    path.write_text("\n".join(lines) + "\n")
+    gm_line = lines.index("[gm]") + 1
+    with pytest.raises(SpecError, match=rf"^{re.escape(str(path))}:{gm_line}: missing field 'gm.bandwidth'$"):
+        load_file(path)
+
+
+def test_the_cli_names_the_field_and_line_of_a_bad_device_file(tmp_path, capsys):
+    from opsim.cli import main
+    path, line = _device_file(tmp_path, lambda s: s.replace(", source", ", sourse")
+                              if s.startswith("read_rate = { value = 110") else None)
+    assert main(["run", "mse_loss_backward", "--device", path, "--mode", "timing", "--shape", "64"]) == 2
+    assert main(["devices", path]) == 2
+    err = capsys.readouterr().err
+    assert err.count(f"{path}:{line}: field 'l2.read_rate' has unexpected keys ['sourse']") == 2
+    assert "Traceback" not in err
+
+
+def test_field_lines_follow_tables_dotted_keys_and_skip_multiline_strings():
+    from opsim.devices.toml_lines import field_line
+    text = ('name = "x"\n'
+            'description = """\n'
+            'clock_hz = 3 is prose here\n'
+            '"""\n'
+            "clock_hz = { value = 1, source = \"s\" }\n"
+            "[vector.cost]\n"
+            "Add = { fp16 = [1, 2] }\n"
+            "a.b = 1\n")
+    assert field_line(text, "clock_hz") == 5
+    assert field_line(text, "vector.cost.Add.fp16") == 7
+    assert field_line(text, "vector.cost.a.b") == 8
+    assert field_line(text, "vector.cost.Sub") == 6
+    assert field_line(text, "cube.m") is None
