@@ -163,7 +163,7 @@ def _rows(spec: DeviceSpec) -> list[tuple[str, str, list[str]]]:
         rows.append(("cores", f"{c.aic} AI cores, coupled (cube + vector per core; aiv = {c.aiv})",
                      ["cores.aic", "cores.aiv"]))
     else:
-        rows.append(("cores", f"{c.dsp} DSP cores", ["cores.dsp"]))
+        rows.append(("cores", f"{c.dsp} DSP cores (default core_mask {(1 << c.dsp) - 1:#x})", ["cores.dsp"]))
 
     if spec.ub is not None:
         rows.append(("UB", f"{_size(spec.ub.size)} per core ({spec.ub.size} B)", ["ub.size"]))
@@ -186,16 +186,32 @@ def _rows(spec: DeviceSpec) -> list[tuple[str, str, list[str]]]:
     rows.append(("GM", f"{g.kind} {_size(g.capacity)}, {_gbps(g.bandwidth)} "
                        f"(at {_addr(g.base)})", ["gm.capacity", "gm.bandwidth", "gm.base"]))
     if spec.l2 is not None:
-        rows.append(("L2", f"{_size(spec.l2.size)}, {_gbps(spec.l2.bandwidth)} aggregate",
-                     ["l2.size", "l2.bandwidth"]))
+        l2 = spec.l2
+        rows.append(("L2", f"{_size(l2.size)}, {_gbps(l2.bandwidth)}; per core {l2.read_rate:g} read, "
+                           f"{l2.write_rate:g} write B/cycle",
+                     ["l2.size", "l2.bandwidth", "l2.read_rate", "l2.write_rate"]))
     if spec.dma is not None:
         d = spec.dma
         rows.append(("DMA", f"{d.base:g} B/cycle per core ({_gbps(d.base * spec.clock_hz)}), "
                             f"start-up {d.startup} cycles", ["dma.base", "dma.startup"]))
-    if spec.mte2 is not None:
-        m = spec.mte2
-        rows.append(("MTE2", f"{m.base:g} + {m.shared:g}/n B/cycle per core, start-up "
-                             f"{m.startup} cycles", ["mte2.base", "mte2.shared", "mte2.startup"]))
+    for pipe in ("mte2", "mte3"):
+        m = getattr(spec, pipe)
+        if m is not None:
+            rows.append((pipe.upper(), f"{m.base:g} + {m.shared:g}/n B/cycle per core, start-up "
+                                       f"{m.startup} cycles",
+                         [f"{pipe}.base", f"{pipe}.shared", f"{pipe}.startup"]))
+    if spec.cube is not None:
+        cb = spec.cube
+        peak = cb.macs_per_cycle.get("fp16", 0) * 2 * spec.cores.aic * spec.clock_hz
+        macs = ", ".join(f"{dt} {n:g}" for dt, n in cb.macs_per_cycle.items())
+        rows.append(("cube", f"{cb.m}x{cb.k}x{cb.n}; MAC/cycle per core {macs}",
+                     ["cube.m", "cube.k", "cube.n"]
+                     + [f"cube.macs_per_cycle.{dt}" for dt in cb.macs_per_cycle]))
+        if peak:
+            # the derivation, so the figure can be checked against a published TFLOPS
+            rows.append(("cube peak", f"{peak / 1e12:.4g} TFLOPS fp16 = {cb.macs_per_cycle['fp16']:g} x 2 "
+                                      f"x {spec.cores.aic} cores x {spec.clock_hz / 1e6:g} MHz",
+                         ["cube.macs_per_cycle.fp16", "cores.aic", "clock_hz"]))
     v = spec.vector
     vec = f"{'/'.join(v.compute_dtypes)}, {v.repeat_bytes} B per repeat"
     keys = ["vector.repeat_bytes"]
@@ -203,9 +219,19 @@ def _rows(spec: DeviceSpec) -> list[tuple[str, str, list[str]]]:
         vec += ", lanes " + ", ".join(f"{k} {n}" for k, n in v.lanes.items())
         keys.append("vector.lanes")
     rows.append(("vector", vec, keys))
-    rows.append(("launch", f"{spec.launch.overhead} cycles "
-                           f"({spec.cycles_to_us(spec.launch.overhead):.4g} us)",
-                 ["launch.overhead"]))
+    if v.lanes and c.architecture == "dsp":
+        dt, lanes = next(iter(v.lanes.items()))
+        rows.append(("vec peak", f"{lanes * c.dsp * spec.clock_hz / 1e9:g} G {dt} ops/s = {lanes} lanes "
+                                 f"x {c.dsp} cores x {spec.clock_hz / 1e6:g} MHz",
+                     ["vector.lanes", "cores.dsp", "clock_hz"]))
+    launch = spec.launch
+    rows.append(("launch", f"{launch.overhead} cycles ({spec.cycles_to_us(launch.overhead):.4g} us)"
+                           + (f"; {launch.gap} cycles between a stream's tasks" if launch.gap else ""),
+                 ["launch.overhead"] + (["launch.gap"] if launch.gap else [])))
+    if spec.host is not None:
+        h = spec.host
+        rows.append(("host", f"{h.kind} {_gbps(h.bandwidth)} per direction, {h.latency_us:g} us per copy",
+                     ["host.bandwidth", "host.latency_us"]))
     for op, table in spec.kernels.items():
         for k, val in table.items():
             shown = _size(val) if isinstance(val, int) and "budget" in k else _num(val)
@@ -213,7 +239,21 @@ def _rows(spec: DeviceSpec) -> list[tuple[str, str, list[str]]]:
     return rows
 
 
-def _block(spec: DeviceSpec, provenance: bool) -> list[str]:
+def _field_lines(spec: DeviceSpec, notes: _Notes, provenance: bool) -> list[str]:
+    """One line per number of the device file: dotted field, value, provenance tag."""
+    rows = provenance_rows(spec)
+    width = min(max(len(f) for f, *_ in rows) + 2, 46)
+    out = ["  every field:"]
+    for field_, value, _kind, _text in rows:
+        tag = notes.tag(spec, [field_]) if provenance else ""
+        if field_.endswith(".base") and field_.split(".")[0] in ("gm", "private", "smc"):
+            value = _addr(int(value))   # addresses in hex, as the memory maps give them
+        line = f"    {field_:<{width}}{value}"
+        out.append(f"{line:<{WIDTH - 8}} {tag}".rstrip() if tag else line)
+    return out
+
+
+def _block(spec: DeviceSpec, provenance: bool, every_field: bool = False) -> list[str]:
     title = f"== {spec.name} "
     lines = [title + "=" * (WIDTH - len(title))]
     lines.append(f"  {'product':<{_LABEL_W}}{spec.product}")
@@ -226,6 +266,8 @@ def _block(spec: DeviceSpec, provenance: bool) -> list[str]:
         else:
             line = f"  {label:<{_LABEL_W}}{value}"
         lines.append(line)
+    if every_field:
+        lines.extend(_field_lines(spec, notes, provenance))
     if provenance and notes.tags:
         lines.append("  provenance:")
         lines.extend(notes.lines())
@@ -236,12 +278,15 @@ def _block(spec: DeviceSpec, provenance: bool) -> list[str]:
     return lines
 
 
-def catalogue_table(names: list[str] | None = None, *, provenance: bool = True) -> str:
+def catalogue_table(names: list[str] | None = None, *, provenance: bool = True,
+                    every_field: bool = False) -> str:
     """A plain-text table of the given devices (default: the whole catalogue).
 
     ``names`` may hold catalogue names or paths of device files. With ``provenance`` each
     value is followed by a tag (``[S1]`` source, ``[A1]`` assumption, ``[O1]`` override) and
-    the tagged texts are printed under each block. Lines fit a 100-column terminal.
+    the tagged texts are printed under each block. ``every_field`` adds one line per number of
+    the device file (dotted field, value, tag), the vector cost table included. Lines fit a
+    100-column terminal.
     """
     from .spec import catalogue
 
@@ -250,5 +295,5 @@ def catalogue_table(names: list[str] | None = None, *, provenance: bool = True) 
     blocks = []
     for name in names:
         spec = name if isinstance(name, DeviceSpec) else load(name)
-        blocks.append("\n".join(_block(spec, provenance)))
+        blocks.append("\n".join(_block(spec, provenance, every_field)))
     return "\n\n".join(blocks) + "\n"

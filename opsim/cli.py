@@ -248,7 +248,7 @@ def _print_operands_and_check(kwargs: dict[str, Any], res: Any) -> None:
 def cmd_devices(args: argparse.Namespace) -> int:
     from opsim.devices import SpecError, catalogue_table
     try:
-        text = catalogue_table(args.names or None, provenance=not args.brief)
+        text = catalogue_table(args.names or None, provenance=not args.brief, every_field=args.all)
     except SpecError as exc:
         print(f"opsim devices: {exc}", file=sys.stderr)
         return 2
@@ -318,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("devices", help="print the device catalogue with provenance")
     d.add_argument("names", nargs="*", help="devices to show (default: all)")
     d.add_argument("--brief", action="store_true", help="omit the source/assumption texts")
+    d.add_argument("--all", action="store_true",
+                   help="also list every number of the device file (dotted field, value, tag), "
+                        "the vector cost table included")
     d.set_defaults(func=cmd_devices)
 
     o = sub.add_parser("ops", help="list the operators, or describe one: operands, attributes, --shape")

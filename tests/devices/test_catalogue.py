@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -275,3 +276,45 @@ def test_catalogue_table_shows_overrides():
     spec = load("atlas-a2").replace("ub.size", 262144)
     out = catalogue_table([spec])
     assert "256 KiB" in out and "[O1]" in out and "override:" in out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_field_view_lists_each_number_of_the_file_with_its_tag(name):
+    spec = load(name)
+    out = catalogue_table([name], every_field=True)
+    listed = {}
+    section = out.split("  every field:\n")[1].split("  provenance:\n")[0]
+    for line in section.splitlines():
+        parts = line.split()
+        listed[parts[0]] = parts[-1]
+    assert set(listed) == set(spec.provenance)
+    notes_text = out.split("  provenance:\n")[1].split("  sources (")[0]
+    notes = {m.group(1): " ".join(m.group(2).split())
+             for m in re.finditer(r"^  \[(\w+)\]\s+(.*?)(?=^  \[|\Z)", notes_text, re.M | re.S)}
+    for field_, tag in listed.items():
+        assert tag.startswith("[") and tag.endswith("]"), (field_, tag)
+        # the tag's note carries the field's own provenance text and names the field
+        note = notes[tag[1:-1]]
+        assert " ".join(spec.provenance[field_].text.split())[:40] in note
+        assert field_ in note
+
+
+def test_the_summary_shows_store_rates_cube_peak_and_host_link_with_provenance():
+    out = catalogue_table(["atlas-a2"])
+    assert "MTE3      9.96 + 3.79/n B/cycle per core, start-up 12 cycles" in out
+    # 4096 MAC x 2 x 24 AIC x 1.8 GHz = 353.9 TFLOPS (docs/sources.md#peak-compute)
+    assert "cube peak 353.9 TFLOPS fp16 = 4096 x 2 x 24 cores x 1800 MHz" in out
+    assert "fp32 1024" in out and "host      PCIe 50.4 GB/s per direction" in out
+    flat = " ".join(out.split())
+    assert "assumption: A-5: the fp32 cube rate is not published" in flat
+    dsp = catalogue_table(["ft78ne"], provenance=False)
+    assert "default core_mask 0xff" in dsp
+    assert "vec peak  128 G fp32 ops/s = 16 lanes x 8 cores x 1000 MHz" in dsp   # A-D2's 128 GFLOPS
+
+
+def test_opsim_devices_all_lists_the_cost_table(capsys):
+    from opsim.cli import main
+    assert main(["devices", "atlas-a2", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "vector.cost.Subs.fp32" in out and "rates.ub_to_gm" in out and "gm.base" in out
+    assert "0x124000000000" in out
