@@ -487,6 +487,7 @@ def known_limits_flce() -> str:
 
 # labels of the SoC column (names, not numbers)
 SOC_LABEL = {"atlas-training": "Ascend 910", "atlas-inference": "310P3", "atlas-a2": "910B2",
+             "atlas-a2-910b1": "910B1", "atlas-a2-910b3": "910B3", "atlas-a2-910b4": "910B4",
              "atlas-a3": "910_9391, one die", "atlas-200i-500-a2": "310B1",
              "ft78ne": "DSP (treated as C66x-like)", "mt7004": "DSP (FT-Matrix-like)"}
 
@@ -514,14 +515,14 @@ def _rate(bps: float) -> str:
 @figure("device-catalogue", run=False)
 def device_catalogue() -> str:
     from opsim import devices
-    names = devices.catalogue()
     lines = ["| device | SoC | cores | clock | UB | GM | source of the timing constants |",
              "|---|---|---|---|---|---|---|"]
-    for name in SOC_LABEL:
+    # one row per catalogue device (a variant's cores, clock and link differ from its family's)
+    shipped = devices.catalogue()
+    for name in [n for n in SOC_LABEL if n in shipped] + [n for n in shipped if n not in SOC_LABEL]:
         spec = devices.load(name)
         prov = spec.provenance
-        variants = [n[len(name):] for n in names if n.startswith(name + "-")]
-        label = name + (f" (+ {'/'.join(variants)})" if variants else "")
+        label = name
         c = spec.cores
         cores = {"split": f"{c.aic} AIC + {c.aiv} AIV", "coupled": f"{c.aic} coupled AI cores",
                  "dsp": f"{c.dsp} DSP cores"}[c.architecture]
@@ -540,7 +541,7 @@ def device_catalogue() -> str:
         else:
             timing = "910B model scaled by GM rate (assumption " + ", ".join(
                 sorted(set(_ids(prov["mte2.base"].text)))) + ")"
-        lines.append(f"| {label} | {SOC_LABEL[name]} | {cores} | {clock} | {ub} | {gm} | {timing} |")
+        lines.append(f"| {label} | {SOC_LABEL.get(name, spec.soc)} | {cores} | {clock} | {ub} | {gm} | {timing} |")
     return "\n".join(lines)
 
 
