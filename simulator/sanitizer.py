@@ -647,8 +647,11 @@ class Sanitizer:
         else:
             kind = "fault"
         check = "memcheck" if isinstance(fault, (MemoryFault, CapacityError, QueueError)) else "fault"
+        # the line is the finding's row: not again in its message (the launch or the front-end
+        # may have put it into the reason for the bare exception's text)
         self._add(("fault",), check=check, kind=kind,
-                  message=f"{type(fault).__name__}: {fault.reason}{fault._details()} (the run fails here)",
+                  message=f"{type(fault).__name__}: {_without_line(fault.reason, line)}{fault._details()} "
+                          f"(the run fails here)",
                   core=fault.core, pipes=(fault.pipe or "-",), instructions=(fault.instruction or "-",),
                   lines=(line,), address=fault.address)
 
@@ -718,6 +721,16 @@ class Sanitizer:
 def _cores(cores: list[str]) -> str:
     return cores[0] if len(cores) == 1 else f"{len(cores)} cores: {', '.join(cores[:4])}" + (
         ", ..." if len(cores) > 4 else "")
+
+
+def _without_line(reason: str, line: str | None) -> str:
+    """``reason`` without a trailing mention of ``line``: " (kernel line L)", which opsim.asc's
+    launch appends to a fault's reason, or " (at L)", which the front-end's own checks end with."""
+    if line:
+        for suffix in (f" (kernel line {line})", f" (at {line})"):
+            if reason.endswith(suffix):
+                return reason[:-len(suffix)]
+    return reason
 
 
 def _traceback_line(exc: BaseException) -> str | None:

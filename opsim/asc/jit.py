@@ -422,7 +422,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         except SimulatorError as exc:
             origin = getattr(exc, "origin", None)
             if origin and origin not in exc.reason:
-                exc.reason = f"{exc.reason} (kernel line {origin})"    # the fault names the kernel's line
+                # the fault names the kernel's line (the sanitizer's finding has it in its row
+                # and leaves it out of its message: simulator/sanitizer.py _without_line)
+                exc.reason = f"{exc.reason} (kernel line {origin})"
             if san is not None:
                 from opsim.api import attach_report
                 attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer

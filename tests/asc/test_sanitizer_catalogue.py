@@ -181,3 +181,21 @@ def test_reusing_a_queue_buffer_after_alloc_tensor_is_no_use_after_free(example)
     # the double-buffered add frees and re-allocates every buffer once per tile
     res = example("add_tque").run(8 * 4096, 8, 2, sanitize=True)
     assert res.sanitizer.ok, str(res.sanitizer)
+
+
+NOT_DEADLOCKS = sorted(n for n in FAULTING if CATALOGUE[n][1] != "deadlock")
+
+
+@pytest.mark.parametrize("name", NOT_DEADLOCKS)
+def test_a_fault_names_its_kernel_line_once_in_the_report_and_once_in_the_exception(name: str) -> None:
+    # the launch used to put "(kernel line L)" (or the front-end's "(at L)") into the fault's
+    # reason before the report was made, so the finding printed L in its message and again in
+    # its instruction row, and the traceback (exception text, then the report as a note) 3 times
+    report, exc = _run(f"{name}_bug")
+    line = _marked_line(f"{name}_bug", "SEEN") or _marked_line(f"{name}_bug", "BUG")
+    at = re.compile(rf"sanitizer_catalogue\.py:{line}\b")
+    (fault,) = [f for f in report.findings if f.message.endswith("(the run fails here)")]
+    assert len(at.findall(str(fault))) == 1, str(fault)
+    assert len(at.findall(str(exc))) == 1, str(exc)
+    assert at.search(fault.lines[0]) and str(exc).count(fault.lines[0]) == 1   # the same line in both
+
