@@ -585,12 +585,12 @@ class Sanitizer:
         if unfreed is None and ctx is not None:          # a block that never reached its BlockEnd
             unfreed = [(q.region.name, item) for q in getattr(ctx, "queues", ()) for item in q.unfreed()]
         if self.memcheck:
-            for region, (what, addr, nbytes, line) in unfreed or ():
+            for region, (what, addr, nbytes, line, call) in unfreed or ():
+                # the line to act on is the allocation's (scalar code, as every queue call)
                 self._add(("unfreed", what, line), check="memcheck", kind="buffer-not-freed",
                           message=f"{what} allocated and never freed by the end of the block",
-                          core=core, pipes=(), instructions=(), lines=(),
-                          ranges=(f"{core}/{region} [{addr:#x}, {addr + nbytes:#x}) "
-                                  f"allocated at {_short(line)}",), address=addr)
+                          core=core, pipes=("SCALAR",), instructions=(call,), lines=(line,),
+                          ranges=(f"{core}/{region} [{addr:#x}, {addr + nbytes:#x})",), address=addr)
 
     # -- the end -------------------------------------------------------------------------------
     def finish(self) -> SanitizerReport:
@@ -647,12 +647,18 @@ class Sanitizer:
         else:
             kind = "fault"
         check = "memcheck" if isinstance(fault, (MemoryFault, CapacityError, QueueError)) else "fault"
+        pipe, instruction = fault.pipe, fault.instruction
+        if instruction is None:
+            # raised by the kernel's own code, not by an instruction a pipe ran (a TQue's
+            # bookkeeping, an API call refusing its arguments): scalar code; name the call
+            instruction = _call_at(fault, line) or "-"
+            pipe = pipe or "SCALAR"
         # the line is the finding's row: not again in its message (the launch or the front-end
         # may have put it into the reason for the bare exception's text)
         self._add(("fault",), check=check, kind=kind,
                   message=f"{type(fault).__name__}: {_without_line(fault.reason, line)}{fault._details()} "
                           f"(the run fails here)",
-                  core=fault.core, pipes=(fault.pipe or "-",), instructions=(fault.instruction or "-",),
+                  core=fault.core, pipes=(pipe,), instructions=(instruction,),
                   lines=(line,), address=fault.address)
 
     def _deadlock(self, fault: DeadlockError) -> None:
@@ -731,6 +737,20 @@ def _without_line(reason: str, line: str | None) -> str:
             if reason.endswith(suffix):
                 return reason[:-len(suffix)]
     return reason
+
+
+def _call_at(exc: BaseException, line: str | None) -> str | None:
+    """The function the kernel called at ``line`` ("file:line") on the way to raising ``exc``,
+    e.g. "TQue.free_tensor" ("LocalTensor" for a constructor): the frame of ``exc``'s traceback
+    right after the innermost one at ``line``."""
+    if not line:
+        return None
+    frames = [(frame.f_code, lineno) for frame, lineno in traceback.walk_tb(exc.__traceback__)]
+    at = [i for i, (code, lineno) in enumerate(frames) if f"{code.co_filename}:{lineno}" == line]
+    if not at or at[-1] + 1 >= len(frames):
+        return None
+    name = frames[at[-1] + 1][0].co_qualname
+    return name.removesuffix(".__init__").replace(".<locals>.", ".")
 
 
 def _traceback_line(exc: BaseException) -> str | None:

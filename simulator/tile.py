@@ -485,10 +485,11 @@ class TQue:
             self._alloc_origin[t.addr] = _caller_line()
         return t
 
-    def unfreed(self) -> list[tuple[str, int, int, str | None]]:
-        """(what, address, bytes, source line of the alloc) of each tensor allocated and not freed."""
-        return [(f"{self.position} queue buffer {i}", addr, self.nbytes, self._alloc_origin.get(addr))
-                for addr, i in self._out.items()]
+    def unfreed(self) -> list[tuple[str, int, int, str | None, str]]:
+        """(what, address, bytes, source line of the alloc, the call) of each tensor allocated and
+        not freed."""
+        return [(f"{self.position} queue buffer {i}", addr, self.nbytes, self._alloc_origin.get(addr),
+                 "TQue.alloc") for addr, i in self._out.items()]
 
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.addr)

@@ -131,10 +131,10 @@ class TQue:
         self._freed_site.pop(t.sim.addr, None)
         return t
 
-    def unfreed(self) -> list[tuple[str, int, int, str | None]]:
-        """(what, address, bytes, alloc_tensor line) of each buffer allocated and not freed."""
-        return [(f"TQue({self.position.name}) buffer {i}", addr, self.nbytes, self._alloc_site.get(addr))
-                for addr, i in self._out.items()]
+    def unfreed(self) -> list[tuple[str, int, int, str | None, str]]:
+        """(what, address, bytes, alloc_tensor line, the call) of each buffer allocated and not freed."""
+        return [(f"TQue({self.position.name}) buffer {i}", addr, self.nbytes, self._alloc_site.get(addr),
+                 "TQue.alloc_tensor") for addr, i in self._out.items()]
 
     def _index(self, t: LocalTensor) -> int:
         i = self._out.get(t.sim.addr)

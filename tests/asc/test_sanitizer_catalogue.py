@@ -104,8 +104,7 @@ def test_the_bug_is_reported_with_its_line_core_and_a_message_saying_what_to_cha
         assert all("core0.veccore" in p for p in finding.pipes), finding.pipes   # core.pipe of each wait
     else:
         assert finding.core and "core0.veccore" in finding.core, finding
-    if kind != "buffer-not-freed":                 # a buffer, not an instruction: its line is in ranges
-        assert finding.pipes and finding.lines, finding
+    assert finding.pipes and finding.lines, finding
     if check in ("memcheck", "racecheck") and kind not in ("queue-misuse", "over-capacity"):
         assert finding.address is not None, finding   # (a failed allocation has no address)
 
@@ -199,3 +198,42 @@ def test_a_fault_names_its_kernel_line_once_in_the_report_and_once_in_the_except
     assert len(at.findall(str(exc))) == 1, str(exc)
     assert at.search(fault.lines[0]) and str(exc).count(fault.lines[0]) == 1   # the same line in both
 
+
+KERNEL_CODE_FAULTS = sorted(n for n in FAULTING if CATALOGUE[n][2] in (QueueError, CapacityError)
+                            or n in ("tbuf_overrun", "ub_misaligned"))
+
+
+@pytest.mark.parametrize("name", KERNEL_CODE_FAULTS)
+def test_a_fault_of_the_kernels_own_code_names_the_call_that_raised_it(name: str) -> None:
+    # raised by an API call of the kernel (no pipe ran an instruction): the finding used to
+    # print "-  -" for pipe and instruction
+    report, exc = _run(f"{name}_bug")
+    (fault,) = report.findings
+    line = _marked_line(f"{name}_bug", "SEEN") or _marked_line(f"{name}_bug", "BUG")
+    call = SOURCE[line - 1].split("#")[0]
+    assert fault.pipes == ("SCALAR",) and fault.instructions[0] != "-", fault
+    method = fault.instructions[0].rpartition(".")[2]          # e.g. "TQue.free_tensor"
+    assert method and method in call, (fault.instructions, call)
+    assert re.search(rf"SCALAR +{re.escape(fault.instructions[0])}  at \S*sanitizer_catalogue\.py:{line}$",
+                     str(fault), re.M), str(fault)
+
+
+def test_a_buffer_never_freed_names_the_alloc_tensor_line_in_lines_and_in_the_report() -> None:
+    report, _ = _run("tque_never_freed_bug")
+    (unfreed,) = report.findings
+    line = _marked_line("tque_never_freed_bug", "BUG")
+    assert "alloc_tensor" in SOURCE[line - 1]
+    assert len(unfreed.lines) == 1 and unfreed.lines[0].endswith(f"sanitizer_catalogue.py:{line}")
+    assert unfreed.instructions == ("TQue.alloc_tensor",) and unfreed.pipes == ("SCALAR",)
+    text = str(unfreed)
+    assert len(re.findall(rf"sanitizer_catalogue\.py:{line}\b", text)) == 1, text
+    assert re.search(rf"^ +SCALAR +TQue\.alloc_tensor  at \S*sanitizer_catalogue\.py:{line}$", text, re.M)
+    assert unfreed.ranges == ("core0.veccore0/UB [0x0, 0x400)",)
+
+
+def test_every_finding_of_the_catalogue_names_a_kernel_line() -> None:
+    for name in sorted(CATALOGUE):
+        report, _ = _run(f"{name}_bug")
+        for f in report.findings:
+            assert f.lines and all(f.lines), f"{name}: {f}"
+            assert len(f.pipes) == len(f.instructions) == len(f.lines), f"{name}: {f}"

@@ -291,7 +291,10 @@ def test_a_tque_buffer_never_freed_is_reported_with_its_alloc_line() -> None:
     assert _launch(dev, kernel, 1, _gm(dev, 64, data=np.ones(64, np.float32))) is None
     (f,) = san.finish().findings
     assert f.kind == "buffer-not-freed" and f.check == "memcheck"
-    assert f"test_sanitizer.py:{_here('b = q.alloc(nx.FP32)  # never freed')}" in f.ranges[0]
+    (line,) = f.lines
+    assert line.endswith(f"test_sanitizer.py:{_here('b = q.alloc(nx.FP32)  # never freed')}")
+    assert f.pipes == ("SCALAR",) and f.instructions == ("TQue.alloc",)
+    assert f.ranges[0].endswith("/UB [0x0, 0x100)") and line.rpartition(":")[2] in str(f)
 
 
 def test_ub_over_subscription_names_the_allocating_line() -> None:
