@@ -204,6 +204,12 @@ def scale_limit(spec: DeviceSpec, num_weights: int, index_dtype: Any) -> int:
     seed's ``(180192 - countsSize*4)/36`` (int32) and ``(180192 - countsSize*8)/20`` (int64).
     validate() enforces it on the Atlas training series only (where the seed documents it); on
     other devices the function evaluates the same formula with their numbers, for what-if studies.
+
+    int64 indices admit a larger E than int32 (8609 against 4894 at countsSize 1000) although
+    they are twice as wide: the smallest plan is one 32 B block of indices with a row for each,
+    and that block holds 4 int64 indices but 8 int32 ones. This is the real kernel's sizing and
+    its documented limits (docs/sources.md#embedding-ub-limit), not a model error; from
+    countsSize ~13861 on the wider counts make int32's bound the larger.
     """
     b = _index_bytes(index_dtype)
     avail = ub_budget(spec) - V1_RESERVE - 32 - counts_size(num_weights, spec.cores.aic) * b

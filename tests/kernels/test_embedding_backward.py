@@ -342,6 +342,31 @@ def test_training_scale_limit_equals_the_seed_formula(num_weights, idt, idx_byte
     assert eb.validate(spec, over, {**attrs, "scale_grad_by_freq": False})   # only with scale
 
 
+@pytest.mark.parametrize("num_weights", [1000, 32000])
+def test_int64_indices_admit_wider_rows_because_a_32_byte_block_holds_fewer_of_them(num_weights):
+    # each int64 index and count takes twice the bytes, yet int64 admits wider rows: the plan
+    # holds whole 32 B blocks of indices, each index with its fp32 row, and must hold one block,
+    # which is 8 rows for int32 and 4 for int64 (docs/sources.md#embedding-ub-limit)
+    spec = opsim.device_spec("atlas-training")
+    attrs = {"num_weights": num_weights, "scale_grad_by_freq": True}
+
+    def planned(idt, e):
+        descs = {"grad": TensorDesc((4096, e), nx.FP32), "indices": TensorDesc((4096,), nx.dtype(idt)),
+                 "out": TensorDesc((num_weights, e), nx.FP32)}
+        return eb.plan(spec, descs, attrs)
+
+    lim32, lim64 = eb.scale_limit(spec, num_weights, "int32"), eb.scale_limit(spec, num_weights, "int64")
+    assert lim64 > lim32
+    at32, at64 = planned("int32", lim32), planned("int64", lim64)
+    assert (at32.ub_indices, at64.ub_indices) == (8, 4)           # one 32 B block of indices each
+    assert at32.ub_bytes <= at32.ub_budget and at64.ub_bytes <= at64.ub_budget
+    # at int32's widest row, int64 fits one block of 4 rows but not two: 8 rows do not fit either
+    assert planned("int64", lim32).ub_indices == 4
+    cs = eb.counts_size(num_weights, spec.cores.aic)
+    row = 4 * lim32
+    assert 8 * (row + 8) + 8 * cs + row > at32.ub_budget - 16384
+
+
 @pytest.mark.parametrize("budget", [131072, 262144])
 def test_overriding_the_ub_budget_moves_the_limit_as_the_formula_says(budget):
     spec = opsim.device_spec("atlas-training")
