@@ -69,6 +69,25 @@ class ReplayNet:
         return _Transfer(self.env, int(nbytes), float(base_rate), tuple(links), pool, int(startup))
 
 
+class _ReplayL2(L2Cache):
+    """The simulator's L2 model with one addition for the replay: ``adjust`` hit bytes the next
+    read's total is corrected by (:meth:`ReplayDevice.gm_transfer`, lines shared with blocks
+    not replayed)."""
+
+    adjust = 0
+
+    def access_runs(self, runs: Any, *, write: bool) -> int:
+        hit = super().access_runs(runs, write=write)
+        if not write and self.adjust:
+            hit, self.adjust = max(0, hit + self.adjust), 0
+        return hit
+
+
+def _replay_l2(spec: DeviceSpec) -> _ReplayL2 | None:
+    l2 = spec.l2
+    return None if l2 is None else _ReplayL2(l2.size, l2.chunk, write_back=l2.write_policy == "write-back")
+
+
 class ReplayDevice(Device):
     """A timing-only device whose launches are recorded, not run: :func:`replay_launches`
     computes their cycles. Memory, cores, L2 model and instruction checks are the simulator's."""
@@ -86,6 +105,12 @@ class ReplayDevice(Device):
         self.touched: dict[tuple[int, int], bool] = {}
         # (addr, bytes), write: ranges an earlier launch left in the L2, not yet in the model
         self.assumed: list[tuple[tuple[int, int], bool]] = []
+        self.l2 = _replay_l2(spec)
+        # while a block is replayed: per allocation read, the lowest and highest byte it read
+        # (replay_block), then the lines at those ends that blocks not replayed share: line ->
+        # the share of the line's bytes in the allocation that the block reads
+        self.footprint: dict[tuple[int, int], list[int]] | None = None
+        self.shared_lines: dict[int, float] = {}
 
     def synchronize(self, stream: Any = None) -> None:
         """Launches are replayed by :func:`replay_launches`, not by running simulated time."""
@@ -96,9 +121,7 @@ class ReplayDevice(Device):
         self.gm.reset()
         if self.spec.smc is not None:
             self.smc.reset()
-        if self.spec.l2 is not None:
-            l2 = self.spec.l2
-            self.l2 = L2Cache(l2.size, l2.chunk, write_back=l2.write_policy == "write-back")
+        self.l2 = _replay_l2(self.spec)
         self.touched, self.assumed = {}, []
         self.launches.clear()
         self.streams.clear()
@@ -121,11 +144,37 @@ class ReplayDevice(Device):
                 region.reset()
                 region.peak_allocated_bytes = 0
 
+    def save_replay(self, launch: Launch) -> tuple:
+        """What replaying a block of ``launch`` changes on the device -- the L2 model, the
+        ranges assumed resident, the tensors touched, the byte counts -- for
+        :meth:`restore_replay`: a block replayed again must find the device as before."""
+        return (self.l2.save_state() if self.l2 is not None else None, list(self.assumed), dict(self.touched),
+                dict(self.link_bytes), dict(launch.link_bytes), self.bytes_read, self.bytes_written)
+
+    def restore_replay(self, launch: Launch, state: tuple) -> None:
+        """Put back a state :meth:`save_replay` took."""
+        l2, assumed, touched, link_bytes, launch_bytes, self.bytes_read, self.bytes_written = state
+        if l2 is not None:
+            assert self.l2 is not None
+            self.l2.restore_state(l2)
+        self.assumed, self.touched = list(assumed), dict(touched)
+        self.link_bytes.clear()
+        self.link_bytes.update(link_bytes)
+        launch.link_bytes.clear()
+        launch.link_bytes.update(launch_bytes)
+
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool, **kw: Any) -> simpy.Event:
         alloc = self.gm.allocation_at(addr)
         if alloc is not None:
             key = (alloc.addr, alloc.nbytes)
             self.touched[key] = self.touched.get(key, False) or write
+            # (a plain read: one run of bytes, as the L2 model sees it)
+            if not write and nbytes > 0 and kw.get("ranges") is None and kw.get("geometry") is None:
+                if self.footprint is not None:
+                    span = self.footprint.setdefault(key, [addr, addr + nbytes])
+                    span[0], span[1] = min(span[0], addr), max(span[1], addr + nbytes)
+                if self.shared_lines:
+                    self._share_lines(addr, nbytes, pipe)
         if self.assumed and self.l2 is not None:
             self._warm(addr, nbytes)
         ev = super().gm_transfer(pipe, addr, nbytes, write=write, **kw)
@@ -134,6 +183,40 @@ class ReplayDevice(Device):
                 if self.l2_link in p.links:
                     p.stored = True
         return ev
+
+    def shared_ends(self, chunk: int) -> dict[int, float]:
+        """The lines at the ends of what the replayed block read of each allocation (its
+        ``footprint``) that the allocation's bytes beyond the block also fill: line -> the
+        block's share of the line's bytes in the allocation. The blocks next to it in the
+        tensor (a split into ranges) read the rest of the line (lines of ``chunk`` bytes)."""
+        out: dict[int, float] = {}
+        c = chunk
+        for (a, n), (lo, hi) in self.footprint.items():
+            for line in {lo // c, (hi - 1) // c}:
+                first, last = max(line * c, a), min((line + 1) * c, a + n)
+                if first < lo or last > hi:
+                    out[line] = (min(last, hi) - max(first, lo)) / (last - first)
+        return out
+
+    def _share_lines(self, addr: int, nbytes: int, pipe: Any) -> None:
+        """A read reaching a line it shares with blocks not replayed (:meth:`shared_ends`) for
+        the first time: in the simulator the first block to read a line misses it and the
+        others hit, and the blocks next to each other run at the same time, so whichever comes
+        first is a matter of drift -- the block misses in its share of the line's bytes
+        (the expectation when each sharer is first in proportion to its bytes)."""
+        l2 = self.l2
+        launch = pipe.core.launch
+        if not isinstance(l2, _ReplayL2) or (launch is not None and launch.l2_sample is not None):
+            return
+        c = l2.chunk
+        for line in {addr // c, (addr + nbytes - 1) // c}:
+            share = self.shared_lines.pop(line, None)
+            if share is None:
+                continue
+            lo, hi = max(addr, line * c), min(addr + nbytes, (line + 1) * c)
+            # touched here first (the transfer touches it again, then as a hit): was it resident?
+            if l2.access(lo, hi - lo, write=False, count=False) == 0:
+                l2.adjust -= round((hi - lo) * share)
 
     def settle_l2(self) -> None:
         """After a launch: every tensor the replayed blocks touched counts as touched in full
@@ -157,9 +240,7 @@ class ReplayDevice(Device):
         self.assumed = keep[::-1]
         # what the L2 holds now is exactly those ranges (the model fills them as they are reached):
         # lines of the replayed blocks outside them were evicted by the tiles not replayed
-        spec = self.spec.l2
-        assert spec is not None
-        self.l2 = L2Cache(spec.size, spec.chunk, write_back=spec.write_policy == "write-back")
+        self.l2 = _replay_l2(self.spec)
 
     def _warm(self, addr: int, nbytes: int) -> None:
         """Put the assumed-resident part of [addr, addr + nbytes) into the L2 model, once."""
@@ -605,7 +686,38 @@ def _cores_for(dev: Device, launch: Launch) -> list[Any]:
 
 def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = True) -> BlockReplay:
     """Replay block ``b`` of ``launch`` on its own, ``share`` blocks running at once; ``heads``:
-    it is its core's first block of the launch, so it pays the pipe heads."""
+    it is its core's first block of the launch, so it pays the pipe heads.
+
+    A block that reads part of a line other blocks read the rest of (a split into ranges that
+    are not whole lines: 48 fp32 elements a block) finds the line in the simulator's L2 when a
+    neighbour was there first: the block is replayed once to learn the ends of what it reads
+    (the GM addresses only), and again, timed, with those lines shared
+    (:meth:`ReplayDevice.shared_ends`)."""
+    if not isinstance(dev, ReplayDevice) or dev.l2 is None or launch.block_dim < 2:
+        return _replay_block(dev, launch, b, share, heads)
+    # the first pass only reads the addresses: without the L2 model, which it leaves as it was
+    # (a copy of the model's state costs more than a replay), and the byte counts put back
+    counts = (dict(dev.link_bytes), dict(launch.link_bytes), dev.bytes_read, dev.bytes_written)
+    l2, dev.l2 = dev.l2, None
+    dev.footprint = {}
+    try:
+        _replay_block(dev, launch, b, share, heads)
+        shared = dev.shared_ends(l2.chunk)
+    finally:
+        dev.l2, dev.footprint = l2, None
+        link_bytes, launch_bytes, dev.bytes_read, dev.bytes_written = counts
+        dev.link_bytes.clear()
+        dev.link_bytes.update(link_bytes)
+        launch.link_bytes.clear()
+        launch.link_bytes.update(launch_bytes)
+    dev.shared_lines = shared
+    try:
+        return _replay_block(dev, launch, b, share, heads)
+    finally:
+        dev.shared_lines = {}
+
+
+def _replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool) -> BlockReplay:
     sched = _Scheduler(dev.spec, share, heads)
     cores = _cores_for(dev, launch)
     steady = None
@@ -658,39 +770,97 @@ class LaunchReplay:
     blocks: dict[int, BlockReplay] = field(default_factory=dict)
 
 
+def _place(bd: int, ncores: int, cycles: Sequence[int]) -> list[tuple[int, int, int]]:
+    """(core, start, end) of each block: the core that frees first takes the next block, the
+    lowest index among equals, as the simulator's free-core store hands them out (a heap of
+    (free, index) picks the same core as a scan of every core for every block)."""
+    ready = [(0, i) for i in range(ncores)]
+    out = []
+    for b in range(bd):
+        t, i = heapq.heappop(ready)
+        end = t + cycles[b]
+        heapq.heappush(ready, (end, i))
+        out.append((i, t, end))
+    return out
+
+
+def _tail_shares(placed: list[tuple[int, int, int]], ncores: int) -> dict[int, int]:
+    """The blocks that run while cores fall idle, each with the number of blocks running at the
+    middle of its time (itself included): the blocks still running after the last block
+    started -- the last one of each core. Before that moment every core is busy (a freed core
+    takes the next block at once); after it, a core whose block ends stays idle. (The middle,
+    not the mean over its time: a block that starts as the others end spends that overlap in
+    its first copies' start-up, which shares no link.)"""
+    t_last = placed[-1][1]
+    last: dict[int, int] = {}
+    for b, (core, _, _) in enumerate(placed):
+        last[core] = b
+    tail = [b for b in last.values() if placed[b][2] > t_last]
+    ends = [placed[b][2] for b in tail]
+    out = {}
+    for b in tail:
+        _, s, e = placed[b]
+        mid = (s + e) / 2
+        out[b] = ncores if mid < t_last else max(1, sum(x > mid for x in ends))
+    return out
+
+
 def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
     """The blocks of ``launch`` on its cores: sampled blocks replayed, the rest taking the
-    duration of the nearest sample below them, placed on the cores in waves."""
+    duration of the nearest sample below them, placed on the cores as the simulator places
+    them (a core that frees takes the next block).
+
+    With more blocks than cores, the blocks that run while other cores have fallen idle (the
+    last blocks of the launch) share the links and pools with fewer blocks: each is replayed
+    again with the mean number of blocks running over its time (one block left after 48 on 48
+    cores runs alone, at 2.1x the rate of 48 lockstep loads on atlas-a2), and the blocks are
+    placed again, until those numbers settle."""
     ncores = len(_cores_for(dev, launch))
     if ncores == 0:
         raise SimulatorError(f"launch {launch.name}: its core mask selects no core")
     bd = launch.block_dim
     share = min(bd, ncores)
     samples = sample_blocks(bd, ncores)
-    # the first wave (blocks 0 .. ncores-1, one per core) pays the pipe heads, later blocks
-    # find them paid on their core (Core.begin_block)
-    reps = {b: replay_block(dev, launch, b, share, heads=b < ncores) for b in samples}
+    waves = bd > ncores and isinstance(dev, ReplayDevice)
+    # a sample replayed again at another share must find the device as its first replay did
+    before: dict[int, tuple] = {}
+    reps: dict[tuple[int, int], BlockReplay] = {}
+    for b in samples:
+        if waves:
+            before[b] = dev.save_replay(launch)   # type: ignore[attr-defined]
+        # the first wave (blocks 0 .. ncores-1, one per core) pays the pipe heads, later blocks
+        # find them paid on their core (Core.begin_block)
+        reps[(b, share)] = replay_block(dev, launch, b, share, heads=b < ncores)
+    # each block takes the duration of a sample: itself, else the nearest one below it
+    sample_of = [0] * bd
+    for s, nxt in zip(samples, [*samples[1:], bd]):
+        sample_of[s:nxt] = [s] * (nxt - s)
+    shares: dict[int, int] = {}
+    for _ in range(4):
+        keys = [(sample_of[b], shares.get(b, share)) for b in range(bd)]
+        for key in set(keys) - reps.keys():
+            after = dev.save_replay(launch)       # type: ignore[attr-defined]
+            dev.restore_replay(launch, before[key[0]])   # type: ignore[attr-defined]
+            reps[key] = replay_block(dev, launch, key[0], key[1], heads=key[0] < ncores)
+            dev.restore_replay(launch, after)     # type: ignore[attr-defined]
+        placed = _place(bd, ncores, [reps[k].cycles for k in keys])
+        if not waves:
+            break
+        tail = {b: k for b, k in _tail_shares(placed, ncores).items() if k < share}
+        if tail == shares:
+            break
+        shares = tail
 
-    free = [0] * ncores
     per_core: list[dict[str, int]] = [{} for _ in range(ncores)]
-    end = 0
-    # the core that frees first takes the next block, the lowest index among equals (a heap of
-    # (free, index) picks the same core as a scan of every core for every block)
-    ready = [(0, i) for i in range(ncores)]
-    r = reps[samples[0]]
-    for b in range(bd):
-        r = reps.get(b, r)          # a sample, else the nearest sample below it (the last one met)
-        t, i = heapq.heappop(ready)
-        free[i] = t + r.cycles
-        heapq.heappush(ready, (free[i], i))
-        end = max(end, free[i])
+    for (i, _, _), key in zip(placed, keys):
         core_busy = per_core[i]
-        for p, v in r.pipe_busy.items():
+        for p, v in reps[key].pipe_busy.items():
             core_busy[p] = core_busy.get(p, 0) + v
+    end = max(e for _, _, e in placed)
     # as the simulator reports it: a core's busy cycles over every block it ran, the busiest core
     # (with more blocks than cores a core runs several blocks)
     busy = {p: max(c.get(p, 0) for c in per_core) for p in {p for c in per_core for p in c}}
-    return LaunchReplay(launch.name, bd, end, busy, reps)
+    return LaunchReplay(launch.name, bd, end, busy, {b: reps[(b, share)] for b in samples})
 
 
 @dataclass
