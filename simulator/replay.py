@@ -191,7 +191,7 @@ class ReplayDevice(Device):
         tensor (a split into ranges) read the rest of the line (lines of ``chunk`` bytes)."""
         out: dict[int, float] = {}
         c = chunk
-        for (a, n), (lo, hi) in self.footprint.items():
+        for (a, n), (lo, hi) in (self.footprint or {}).items():
             for line in {lo // c, (hi - 1) // c}:
                 first, last = max(line * c, a), min((line + 1) * c, a + n)
                 if first < lo or last > hi:
