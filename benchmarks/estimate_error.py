@@ -361,7 +361,14 @@ launches are recorded, then replays them.
   a remainder on the first blocks or on the last; the middle one stands for work that varies
   across blocks), and with more blocks than cores the first block of the second wave, whose core
   has paid its pipe heads (assumption A-9); every other block takes the duration of the nearest one below it, and the
-  blocks are placed on the usable cores in waves (core mask, block_dim beyond the cores). After
+  blocks are placed on the usable cores as the simulator places them (core mask, block_dim beyond
+  the cores): a core that frees takes the next block. The last blocks, which run while other
+  cores have fallen idle, are replayed again sharing the links and pools with the blocks running
+  at the middle of their time (one block left after a full wave runs alone). A block reading
+  part of an L2 line that the blocks next to it read the rest of (a split that is not whole
+  lines) misses that line in its share of the line's bytes: in the simulator the first of them
+  to arrive misses and the others hit (the replay learns the ends of what a block reads from a
+  first pass over its addresses). After
   each launch the L2 sees every tensor the replayed blocks touched as touched in
   full, so a later launch of the call reads from the L2 what the simulator's would.
 - **Steady state**: a kernel that loops over tiles with `for t in ctx.tiles(n)` (the shared
