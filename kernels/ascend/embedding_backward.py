@@ -453,6 +453,16 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     row_kernel = kdt == nx.FP32 and not det_kernel and not sd_kernel
     half_kernel = kdt != nx.FP32 and not sd_kernel
     tiling_key = (100 if sd_kernel else 10 if det_kernel else 0) + (1 if scale else 0)
+    # SyncAll (in the small-dim and uncast-half kernels, and ProcessAndScale with
+    # scaleGradByFreq) waits for every block of the launch, so the blocks must all be resident:
+    # more blocks than vector cores would wait for a core forever (a deadlock on the device too).
+    # The default plan never asks for more; a block_dim override may. The fp32 row and
+    # deterministic kernels without scale have no SyncAll: their blocks may run in waves.
+    sync_all = sd_kernel or half_kernel or scale
+    if sync_all and block_dim > cores:
+        raise tiling_error(f"block_dim {block_dim} exceeds the {cores} vector cores of {spec.name}: this "
+                           f"kernel (tiling key {tiling_key}) synchronises all its blocks (SyncAll), so every "
+                           f"block must run at once; block_dim must be at most {cores}")
     sd_rows = small_dim_max_rows(ub, emb, kdt.itemsize) if sd_kernel else 0
     if sd_kernel and sd_rows < 1:
         raise tiling_error(f"the small-dim kernel fits no row of embeddingDim {emb} in the UB ({ub} B)")

@@ -291,3 +291,43 @@ def test_the_determinism_setting_changes_nothing_for_uncast_half_rows():
     assert _names(runs[0]) == _names(runs[1]) == ["Sort", "ZerosLike", "MemSet", "EmbeddingDenseGradV2"]
     assert runs[0].cycles == runs[1].cycles
     assert _bits(runs[0].outputs["out"]) == _bits(runs[1].outputs["out"]) == _bits(half_golden(g, idx, 20))
+
+
+@pytest.mark.parametrize("case,key", [
+    (dict(emb=64), 100),                                   # small-dim kernel: SyncAll
+    (dict(emb=SORT_DIM, scale_grad_by_freq=True), 1),      # ProcessAndScale: SyncAlls
+    (dict(emb=SORT_DIM, scale_grad_by_freq=True, deterministic=True), 11),
+    (dict(emb=SORT_DIM, dtype="fp16", cast_grad=False), 0),   # ProcessForHalf: SyncAll
+])
+@pytest.mark.parametrize("mode", ["timing", "estimate"])
+def test_a_block_dim_beyond_the_cores_is_refused_for_a_kernel_that_syncs_all_blocks(case, key, mode):
+    # SyncAll waits for every block of the launch: with more blocks than cores the timing run
+    # ended in a DeadlockError and estimate mode returned cycles for a launch that cannot finish
+    case = dict(case)
+    emb, dt = case.pop("emb"), case.pop("dtype", "fp32")
+    tiling = {"block_dim": CORES + 1}
+    if "cast_grad" in case:
+        tiling["cast_grad"] = case.pop("cast_grad")
+    rng = np.random.default_rng(0)
+    grad = rng.standard_normal((256, emb)).astype(NP[dt])
+    idx = rng.integers(0, 300, 256).astype(np.int32)
+    with pytest.raises(opsim.OpError) as e:
+        _run(mode=mode, grad=grad, indices=idx, num_weights=300, padding_idx=-1, tiling=tiling, **case)
+    assert e.value.code == 561002
+    assert (f"block_dim {CORES + 1} exceeds the {CORES} vector cores of atlas-a2" in e.value.message
+            and f"tiling key {key}" in e.value.message and "at most 48" in e.value.message), e.value.message
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_the_fp32_kernels_without_syncall_run_more_blocks_than_cores(det):
+    # the fp32 row and deterministic kernels without scaleGradByFreq have no SyncAll: their
+    # blocks run in waves
+    rng = np.random.default_rng(0)
+    grad = rng.standard_normal((256, SORT_DIM)).astype(np.float32)
+    idx = rng.integers(0, 300, 256).astype(np.int32)
+    res = _run(mode="full", grad=grad, indices=idx, num_weights=300, padding_idx=-1, deterministic=det,
+               tiling={"block_dim": 2 * CORES})
+    want = np.zeros((300, SORT_DIM), np.float64)
+    np.add.at(want, idx, grad.astype(np.float64))
+    assert res.tiling.block_dim == 2 * CORES
+    np.testing.assert_allclose(res.outputs["out"], want, rtol=1e-5, atol=1e-5)
