@@ -119,7 +119,9 @@ class DmaModel:
     ``shared`` is bandwidth split among the ``n`` transfers in flight in this direction
     (Huawei's fitted MTE model ``t = a + b/blockDim``); ``head`` is paid once per core per launch
     on the pipe's first instruction (``head + head_per_block * blockDim``, blockDim the blocks
-    running at once: assumption A-9).
+    running at once: assumption A-9). A pipe with ``head_large_from`` > 0 (MTE2) has a second,
+    large-load form ``head_large + head_large_per_block * blockDim`` for a launch whose loads
+    reach ``head_large_from`` bytes; a core pays it with the first such load (assumption A-10).
     """
 
     base: float
@@ -127,6 +129,9 @@ class DmaModel:
     startup: int = 0
     head: float = 0.0
     head_per_block: float = 0.0
+    head_large: float = 0.0
+    head_large_per_block: float = 0.0
+    head_large_from: int = 0      # bytes of one load from which the large form applies; 0: none
 
 
 @dataclass(frozen=True)

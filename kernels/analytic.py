@@ -12,7 +12,8 @@ The same numbers the simulator spends are used here, combined by formulas instea
   loads ride the GM link, stores too unless a write-back L2 takes them on the L2 link
   (``l2.write_policy``, as ``Device.gm_transfer`` routes them), loads the L2 serves the L2 link;
   the first copy on a core pays the pipe head once per launch (MTE2 ``head + head_per_block·blockDim``
-  with blockDim the blocks running at once, MTE3 head): blocks beyond the cores run in waves, and
+  with blockDim the blocks running at once, its large-load form when a load of the block reaches
+  ``head_large_from`` bytes, assumption A-10; MTE3 head): blocks beyond the cores run in waves, and
   only the first wave pays heads;
 - the launch overhead is paid once per launch;
 - pipes overlap as the TQue flags allow: CopyIn of tile ``i`` waits until Compute of tile
@@ -109,10 +110,12 @@ def _model(spec: DeviceSpec, pipe: str) -> DmaModel:
     return model
 
 
-def head_cycles(spec: DeviceSpec, pipe: str, concurrent: int) -> int:
+def head_cycles(spec: DeviceSpec, pipe: str, concurrent: int, load_bytes: int = 0) -> int:
     """One-off cycles of a core's first busy instruction on ``pipe`` in a launch, ``concurrent``
-    blocks running at once (the simulator's rule: ``min(block_dim, cores)``)."""
-    return pipe_head_cycles(spec, pipe, concurrent)
+    blocks running at once (the simulator's rule: ``min(block_dim, cores)``); ``load_bytes``: the
+    core's largest load of the launch on ``pipe``, which may make MTE2's head its large-load
+    form (assumption A-10: the simulator pays the whole of it by the core's first large load)."""
+    return pipe_head_cycles(spec, pipe, concurrent, load_bytes)
 
 
 def stores_to_l2(spec: DeviceSpec) -> bool:
@@ -311,10 +314,13 @@ def _block(spec: DeviceSpec, tiles: Sequence[int], work: Callable[[int], TileWor
     # tile i (simulator/tile.py elementwise_pipeline, prefetch) when double-buffered
     prefetch = shared_pipe and buffer_num >= 2
     lag = max(1, buffer_num)
-    heads = {p: float(head_cycles(spec, p, head_width)) if head_width else 0.0
-             for p in (load_pipe, "VECTOR", store_pipe)}
     if not tiles:
         return 0.0, {load_pipe: 0.0, "VECTOR": 0.0, store_pipe: 0.0}, 0, 0, 0
+    # the block's largest load prices the load head (A-10); paid with the first tile, which is
+    # where it is: the tiles after the first are as long or shorter (the tail)
+    largest = max((b for n in set(tiles) for w in (work(n),) for b in (*w.loads, *w.l2_loads)), default=0)
+    heads = {p: float(head_cycles(spec, p, head_width, largest if p == load_pipe else 0)) if head_width else 0.0
+             for p in (load_pipe, "VECTOR", store_pipe)}
     keep = 8
     full = len(tiles) - (1 if len(tiles) > 1 and tiles[-1] != tiles[0] else 0)
     skipped = max(0, full - keep)

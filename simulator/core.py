@@ -36,19 +36,56 @@ COUPLED_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP", "VECTOR", "MTE3"
 DSP_CORE_PIPES = ("SCALAR", "DMA", "VECTOR")
 
 
-def pipe_head_cycles(spec: "DeviceSpec", pipe: str, concurrent: int) -> int:
+def pipe_head_cycles(spec: "DeviceSpec", pipe: str, concurrent: int, load_bytes: int = 0) -> int:
     """One-off cycles of a pipe's first busy instruction on a core in a launch (the spec's heads).
 
     The calibrated heads are once per kernel per pipe (docs/sources.md#mte-load-store), MTE2's
     growing with ``blockDim``: the cores loading at once, so ``concurrent`` is the launch's
-    blocks running at once (``Launch.concurrent_blocks``), not its block count (assumption A-9)."""
+    blocks running at once (``Launch.concurrent_blocks``), not its block count (assumption A-9).
+    ``load_bytes``: the largest load of the kernel on the pipe; from the model's
+    ``head_large_from`` bytes on, MTE2's head takes its large-load form (assumption A-10)."""
     if pipe == "VECTOR":
         return round(spec.vector.head)
     model = {"MTE2": spec.mte2, "MTE3": spec.mte3, "MTE1": spec.mte1, "FIXP": spec.fixp,
              "DMA": spec.dma}.get(pipe)
     if model is None:
         return 0
+    if 0 < model.head_large_from <= load_bytes:
+        return round(model.head_large + model.head_large_per_block * concurrent)
     return round(model.head + model.head_per_block * concurrent)
+
+
+def large_head_from(spec: "DeviceSpec", pipe: str) -> int:
+    """Bytes of one load from which ``pipe``'s head takes its large-load form; 0 when it has
+    none (every pipe but MTE2 of the Ascend parts; assumption A-10)."""
+    model = spec.mte2 if pipe == "MTE2" else None
+    return model.head_large_from if model is not None else 0
+
+
+def pay_head(pipe: Any, load_bytes: int) -> int:
+    """The head cycles ``pipe`` (a :class:`Pipe` or the estimate's replay view of one) pays on
+    an instruction moving ``load_bytes``, and its bookkeeping (assumption A-10).
+
+    A core's head in a launch is the head of its largest load so far: the first busy
+    instruction pays the head its own size gives, and a later load that makes the head larger
+    (MTE2's first load of ``head_large_from`` bytes or more after small ones) pays the
+    difference, so the launch pays in total what the GE model charges for its largest load.
+    ``head_paid`` keeps what was paid; ``head_pending`` stays set while a later load could
+    still add to it, which is why the callers may skip the call when it is clear."""
+    if not pipe.head_pending:
+        return 0
+    core = pipe.core
+    name = pipe.name
+    threshold = large_head_from(core.device.spec, name)
+    small = load_bytes < threshold or not threshold
+    if pipe.head_paid and small:
+        return 0            # a small load after the small head: the common case, kept cheap
+    due = core.head_cost(name, load_bytes) - pipe.head_paid
+    if due > 0:
+        pipe.head_paid += due
+    # still pending only while a larger load could raise the head (never once a large one paid)
+    pipe.head_pending = 0 < threshold and small
+    return max(0, due)
 
 
 # classes of the events a pipe has waited on (none is an int): see Pipe._run
@@ -106,7 +143,7 @@ class Pipe:
     """One in-order execution pipe of a core."""
 
     __slots__ = ("core", "name", "queue", "_depth", "_item_ev", "_space_ev", "busy_cycles",
-                 "instructions", "head_pending", "track", "last_slice", "flow_from", "_waiting",
+                 "instructions", "head_pending", "head_paid", "track", "last_slice", "flow_from", "_waiting",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started",
                  "room")
 
@@ -123,6 +160,7 @@ class Pipe:
         self.busy_cycles = 0
         self.instructions = 0
         self.head_pending = True
+        self.head_paid = 0          # head cycles paid in the launch so far (see pay_head)
         self.track = -1
         self.last_slice = -1
         self.flow_from = -1
@@ -353,16 +391,18 @@ class Pipe:
         """The instruction this pipe is blocked on (the sanitizer's deadlock report reads it)."""
         return self._waiting
 
-    def head_cycles(self) -> int:
+    def head_cycles(self, load_bytes: int = 0) -> int:
         """One-off cost of this pipe's first busy instruction on its core in a launch (spec
-        heads); the launch remembers it was paid, so later blocks on this core do not pay it."""
+        heads; ``load_bytes``: what the instruction loads, for MTE2's large-load head, see
+        :func:`pay_head`); the launch remembers what was paid, so later blocks on this core
+        pay no more of it than a larger load adds."""
         if not self.head_pending:
             return 0
-        self.head_pending = False
+        cycles = pay_head(self, load_bytes)
         core = self.core
         if core.launch is not None:
-            core.launch.heads_paid.add((core.name, self.name))
-        return core.head_cost(self.name)
+            core.launch.heads_paid[(core.name, self.name)] = (self.head_paid, self.head_pending)
+        return cycles
 
 
 class Core:
@@ -414,9 +454,9 @@ class Core:
                               core=self.name) from None
 
     # -- costs ---------------------------------------------------------------------------------
-    def head_cost(self, pipe: str) -> int:
+    def head_cost(self, pipe: str, load_bytes: int = 0) -> int:
         concurrent = self.launch.concurrent_blocks if self.launch is not None else 1
-        return pipe_head_cycles(self.device.spec, pipe, concurrent)
+        return pipe_head_cycles(self.device.spec, pipe, concurrent, load_bytes)
 
     # -- flags ---------------------------------------------------------------------------------
     # (``in`` and subscripts, not dict.get/pop: no Python call on a flag's common path)
@@ -507,8 +547,8 @@ class Core:
         for p in self.pipes.values():
             # the head is once per core and pipe per launch (docs/sources.md#mte-load-store: once
             # per kernel per pipe; assumption A-9): a core's later blocks of the launch do not
-            # pay it again
-            p.head_pending = (name, p.name) not in paid
+            # pay it again, only what a larger load adds to it (A-10)
+            p.head_paid, p.head_pending = paid.get((name, p.name), (0, True))
             p._tile_index = -2
             p.last_slice = p.flow_from = -1      # no trace links across blocks
         for region in self.memories.values():

@@ -309,7 +309,8 @@ def cube_load_model(spec: Any) -> DmaModel:
     calibrated MTE2 start-up and head; L2 hits go at rates.l2_read (Device.gm_transfer)."""
     m = spec.mte2
     return DmaModel(base=spec.rates.gm_read or m.base, startup=m.startup, head=m.head,
-                    head_per_block=m.head_per_block)
+                    head_per_block=m.head_per_block, head_large=m.head_large,
+                    head_large_per_block=m.head_large_per_block, head_large_from=m.head_large_from)
 
 
 # Costs that depend only on the device spec and an instruction's shape, computed once per
@@ -439,7 +440,8 @@ class CopyGmToL1(CubeInstruction):
         model = memo["load"] if "load" in memo else _cube_load_model_of(spec)
         geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
         return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
-                                  startup_extra=(pipe.head_cycles() if pipe.head_pending else 0)
+                                  # one load is one repeat's piece (the head's load size, A-10)
+                                  startup_extra=(pipe.head_cycles(pr * pc * item) if pipe.head_pending else 0)
                                   + (self.repeat - 1) * model.startup)
 
     @data_only

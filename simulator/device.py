@@ -127,9 +127,11 @@ class Launch:
     link_bytes: dict[str, int] = field(default_factory=dict)
     gap: int = 0                      # launch.gap cycles paid: queued behind the previous task
     core_count: int = 0               # cores the launch may use (its unit's, under its core mask)
-    # (core, pipe) pairs that paid their pipe head in this launch: a head is paid once per core
-    # and pipe per launch, by the first busy instruction of the first block the core runs
-    heads_paid: set[tuple[str, str]] = field(default_factory=set)
+    # (core, pipe) -> (head cycles paid, whether a larger load may still add to them) for the
+    # pairs that paid a pipe head in this launch: a head is paid once per core and pipe per
+    # launch, by the first busy instruction of the first block the core runs (A-9), and MTE2's
+    # grows to its large-load form with the core's first large load (A-10)
+    heads_paid: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
 
     @property
     def cycles(self) -> int:

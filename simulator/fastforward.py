@@ -756,7 +756,7 @@ class FastForward:
             if len(q) != len(noted) or (run and run[0] is None):
                 return None
             pipes.append((name, q, run, p.held, p.head_pending, p.idle_mark is None,
-                          p._item_ev is not None, p._space_ev is not None))
+                          p._item_ev is not None, p._space_ev is not None, p.head_paid))
             marks.append(p.idle_mark)
         hi = None if stream.held is None else note(stream.held)
         if stream.held is not None and hi is None:

@@ -465,9 +465,10 @@ class DataCopy(Instruction):
             raise SimulatorError(f"{self.name} stores {glob.dtype} while SetAtomicAdd<{atomic}> is in effect; "
                                  f"the atomic dtype must match the GM tensor (or SetAtomicNone first)")
         self._atomic = atomic is not None
-        # Pipe.head_cycles only while the head is pending (it returns 0 after): a call fewer
+        # Pipe.head_cycles only while the head is pending (it returns 0 after): a call fewer;
+        # the bytes of a load may raise MTE2's head to its large-load form (A-10)
         return core.device.gm_transfer(pipe, lo, nbytes, write=to_gm,
-                                       startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
+                                       startup_extra=pipe.head_cycles(nbytes) if pipe.head_pending else 0)
 
     @data_only
     def complete(self, pipe: "Pipe") -> None:

@@ -542,7 +542,7 @@ class BiasFill(CubeInstruction):
         lo, hi = self.bias.span(0, 1, self.c0, self.n)
         device.check_global(lo, hi - lo, write=False)
         return device.gm_transfer(pipe, lo, self.n * 4, write=False, model=cube_load_model(device.spec),
-                                  startup_extra=pipe.head_cycles() if pipe.head_pending else 0)
+                                  startup_extra=pipe.head_cycles(self.n * 4) if pipe.head_pending else 0)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:

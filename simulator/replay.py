@@ -37,6 +37,7 @@ from typing import Any, Iterator, Sequence
 import simpy
 
 from opsim.devices.spec import DeviceSpec
+from opsim.simulator.core import pay_head
 from opsim.simulator.device import CrossCoreFlags, Device, Launch, MixKernel
 from opsim.simulator.errors import DeadlockError, SimulatorError, UnsupportedInstruction
 from opsim.simulator.isa import Instruction, WaitFlag
@@ -283,12 +284,13 @@ class _RPipe:
     Duck-typed: instructions declare ``core.Pipe`` and are handed this; the ``arg-type`` /
     ``assignment`` ignores where the scheduler passes it say no more than that."""
 
-    __slots__ = ("core", "name", "head_pending", "last_slice", "flow_from", "queue", "free_at", "current",
-                 "blocked", "busy", "instructions")
+    __slots__ = ("core", "name", "head_pending", "head_paid", "last_slice", "flow_from", "queue", "free_at",
+                 "current", "blocked", "busy", "instructions")
 
     def __init__(self, core: Any, name: str) -> None:
         self.core, self.name = core, name
         self.head_pending = True
+        self.head_paid = 0
         self.last_slice = self.flow_from = -1
         self.queue: deque = deque()
         self.free_at = 0          # end of the instruction in progress
@@ -297,11 +299,8 @@ class _RPipe:
         self.busy = 0
         self.instructions = 0
 
-    def head_cycles(self) -> int:
-        if not self.head_pending:
-            return 0
-        self.head_pending = False
-        return self.core.head_cost(self.name)
+    def head_cycles(self, load_bytes: int = 0) -> int:
+        return pay_head(self, load_bytes)     # as core.Pipe: MTE2's large-load head (A-10)
 
 
 def _stream(program: Iterator[Any], pending: list) -> Iterator[Instruction]:
@@ -458,7 +457,7 @@ class _Scheduler:
         now = self.now
         sig = _signature
         pipes = tuple([(p.current is not None and (sig(p.current), p.free_at - now, p.blocked is not None),
-                        tuple(map(sig, p.queue)), p.head_pending) for p in prog.pipe_list])
+                        tuple(map(sig, p.queue)), p.head_pending, p.head_paid) for p in prog.pipe_list])
         core = prog.core
         flights = tuple(sorted((k, tuple(sorted(e - now for e in ends if e > now)))
                                for k, ends in self.inflight.items()))

@@ -2141,7 +2141,10 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
         passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
-    total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "VECTOR", bd) + head_cycles(spec, "MTE3", bd))
+    # the largest load (an index batch or a gathered row chunk) prices the MTE2 head (A-10)
+    largest = max([min(rows, INDEX_BATCH) * 4] + [n * kitem for n in passes]) if passes else 0
+    total = float(head_cycles(spec, "MTE2", bd, largest) + head_cycles(spec, "VECTOR", bd)
+                  + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
     batches = -(-rows // INDEX_BATCH)
     for n in passes:
@@ -2239,7 +2242,10 @@ def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_i
         blocks = [min(nb, rows - s) for s in range(0, rows, nb)]
         mine, busy_blocks = rows, len(blocks)
         row_blocks = blocks if ec == emb and emb % 8 == 0 else []
-    total = float(head_cycles(spec, "MTE2", bd) + head_cycles(spec, "MTE3", bd))
+    # the largest load (an index block, a block's rows or one row chunk) prices the MTE2 head (A-10)
+    largest = max([k * idx_item for k in blocks] + [k * emb * 4 for k in row_blocks]
+                  + ([] if row_blocks else [n * 4 for n in passes]), default=0)
+    total = float(head_cycles(spec, "MTE2", bd, largest) + head_cycles(spec, "MTE3", bd))
     busy = {"MTE2": 0.0, "MTE3": 0.0, "SCALAR": float(sum(blocks) * scan)}
     for n in passes:
         idx_loads = sum(dma_cycles(st2, k * idx_item, rl) for k in blocks)
@@ -2268,7 +2274,8 @@ def _est_v1_scale(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool, 
     # every core reads the same index blocks at about the same time: one misses, the rest hit
     idx_rate = l2_read_rate(spec, bd) if spec.l2 is not None else shared_rates(spec, bd, 0)[0]
     blocks = [min(nb, n_rows - s) for s in range(0, n_rows, nb)]
-    count = (head_cycles(spec, "MTE2", bd) + sum(dma_cycles(st2, k * idx_item, idx_rate) for k in blocks)
+    largest = max([k * idx_item for k in blocks] + [emb * 4])     # prices the MTE2 head (A-10)
+    count = (head_cycles(spec, "MTE2", bd, largest) + sum(dma_cycles(st2, k * idx_item, idx_rate) for k in blocks)
              + (n_rows - blocks[-1]) * spec.scalar.cycles_per_op)
     muls = vector_cycles(spec, "Muls", "fp32", emb)
     rl, _ = shared_rates(spec, bd, 0)
@@ -2311,7 +2318,9 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
                 + add("VECTOR", 2 * vector_cycles(spec, "Copy", "fp32", count))
                 + add("SCALAR", math.ceil(3 * count * cpo)) + add("MTE3", 2 * stw(count * 4)))
 
-    total = float(sum(head_cycles(spec, p, 1) for p in ("MTE2", "VECTOR", "MTE3")))
+    # the largest load (a batch of indices, or a tuning block) prices the MTE2 head (A-10)
+    largest = 4 * (n if batches == 1 else min(nb, n))
+    total = float(sum(head_cycles(spec, p, 1, largest if p == "MTE2" else 0) for p in ("MTE2", "VECTOR", "MTE3")))
     if batches == 1:
         total += sort_batch(n) + moveout(n)
     else:
@@ -2355,7 +2364,9 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     in_flight = 1.0
     for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
         rs = sparse_store_rate(spec, in_flight)
-        total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
+        # the largest load (a grad row chunk) prices the MTE2 head (A-10)
+        total = float(sum(head_cycles(spec, p, bd, max(passes) * 4 if p == "MTE2" else 0)
+                          for p in ("MTE2", "VECTOR", "MTE3")))
         total += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
         busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
         storing = 0.0
@@ -2419,7 +2430,11 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
-    total = float(sum(head_cycles(spec, p, bd) for p in ("MTE2", "VECTOR", "MTE3")))
+    # the largest load of this core (a tile's indices, its grad rows in one copy or a row)
+    # prices the MTE2 head (A-10)
+    most = min(tiling.sd_max_rows, rows)
+    largest = max(most * 4, most * emb * 4 if emb % 8 == 0 else emb * 4) if rows > 0 else 0
+    total = float(sum(head_cycles(spec, p, bd, largest if p == "MTE2" else 0) for p in ("MTE2", "VECTOR", "MTE3")))
     busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
     runs_total = 0
     for s in range(0, rows, max(min(tiling.sd_max_rows, rows), 1)):

@@ -67,6 +67,7 @@ from opsim.kernels.analytic import (Estimate, head_cycles, l2_read_rate, lockste
 from opsim.kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
                                       FlceTiling, MatmulTiling, l0_steps)
 from opsim.kernels.common import TensorDesc
+from opsim.simulator.core import large_head_from
 from opsim.simulator.cube import align16, ceil_div, nz_bytes
 
 __all__ = ["estimate", "DRIFT_LIMIT"]
@@ -107,7 +108,7 @@ class _Core:
         self.pops: dict[str, deque] = {}
         self.flags: dict[tuple, deque] = {}
         self.busy: dict[str, float] = {}
-        self.first: set[str] = set()        # pipes that paid their head
+        self.first: dict[str, int] = {}     # pipes that paid their head -> the cycles paid
 
     def _pop(self, pipe: str) -> float:
         q = self.pops.get(pipe)
@@ -143,12 +144,18 @@ class _Core:
         """A cross-core wait: ``pipe`` blocks until ``when`` (set by other cores)."""
         self.free[pipe] = max(self._pop(pipe), when)
 
-    def head(self, spec: DeviceSpec, pipe: str, block_dim: int) -> int:
-        """The pipe head, paid by the first busy instruction of the block on ``pipe``."""
-        if pipe in self.first:
+    def head(self, spec: DeviceSpec, pipe: str, block_dim: int, load_bytes: int = 0) -> int:
+        """The pipe head, paid by the first busy instruction of the block on ``pipe``; a later
+        load of ``load_bytes`` that makes it larger (MTE2's large-load form) pays the
+        difference, as the simulator's ``pay_head`` does (assumption A-10)."""
+        paid = self.first.get(pipe)
+        if paid is not None and not 0 < large_head_from(spec, pipe) <= load_bytes:
             return 0
-        self.first.add(pipe)
-        return head_cycles(spec, pipe, block_dim)
+        cost = head_cycles(spec, pipe, block_dim, load_bytes)
+        if paid is not None and cost <= paid:
+            return 0
+        self.first[pipe] = cost
+        return cost - (paid or 0)
 
     @property
     def end(self) -> float:
@@ -527,10 +534,12 @@ class _CubeCore:
 
         def chunk(kk: int) -> None:
             reps = ceil_div(kk, mm.chunk_k)
-            for q, nbytes, miss in ((self.a1, ml * kk * item, miss_a), (self.b1, kk * nl * item, miss_b)):
+            piece = ceil_div(kk, reps)          # one load of a coarse copy: k of one chunk
+            for q, nbytes, miss, one in ((self.a1, ml * kk * item, miss_a, ml * piece * item),
+                                         (self.b1, kk * nl * item, miss_b, piece * nl * item)):
                 b = q.alloc()
                 cyc = costs.load(nbytes, miss, reps)
-                c.op("MTE2", cyc + c.head(spec, "MTE2", bd))
+                c.op("MTE2", cyc + c.head(spec, "MTE2", bd, one))
                 f = miss[0] * miss[1]                    # expected fraction of bytes missed
                 busy["~bytes"] = busy.get("~bytes", 0.0) + nbytes
                 busy["~missbytes"] = busy.get("~missbytes", 0.0) + nbytes * f
@@ -659,7 +668,7 @@ def _cube_phase(spec: DeviceSpec, tiling: FlceTiling, phase: set[int], start: fl
                 continue
             cc = _CubeCore(spec, tiling, start)
             if cores_state is not None:        # the same block continues: heads already paid
-                cc.core.first = set(cores_state[c].core.first)
+                cc.core.first = dict(cores_state[c].core.first)
             cc.core.wait_until("MTE2", start)
             for k, size, reps in _runs(keys):   # repeating groups of tiles: steady states skip
                 group = [(tiling.matmuls[i], tm, tn, *misses[(c, j)], out_items[i])
@@ -778,12 +787,12 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
 
     def row(costs: list[list[int]]) -> None:
         used = state["used"]
-        for load_b, store, load_a, vec in costs:
+        for k, (load_b, store, load_a, vec) in enumerate(costs):   # (chunk k: rotate keeps loads)
             slot = state["slot"]
             if used[slot]:
                 c.wait("MTE3", "MTE2", slot)
             # the first load of the stage runs before any store
-            c.op("MTE2", st2 + (load_a if state["first"] else load_b) + c.head(spec, "MTE2", bd))
+            c.op("MTE2", st2 + (load_a if state["first"] else load_b) + c.head(spec, "MTE2", bd, chunks[k] * 4))
             state["first"] = False
             used[slot] = True
             c.set("MTE2", "VECTOR", slot)
@@ -802,7 +811,7 @@ def _vector_stage(spec: DeviceSpec, tiling: FlceTiling, start: float, rows_from_
         meta_sizes = [nb * 4, nb * int_item, (ceil_div(nb, 8) + 1) if packed else nb] + ([nb * 4] * 2 if ms else [])
         for k in range(meta_copies):
             lone = lockstep_copy_cycles(spec, meta_sizes[k], 0, cores)[0]
-            c.op("MTE2", st2 + lone + c.head(spec, "MTE2", bd))
+            c.op("MTE2", st2 + lone + c.head(spec, "MTE2", bd, meta_sizes[k]))
         c.set("MTE2", "VECTOR", "meta")
         c.wait("MTE2", "VECTOR", "meta")
         # identical rows (those of one round of the L2 stream): a steady state is a shift
