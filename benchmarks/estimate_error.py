@@ -400,7 +400,8 @@ Only where measurably better than the replay (the table below has both, `used` m
   `embedding`): kept for speed, not accuracy — the replay is as close to the simulator (a little
   closer in the table below) but several hundred times slower, because the embedding's kernels do
   not loop with `ctx.tiles` yet and the replay runs every row of the sampled blocks (1–1.5 s a point
-  against a few ms): a study of thousands of points would take an hour. Once those loops use
+  against a few ms): a study of thousands of points would take an hour. It does not model blocks
+  in waves: a call whose block_dim override exceeds the vector cores is estimated by the replay. Once those loops use
   `ctx.tiles` the closed form can go. Every launch of the call in order (ZerosLike, casts,
   SortIndices and the MergeSortedRuns passes, EmbeddingCount where the product has it, the
   accumulation kernel with its gathers and atomic flushes (on Atlas A2 with the counts and the scale

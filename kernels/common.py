@@ -227,7 +227,8 @@ class OpDef:
     required: frozenset = field(default_factory=frozenset)
     # optional closed-form model for mode="estimate": (spec, descs, attrs, tiling) ->
     # kernels.analytic.Estimate; used only for operators listed in opsim.estimate.CLOSED_FORM_KEPT
-    # (where it is measurably better), every other operator is estimated by replaying its kernel
+    # (where it is measurably better), every other operator is estimated by replaying its kernel;
+    # it returns None for a call it does not model (then the replay estimates that call too)
     estimate: Callable[..., Any] | None = None
     # optional data-dependent check of a functional run, before anything is launched:
     # (device, {name: GlobalTensor}, attrs) -> None, raising OpError or a simulator fault

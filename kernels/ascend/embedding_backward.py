@@ -2499,6 +2499,10 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
              tiling: EmbeddingTiling) -> Any:
     """Closed-form cycles of the call: the launches of :func:`launch` one after another (see the
     section comment for the assumptions on index values and the L2)."""
+    if tiling.block_dim > spec.vector_cores:
+        # blocks in waves (a block_dim override): not modelled here; None lets the replay of the
+        # kernel program estimate it, which places the waves as the simulator does
+        return None
     out = t["out"]
     parts: list = []
     nw, emb, n_rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
