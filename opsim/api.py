@@ -294,8 +294,7 @@ def record_run_facts(tr: Trace, dev: Device, stats: Mapping[str, Any], records: 
     region's allocator, so its counter never moves)."""
     tr.metadata["launches"] = launch_metadata(records)
     tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
-    # the highest carried rate; the trace's counter is the allocated rate, a little higher where a
-    # transfer ends part-way through a cycle (FLCE's example: L2 3366 GB/s for 3308)
+    # the highest carried rate (the trace's counter shows it too, when the level records counters)
     tr.metadata["link_max_GBps"] = {n: l["max_rate_GBps"] for n, l in stats["links"].items()}
     tr.metadata["local_peak_bytes"] = local_peaks(dev)
 

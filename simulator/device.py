@@ -32,6 +32,7 @@ from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_
 from opsim.simulator.errors import DeadlockError, SimulatorError
 from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
+from opsim.simulator.link_counters import LinkCounters
 from opsim.simulator.links import LinkNetwork, _Completion, _checked as checked_transfer
 from opsim.simulator.memory import AddressSpace, Backing, Region
 from opsim.simulator import simloop
@@ -278,9 +279,10 @@ class Device:
         for name, model in (("MTE2", spec.mte2), ("MTE3", spec.mte3), ("DMA", spec.dma)):
             if model is not None and model.shared > 0:
                 self.pools[name] = self.net.add_pool(name, model.shared)
-        if trace is not None and trace.records("tile"):
-            self.net.on_change = self._record_bandwidth
-            self.net.on_change_passive = True     # it only records trace counters
+        # the link bandwidth counters, written from the carried rates when the host stops the
+        # device (simulator/link_counters.py), not from the allocations while it runs
+        self.link_counters = (LinkCounters(trace, spec.clock_hz)
+                              if trace is not None and trace.records("tile") else None)
         self._trace_l2 = trace is not None and trace.records("tile") and self.l2 is not None
         self._init_dma_routes()
         self.bytes_read = 0
@@ -667,12 +669,6 @@ class Device:
             trace.add_counter(core, series, int(env.now), nbytes)
         return record
 
-    def _record_bandwidth(self, now: int, rates: dict[str, float]) -> None:
-        clk = self.spec.clock_hz
-        assert self.trace is not None   # installed only on a traced device
-        for name, rate in rates.items():
-            self.trace.add_counter("memory", f"{name} GB/s", now, rate * clk / 1e9)
-
     # -- streams and launches ------------------------------------------------------------------
     def create_stream(self) -> Stream:
         # numbered by a counter, not by len(self.streams): released streams leave the list
@@ -888,6 +884,10 @@ class Device:
                 err = SimulatorError(f"internal error in a kernel: {type(cause).__name__}: {cause}")
             self.faulted = err
             raise err from exc
+        finally:
+            if self.link_counters is not None:
+                # what the links carried up to here (a faulted run's too: its trace is shown)
+                self.link_counters.record(self.net.links, int(self.env.now))
 
     def close(self) -> None:
         """End the device's life and hand its host memory back now, not at the interpreter's
@@ -926,7 +926,6 @@ class Device:
             region.observer = None
             region.reset()                # every allocation freed, every backed byte dropped
         self.l2 = None
-        self.net.on_change = None         # the trace's bandwidth recorder, a method of this device
         for core in self.all_cores():
             for p in core.pipes.values():
                 p.queue.clear()

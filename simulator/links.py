@@ -311,6 +311,12 @@ class Link:
             edges, rates = edges[keep], rates[keep]
         return edges.astype(np.int64), rates.astype(np.float64)
 
+    @property
+    def open_since(self) -> int | None:
+        """Start cycle of the open segment (transfers are crossing the link now), or None while
+        the link is idle: the carried rate from then on is not known until the segment closes."""
+        return self._open_start
+
     def peak_rate(self) -> float:
         """Highest aggregate rate seen: carried rate of closed segments, allocated rate of the open one."""
         _, rates = self._closed_steps()

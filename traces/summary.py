@@ -181,8 +181,9 @@ def summarize(trace: Trace) -> Summary:
             continue
         link = name[:-len(" GB/s")]
         carried = _integral(np.asarray(ts), np.asarray(vs), end, start) * 1e9 / clk   # GB/s x cycles -> bytes
-        # the link's own byte count when the run recorded it (the counter is its allocated rate,
-        # a hair above the carried one where a transfer ends part-way through a cycle)
+        # the link's own byte count when the run recorded it (exact; the counter integrates to it
+        # within float rounding, but a trace of an older opsim counted the allocated rate, a hair
+        # above the carried one where a transfer ends part-way through a cycle)
         carried = float(exact.get(link, carried))
         links.append(LinkUse(link, carried, carried / seconds / 1e9 if seconds else 0.0,
                              caps.get(link), float(top.get(link, max(vs) if vs else 0.0))))
