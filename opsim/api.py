@@ -290,8 +290,7 @@ def record_run_facts(tr: Trace, dev: Device, stats: Mapping[str, Any], records: 
     """What a finished run counted exactly that its trace may not show at every level, into the
     trace's metadata (the summary, the report and the tables read it back): each launch, the
     bytes each link carried within the run and its highest rate, each core's peak of local memory (a launch-level
-    trace has no occupancy counters, and a DSP library's work area is bump allocated outside the
-    region's allocator, so its counter never moves)."""
+    trace has no occupancy counters)."""
     tr.metadata["launches"] = launch_metadata(records)
     tr.metadata["link_bytes_carried"] = {n: l["window_bytes"] for n, l in stats["links"].items()}
     # the highest carried rate (the trace's counter shows it too, when the level records counters)

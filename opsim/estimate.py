@@ -214,9 +214,17 @@ def _dsp_bce_estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attr
 
     bd = tiling.block_dim
     last = max(0, tiling.total - (bd - 1) * tiling.chunk) if shared else tiling.total
+    # the private memory holds the working area and, for _p, the operands (each reserved in
+    # whole alignment units, as the simulator's allocator places them)
+    resident = 0
+    if not shared and spec.private is not None:
+        from opsim.kernels.dsp import POINTERS
+        from opsim.simulator.memory import align_up
+        resident = sum(align_up(max(d.nbytes, 1), spec.private.alignment)
+                       for k in POINTERS if (d := t.get(k)) is not None)
     est = pipeline_estimate(spec, block_dim=bd, per_core=tiling.chunk if shared else tiling.total,
                             last_core=last, tile_length=tiling.tile_length, buffer_num=tiling.buffer_num,
-                            work=work, cores=bd, ub_bytes=tiling.work_used)
+                            work=work, cores=bd, ub_bytes=tiling.work_used + resident)
     extra: float = 0
     if tiling.reduction != 0 and shared:
         # every thread reads dloss[0] on its DMA pipe before its first tile

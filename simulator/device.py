@@ -818,9 +818,13 @@ class Device:
             self.trace.add_slice(self.trace.track(core.name, "BLOCK"), f"{launch.name} block {b}",
                                  t0, t1, tile=b)
             for region in core.memories.values():
-                # the block's buffers die with it (the region itself is reset at the next block)
-                if region.observer is not None and region.allocated_bytes:
-                    region.observer(0)
+                # the block's buffers die with it: all of a region reset at each block (UB, L1,
+                # ...), the work area of one that is not (a DSP's private memory, whose caller's
+                # data stays)
+                if region.observer is not None:
+                    left = region.allocated_bytes if region.backing == "sparse" else 0
+                    if region.allocated_bytes + ctx.work_area_bytes(region) != left:
+                        region.observer(left)
 
     def synchronize(self, stream: Stream | None = None) -> None:
         """Run simulated time until ``stream`` (or every stream) has finished its work."""

@@ -643,8 +643,18 @@ class KernelContext:
                 f"({addr - base} B already in use)", buffer=f"{area.name} work area",
                 needed=addr + nbytes - base, available=end - base, core=self.core.name)
         self._work_next = addr + nbytes
-        area.peak_allocated_bytes = max(area.peak_allocated_bytes, self._work_next - base)
+        # the work area's bytes are in use next to whatever the region's allocator holds (the
+        # caller's data of a ``_p`` call): the occupancy counter and the run's peak count both
+        in_use = area.allocated_bytes + self._work_next - base
+        area.peak_allocated_bytes = max(area.peak_allocated_bytes, in_use)
+        if area.observer is not None:
+            area.observer(in_use)
         return addr
+
+    def work_area_bytes(self, region: "Region") -> int:
+        """Bytes this block has bump allocated in ``region``'s work area (0 without one)."""
+        wa = self._work_area
+        return self._work_next - wa[1] if wa is not None and region is wa[0] else 0
 
     def queue(self, position: str, depth: int, nbytes: int) -> TQue:
         return TQue(self, position, depth, nbytes)

@@ -377,6 +377,44 @@ def test_traces_show_dsp_cores_with_dma_vector_and_scalar_threads():
         assert first_dma <= scalar[0].start and scalar[0].end <= first_vec
 
 
+def _occupancy(res, core: str) -> list[tuple[int, float]]:
+    return [(t, v) for p, s, t, v in res.trace.counters() if p == core and s == "PRIVATE bytes"]
+
+
+def test_a_dsp_trace_tracks_the_library_work_area_like_ub():
+    # ft78ne fp32, 1024 elements on 8 cores (128 each, one tile), mean, with weight. The work
+    # area is bump allocated in this order: dloss[0] as loaded (32 B), the fp32 scratch (128 x
+    # 4 B), dL' (32 B), VECIN x/y/w (3 x 512 B), VECOUT (512 B); all of it dies with the block
+    op = dsp.OP
+    data = op.example(np.random.default_rng(0), opsim.device_spec("ft78ne"), "fp32")
+    res = opsim.run("binarycrossentropygrad", device="ft78ne", trace="tile", **data)
+    steps = [32, 32 + 512, 32 + 512 + 32, 576 + 3 * 512, 576 + 4 * 512]
+    blocks = [(b.process, b.start, b.end) for b in res.trace.slices(thread="BLOCK")]
+    assert len(blocks) == 8
+    for core, t0, t1 in blocks:
+        assert _occupancy(res, core) == [(t0, float(v)) for v in steps] + [(t1, 0.0)], core
+        assert res.trace.metadata["local_peak_bytes"][core] == steps[-1]
+    assert res.stats["ub_peak_bytes"] == res.trace.summary().ub_peak_bytes == steps[-1]
+
+
+def test_a_p_calls_track_holds_its_operands_and_the_work_area_at_once():
+    # _p on core 0: x, y, w, dx of 1024 fp32 (4096 B each) and dloss (4 B) sit in the private
+    # memory from before the launch; the block adds its scratch (1024 x 4 B) and dL' (32 B),
+    # which go at its end while the operands stay
+    data = dsp.OP.example(np.random.default_rng(0), opsim.device_spec("ft78ne"), "fp32")
+    res = opsim.run("binarycrossentropygrad", device="ft78ne", trace="tile", storage="private", core_mask=1,
+                    **data)
+    operands = 4 * 4096 + 4
+    (core, t0, t1), = [(b.process, b.start, b.end) for b in res.trace.slices(thread="BLOCK")]
+    pts = _occupancy(res, core)
+    assert pts[-3:] == [(t0, operands + 4096.0), (t0, operands + 4096.0 + 32), (t1, float(operands))]
+    assert res.stats["ub_peak_bytes"] == operands + 4096 + 32
+    est = opsim.run("binarycrossentropygrad", device="ft78ne", mode="estimate", storage="private", core_mask=1,
+                    **data)
+    # the estimate's work area reserves the 32 B of a loaded dloss[0] that _p never loads
+    assert est.stats["ub_peak_bytes"] == operands + 4096 + 2 * 32
+
+
 # ---------------------------------------------------------------------------------------------
 # timing
 # ---------------------------------------------------------------------------------------------
