@@ -209,27 +209,23 @@ def roofline(trace: Trace, path: str | None = None) -> Picture:
     fig = _figure(8, 5.5)
     ax = fig.add_subplot()
     info: dict[str, Any] = {}
-    if r is None or r.peak_ops_per_s is None or r.peak_bytes_per_s is None or r.gm_bytes == 0:
+    if r is None or r.peak_ops_per_s is None or not r.points():
         ax.text(0.5, 0.5, "not enough in the trace for a roofline\n(needs vector and GM slices and "
                 "device peaks in the metadata)", ha="center", transform=ax.transAxes)
         return _finish(Picture("roofline", fig, path, info))
-    x, y = r.intensity, r.ops_per_s
-    ridge = r.peak_ops_per_s / r.peak_bytes_per_s
-    lo = min(x, ridge) / 100
-    hi = max(x, ridge) * 100
-    xs = np.geomspace(lo, hi, 256)
-    roof = np.minimum(r.peak_ops_per_s, xs * r.peak_bytes_per_s)
-    ax.loglog(xs, roof / 1e9, color="black", linewidth=1.5,
-              label=f"roof: {r.link} {r.peak_bytes_per_s / 1e9:g} GB/s, "
+    gm, *others = r.points()
+    x, y = gm.intensity, gm.ops_per_s
+    xs = np.geomspace(*r.extent(), 256)
+    ax.loglog(xs, np.minimum(r.peak_ops_per_s, xs * gm.bytes_per_s) / 1e9, color="black", linewidth=1.5,
+              label=f"roof: {gm.link} {gm.bytes_per_s / 1e9:g} GB/s, "
                     f"{r.dtype} {r.peak_ops_per_s / 1e12:.2f} T {r.unit}/s")
-    if r.l2_bytes_per_s:
-        ax.loglog(xs, np.minimum(r.peak_ops_per_s, xs * r.l2_bytes_per_s) / 1e9, color="grey",
-                  linestyle="--", linewidth=1, label=f"L2 roof {r.l2_bytes_per_s / 1e9:g} GB/s "
-                                                     f"(against ops per L2-served byte)")
-        if r.l2_bytes:
-            xl = r.ops / r.l2_bytes
-            ax.loglog([xl], [y / 1e9], marker="o", markersize=8, markerfacecolor="none", color="grey",
-                      linestyle="none", label=f"this run per L2-served byte: {xl:.3f} ops/B")
+    for p in others:        # the L2: its roof dashed, the run placed by the bytes it served
+        ax.loglog(xs, np.minimum(r.peak_ops_per_s, xs * p.bytes_per_s) / 1e9, color="grey",
+                  linestyle="--", linewidth=1, label=f"{p.link} roof {p.bytes_per_s / 1e9:g} GB/s "
+                                                     f"(against ops per {p.link}-served byte)")
+        ax.loglog([p.intensity], [p.ops_per_s / 1e9], marker="o", markersize=8, markerfacecolor="none",
+                  color="grey", linestyle="none",
+                  label=f"this run per {p.link}-served byte: {p.intensity:.3f} ops/B")
     ax.loglog([x], [y / 1e9], marker="o", markersize=9, color="C3", linestyle="none",
               label=f"this run: {y / 1e9:.2f} G/s at {x:.3f} ops/B")
     ax.set_xlabel(f"arithmetic intensity ({r.unit} per {r.link} byte)")
@@ -241,6 +237,6 @@ def roofline(trace: Trace, path: str | None = None) -> Picture:
     ax.yaxis.set_minor_locator(NullLocator())
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(_title(trace, "roofline"))
-    info = {"point": (x, y), "roof_at_point": r.roof(x), "ridge": ridge,
+    info = {"point": (x, y), "roof_at_point": gm.roof, "ridge": gm.ridge, "points": r.points(),
             "peak_ops_per_s": r.peak_ops_per_s, "peak_bytes_per_s": r.peak_bytes_per_s}
     return _finish(Picture("roofline", fig, path, info))

@@ -124,13 +124,18 @@ def _summary_html(s: Summary) -> str:
     if s.l2_hit_rate is not None:
         facts.append(("L2 hit rate (bytes read)", f"{100 * s.l2_hit_rate:.1f}%"))
     r = s.roofline
-    roof = r.roof(r.intensity) if r is not None else None   # None without a GM or compute peak
-    if r is not None and r.peak_ops_per_s and roof is not None:
+    points = r.points() if r is not None else ()    # none without a GM or compute peak
+    if r is not None and points:
+        gm = points[0]
         facts.append((r.unit, f"{r.ops:.0f} ({r.dtype})"))
         facts.append(("HBM/DDR bytes (GM link)", f"{r.gm_bytes:.0f}"))
-        facts.append(("arithmetic intensity", f"{r.intensity:.4f} per GM byte"))
+        facts.append(("arithmetic intensity", f"{gm.intensity:.4f} per GM byte"))
         facts.append(("achieved", f"{r.ops_per_s / 1e9:.2f} G/s (roof there "
-                                  f"{roof / 1e9:.2f} G/s)"))
+                                  f"{gm.roof / 1e9:.2f} G/s)"))
+        for p in points[1:]:    # the roofline's second placement, by the bytes the L2 served
+            facts.append((f"{p.link}-served bytes", f"{r.l2_bytes:.0f}"))
+            facts.append((f"arithmetic intensity ({p.link})", f"{p.intensity:.4f} per {p.link}-served byte "
+                                                              f"({p.link} roof there {p.roof / 1e9:.2f} G/s)"))
     if facts:
         parts.append(_kv(facts))
     if s.notes:

@@ -58,7 +58,8 @@ class Roofline:
     """Where the run sits: operations per HBM/DDR byte and per second, against the roofs.
 
     The memory roof is the GM link (HBM/DDR) and the intensity counts the bytes that link
-    carried; the L2 roof (``l2_bytes_per_s``) is drawn apart, for reference.
+    carried; the L2 roof (``l2_bytes_per_s``) is drawn apart, with the run placed a second time
+    by the bytes the L2 served (:meth:`points`, what every picture draws).
 
     A run with cube work (``Mmad``) is placed by its cube flops (2 per multiply-accumulate)
     against the cube peak; otherwise by its vector element-operations (one per element per
@@ -89,6 +90,39 @@ class Roofline:
         if self.peak_ops_per_s is None or self.peak_bytes_per_s is None:
             return None
         return min(self.peak_ops_per_s, intensity * self.peak_bytes_per_s)
+
+    def points(self) -> tuple["RooflinePoint", ...]:
+        """Where a picture places the run (both the PNG and the SVG draw these): by the bytes the
+        GM link carried under the GM roof, and, when the L2 served bytes, a second time by those
+        under the L2 roof. Empty without the compute and GM peaks or GM bytes."""
+        peak = self.peak_ops_per_s
+        if peak is None or self.peak_bytes_per_s is None or not self.gm_bytes:
+            return ()
+        out = [RooflinePoint(self.link, self.intensity, self.ops_per_s, self.peak_bytes_per_s,
+                             min(peak, self.intensity * self.peak_bytes_per_s), peak / self.peak_bytes_per_s)]
+        if self.l2_bytes and self.l2_bytes_per_s:
+            x = self.ops / self.l2_bytes
+            out.append(RooflinePoint("L2", x, self.ops_per_s, self.l2_bytes_per_s,
+                                     min(peak, x * self.l2_bytes_per_s), peak / self.l2_bytes_per_s))
+        return tuple(out)
+
+    def extent(self) -> tuple[float, float]:
+        """The intensities a picture spans: two decades beyond every point and every ridge."""
+        pts = self.points()
+        xs = [p.intensity for p in pts] + [p.ridge for p in pts]
+        return (min(xs) / 100, max(xs) * 100) if xs else (1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """The run against one memory link's roof: its operations per byte that link carried."""
+
+    link: str                   # the GM link's name (HBM, DDR) or "L2"
+    intensity: float            # operations per byte the link carried
+    ops_per_s: float
+    bytes_per_s: float          # the link's peak
+    roof: float                 # attainable ops/s at ``intensity``: min(compute peak, intensity x link peak)
+    ridge: float                # the intensity where the link's roof meets the compute roof
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ def _title(trace: Trace, what: str) -> str:
 
 
 def _legend(c: _Canvas, x: float, y: float, items: Sequence[tuple[str, str, str]]) -> None:
-    """Legend rows (colour, label, style: 'box' | 'line' | 'dash' | 'dot') from (x, y) down."""
+    """Legend rows (colour, label, style: 'box' | 'line' | 'dash' | 'dot' | 'ring') from (x, y) down."""
     if items:   # a light backing so lines under the legend do not run through its text
         width = 24 + 6.2 * max(len(label) for _, label, _ in items)
         c.add(f'<rect x="{_n(x - 4)}" y="{_n(y - 12)}" width="{_n(width)}" height="{_n(14 * len(items) + 4)}" '
@@ -196,6 +196,9 @@ def _legend(c: _Canvas, x: float, y: float, items: Sequence[tuple[str, str, str]
             c.rect(x, yy - 8, 12, 9, colour)
         elif style == "dot":
             c.add(f'<circle cx="{_n(x + 6)}" cy="{_n(yy - 3.5)}" r="4" fill="{colour}"/>')
+        elif style == "ring":
+            c.add(f'<circle cx="{_n(x + 6)}" cy="{_n(yy - 3.5)}" r="3.5" fill="none" stroke="{colour}" '
+                  f'stroke-width="1.3"/>')
         else:
             c.line(x, yy - 3.5, x + 14, yy - 3.5, colour, 1.4, "4 2" if style == "dash" else "")
         c.text(x + 18, yy, label, 10)
@@ -395,43 +398,45 @@ def utilisation(trace: Trace) -> SvgPicture:
 
 
 def roofline(trace: Trace) -> SvgPicture:
-    """The run on a roofline: ops/s vs ops per GM byte (log-log), cube flops or vector element-ops."""
+    """The run on a roofline: ops/s vs ops per HBM/DDR byte (log-log), cube flops or vector
+    element-ops; the L2 roof is drawn dashed, with the run placed by its L2-served bytes."""
     s = summarize(trace)
     r = s.roofline
     width, height, left, right, top, bottom = 760.0, 470.0, 90.0, 740.0, 30.0, 410.0
     c = _Canvas(width, height)
     c.text(left, 18, _title(trace, "roofline"), 13, weight="600")
-    if r is None or r.peak_ops_per_s is None or r.peak_bytes_per_s is None or r.gm_bytes == 0:
+    if r is None or r.peak_ops_per_s is None or not r.points():
         c.text(width / 2, height / 2, "not enough in the trace for a roofline (needs vector and GM "
                "slices and device peaks in the metadata)", 11, "middle")
         return SvgPicture("roofline", c.svg(), {})
-    x, y = r.intensity, r.ops_per_s
-    ridge = r.peak_ops_per_s / r.peak_bytes_per_s
-    lo, hi = min(x, ridge) / 100, max(x, ridge) * 100
+    peak = r.peak_ops_per_s
+    gm, *others = r.points()
+    x, y = gm.intensity, gm.ops_per_s
+    lo, hi = r.extent()
     # the roofs are straight lines on log axes: their ends and ridges are all the points needed
-    ridges = [ridge] + ([r.peak_ops_per_s / r.l2_bytes_per_s] if r.l2_bytes_per_s else [])
-    xs = np.asarray(sorted({lo, hi, *(v for v in ridges if lo < v < hi)}))
-    roof = np.minimum(r.peak_ops_per_s, xs * r.peak_bytes_per_s) / 1e9
-    curves = [roof]
-    if r.l2_bytes_per_s:
-        curves.append(np.minimum(r.peak_ops_per_s, xs * r.l2_bytes_per_s) / 1e9)
+    xs = np.asarray(sorted({lo, hi, *(p.ridge for p in (gm, *others) if lo < p.ridge < hi)}))
+    curves = [np.minimum(peak, xs * p.bytes_per_s) / 1e9 for p in (gm, *others)]
     point = max(y / 1e9, 1e-30)
     y_lo = min(min(float(cv.min()) for cv in curves), point) / 2
     y_hi = max(max(float(cv.max()) for cv in curves), point) * 2
     x_of = _Axis(lo, hi, left, right, log=True)
     y_of = _Axis(y_lo, y_hi, bottom, top, log=True)
-    _x_axis(c, x_of, bottom, top, f"arithmetic intensity ({r.unit} per GM byte)")
+    _x_axis(c, x_of, bottom, top, f"arithmetic intensity ({r.unit} per {gm.link} byte)")
     _y_axis(c, y_of, left, right, f"performance (G {r.unit}/s)")
-    c.polyline([x_of(v) for v in xs], [y_of(v) for v in roof], "#000000", 1.5)
-    legend = [("#000000", f"roof: GM {r.peak_bytes_per_s / 1e9:g} GB/s, {r.dtype} "
-                          f"{r.peak_ops_per_s / 1e12:.2f} T {r.unit}/s", "line")]
-    if r.l2_bytes_per_s:
-        c.polyline([x_of(v) for v in xs], [y_of(v) for v in curves[1]], "#808080", 1.0, "5 3")
-        legend.append(("#808080", f"L2 {r.l2_bytes_per_s / 1e9:g} GB/s", "dash"))
+    c.polyline([x_of(v) for v in xs], [y_of(v) for v in curves[0]], "#000000", 1.5)
+    legend = [("#000000", f"roof: {gm.link} {gm.bytes_per_s / 1e9:g} GB/s, {r.dtype} "
+                          f"{peak / 1e12:.2f} T {r.unit}/s", "line")]
+    for p, curve in zip(others, curves[1:]):    # the L2: its roof dashed, the run by the bytes it served
+        c.polyline([x_of(v) for v in xs], [y_of(v) for v in curve], "#808080", 1.0, "5 3")
+        legend.append(("#808080", f"{p.link} roof {p.bytes_per_s / 1e9:g} GB/s "
+                                  f"(against ops per {p.link}-served byte)", "dash"))
+        c.add(f'<circle cx="{_n(x_of(p.intensity))}" cy="{_n(y_of(point))}" r="5" fill="none" '
+              f'stroke="#808080" stroke-width="1.5"/>')
+        legend.append(("#808080", f"this run per {p.link}-served byte: {p.intensity:.3f} ops/B", "ring"))
     c.add(f'<circle cx="{_n(x_of(x))}" cy="{_n(y_of(point))}" r="5.5" fill="{CYCLE[3]}"/>')
     legend.append((CYCLE[3], f"this run: {y / 1e9:.2f} G/s at {x:.3f} ops/B", "dot"))
     _frame(c, left, top, right, bottom)
     _legend(c, right - 330, bottom - 14 * len(legend) - 4, legend)
-    info = {"point": (x, y), "roof_at_point": r.roof(x), "ridge": ridge,
-            "peak_ops_per_s": r.peak_ops_per_s, "peak_bytes_per_s": r.peak_bytes_per_s}
+    info = {"point": (x, y), "roof_at_point": gm.roof, "ridge": gm.ridge, "points": r.points(),
+            "peak_ops_per_s": peak, "peak_bytes_per_s": r.peak_bytes_per_s}
     return SvgPicture("roofline", c.svg(), info)

@@ -69,6 +69,8 @@ def check_trace(trace) -> None:
     if r is not None and r.peak_ops_per_s and r.peak_bytes_per_s:
         _le(r.ops_per_s, r.roof(r.intensity), "roofline point vs its roof")
         _le(r.ops_per_s, r.peak_ops_per_s, "roofline compute")
+        for p in r.points():        # every placement a picture draws (GM, L2) under its own roof
+            _le(p.ops_per_s, p.roof, f"roofline point per {p.link} byte vs its roof")
 
 
 def _peaks(stats: dict) -> dict[str, float]:

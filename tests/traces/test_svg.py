@@ -82,6 +82,27 @@ def test_roofline_point_is_the_matplotlib_point_and_under_the_roof(mse_runs):
     assert 0 < y <= pic.info["roof_at_point"]
 
 
+def test_roofline_places_the_run_by_its_l2_bytes_as_the_matplotlib_picture_does(mse_runs):
+    # docs/profiling.md: the L2 roof is drawn dashed, with the run placed a second time by its
+    # operations per L2-served byte; the SVG drew the roof but not the point (MSE on atlas-a2:
+    # its stores go to the write-back L2)
+    tr = mse_runs["instruction"].trace
+    r = tr.summary().roofline
+    assert r.l2_bytes > 0
+    pic, ref = svg.roofline(tr), plot(tr, "roofline")
+    points = pic.info["points"]
+    assert [p.link for p in points] == ["HBM", "L2"] and points == ref.info["points"]
+    l2 = points[1]
+    assert l2.intensity == pytest.approx(r.ops / r.l2_bytes) and 0 < l2.ops_per_s <= l2.roof
+    rings = [c for c in _root(pic).iter(f"{NS}circle") if c.get("fill") == "none" and c.get("r") == "5"]
+    dots = [c for c in _root(pic).iter(f"{NS}circle") if c.get("r") == "5.5"]
+    assert len(rings) == len(dots) == 1 and rings[0].get("cy") == dots[0].get("cy")     # same ops/s
+    assert "this run per L2-served byte" in pic.svg
+    # the PNG draws the same two markers: one filled, one hollow
+    marked = [ln for ln in ref.figure.axes[0].lines if ln.get_marker() == "o"]
+    assert sorted(ln.get_xdata()[0] for ln in marked) == sorted(p.intensity for p in points)
+
+
 def test_unknown_kind_is_refused_with_the_allowed_ones(mse_runs):
     with pytest.raises(ValueError, match="timeline, bandwidth, utilisation, roofline"):
         svg.picture(mse_runs["tile"].trace, "pie")
