@@ -103,11 +103,11 @@ def format_links(s: dict[str, Any]) -> list[str]:
     by = s.get("link_bytes") or {}
     links = s.get("links") or {}
     gm = s.get("gm_link") or "GM"
-    if not links:    # estimate: the GM link's bytes and rate only
+    if not links:    # statistics without per-link figures (older results): the GM link's alone
         links = {gm: {"achieved_GBps": s.get("bandwidth_GBps", 0.0), "peak_GBps": s.get("peak_bandwidth_GBps")}}
     for name, l in links.items():
         peak = l.get("peak_GBps") or 0.0
-        moved = ", ".join(f"{k.split(' ', 1)[1]} {by[k]}" for k in sorted(by) if k.split(" ", 1)[0] == name)
+        moved = ", ".join(f"{k.split(' ', 1)[1]} {by[k]}" for k in sorted(by) if k.split(" ", 1)[0] == name and by[k])
         lines = f"{name + ' link':13s} {l['achieved_GBps']:.1f} GB/s achieved of {peak:.1f} GB/s peak " \
                 f"({100 * l['achieved_GBps'] / max(peak, 1e-9):.0f}%)"
         out.append(lines + (f"; {moved} B" if moved else ""))

@@ -19,7 +19,7 @@ from opsim.kernels.analytic import Estimate, TileWork, cast_work, stores_to_l2, 
 from opsim.kernels.common import OpDef, TensorDesc
 from opsim.replay_estimate import replay_estimate
 from opsim.traces.bounds import cap_text, copy_rate_facts
-from opsim.stats import RunStats
+from opsim.stats import LinkStats, RunStats
 from opsim.traces.summary import classify_bound
 
 
@@ -141,8 +141,16 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
     gm_rate = gm_bytes / seconds / 1e9 if seconds else 0.0
     l2_rate = (est.l2_bytes_read + l2_written) / seconds / 1e9 if seconds else 0.0
     links = {gm: (gm_rate, spec.gm.bandwidth / 1e9)}
+    carried = {gm: gm_bytes}
     if spec.l2 is not None:
         links["L2"] = (l2_rate, spec.l2.bandwidth / 1e9)
+        carried["L2"] = int(est.l2_bytes_read) + l2_written
+    # every link the device has, as the simulator reports them (no highest rate: the estimate
+    # has no rate history)
+    link_stats: dict[str, LinkStats] = {
+        n: {"bytes": carried[n], "window_bytes": float(carried[n]), "achieved_GBps": rate, "peak_GBps": peak,
+            "utilisation": rate / peak if peak else 0.0}
+        for n, (rate, peak) in links.items()}
     launch_overhead = spec.launch.overhead * est.launches
     kind = "dsp" if spec.family == "dsp" else "cube" if "CUBE" in est.pipe_busy else "vector"
     total = spec.cores.dsp if kind == "dsp" else spec.cores.aic if kind == "cube" else spec.vector_cores
@@ -163,7 +171,7 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
         "tile_length": getattr(tiling, "tile_length", None),
         "buffer_num": getattr(tiling, "buffer_num", None),
         "bytes_read": int(est.bytes_read), "bytes_written": int(est.bytes_written),
-        "link_bytes": link_bytes, "gm_link": gm,
+        "link_bytes": link_bytes, "gm_link": gm, "links": link_stats,
         "bandwidth_GBps": gm_rate,
         "peak_bandwidth_GBps": spec.gm.bandwidth / 1e9,
         "l2_bandwidth_GBps": l2_rate if spec.l2 is not None else None,

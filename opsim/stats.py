@@ -9,7 +9,7 @@ or ``launch_cycles``); ``l2_hit_rate`` exists on parts with an L2.
 """
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 __all__ = ["RunStats", "LinkStats"]
 
@@ -22,7 +22,7 @@ class LinkStats(TypedDict):
     achieved_GBps: float
     peak_GBps: float
     utilisation: float
-    max_rate_GBps: float
+    max_rate_GBps: NotRequired[float]  # the highest carried rate; the estimate has no rate history
 
 
 class RunStats(TypedDict, total=False):

@@ -25,6 +25,29 @@ def test_run_shows_only_the_tiling_fields_a_plan_has(capsys):
     assert "None" not in line and line.split() == ["block_dim", "48"]
 
 
+def _link_lines(out: str) -> dict[str, str]:
+    return {ln.split()[0]: ln for ln in out.splitlines() if len(ln.split()) > 1 and ln.split()[1] == "link"}
+
+
+def test_estimate_shows_every_link_it_counts_bytes_on_with_its_peak_as_timing_does(capsys):
+    # MSE fp32 64x256 on atlas-a2 (the CLI's default shape): its 65536 B of stores go into the
+    # write-back L2 (the L2 takes them; HBM carries none within the call). The estimate printed
+    # only "HBM link ... read 196608, write 0 B" and hid the L2's bytes
+    import opsim
+    spec = opsim.device_spec("atlas-a2")
+    lines = {}
+    for mode in ("estimate", "timing"):
+        assert main(["run", "mse_loss_backward", "--device", "atlas-a2", "--mode", mode]) == 0
+        lines[mode] = _link_lines(capsys.readouterr().out)
+    assert set(lines["estimate"]) == set(lines["timing"]) == {"HBM", "L2"}
+    est = lines["estimate"]
+    assert est["L2"].endswith(f"write {64 * 256 * 4} B") and f"of {spec.l2.bandwidth / 1e9:.1f} GB/s peak" in est["L2"]
+    assert est["HBM"].endswith(f"read {3 * 64 * 256 * 4} B") and "write 0" not in est["HBM"]
+    for line in est.values():       # never a rate above the link's peak
+        achieved, peak = (float(w) for w in line.split() if w.replace(".", "").isdigit() and "." in w)
+        assert achieved <= peak
+
+
 def test_run_reports_a_rejected_call_with_its_status(capsys):
     rc = main(["run", "mse_loss_backward", "--device", "atlas-training", "--dtype", "bf16"])
     assert rc == 2 and "161002" in capsys.readouterr().err
