@@ -82,8 +82,14 @@ def cap_text(pipe: str, kind: str, cores_used: int, cores_total: int, facts: Map
     base, shared = model
     per_core = base + shared / n
     total = per_core * n * clock_hz / 1e9
+    peak = links.get(gm, (0.0, None))[1]
+    # the cores' copy rates add up to more than the link carries (a narrow what-if HBM): name its
+    # peak, not a sum above it that no link could have carried
+    over = peak is not None and 0 < peak < total
     head = (f"{pipe} of {cores_used} {kind} core{'s' if cores_used != 1 else ''} at {per_core:.1f} "
-            f"B/cycle each = {total:.0f} GB/s")
+            f"B/cycle each" + ("" if over else f" = {total:.0f} GB/s"))
     if key == "cube MTE2" and "L2 read" in rates:
         head += f" from {gm} ({rates['L2 read'][0]:.0f} B/cycle each from the L2)"
+    if over:
+        head += f", more than the {gm} link's {peak:.0f} GB/s peak"
     return f"{head}; {used}" + (": more blocks would help" if more else "")

@@ -66,3 +66,31 @@ def test_copy_rates_come_from_the_device_file():
     assert rates["cube MTE2"] == [float(spec.rates.gm_read), 0.0]
     dsp = copy_rate_facts(opsim.device_spec("mt7004"))
     assert dsp["DMA"][0] == opsim.device_spec("mt7004").dma.base
+
+
+def _rates(text: str) -> list[float]:
+    import re
+    return [float(v) for v in re.findall(r"([0-9.]+) GB/s", text)]
+
+
+def test_copy_rates_that_add_up_past_the_link_name_its_peak_not_their_sum():
+    # 2 cores at 9.9 + 15.9/2 = 17.85 B/cycle each at 1.8 GHz ask for 64 GB/s of a 50 GB/s HBM
+    facts = {"gm_link": "HBM", "copy_rates": {"MTE2": [9.9, 15.9]}}
+    text = cap_text("MTE2", "vector", 2, 48, facts, {"HBM": (29.0, 50.0)}, 1.8e9)
+    assert text.startswith("MTE2 of 2 vector cores at 17.9 B/cycle each, more than the HBM link's 50 GB/s peak; "
+                           "HBM 58% used")
+    assert max(_rates(text)) <= 50.0
+    # within the peak, the sum is named as before
+    assert "= 64 GB/s" in cap_text("MTE2", "vector", 2, 48, facts, {"HBM": (29.0, 1382.4)}, 1.8e9)
+
+
+def test_a_narrow_what_if_hbm_gets_no_bound_reason_above_its_peak():
+    # MSE's example on atlas-a2 with a 50 GB/s HBM: the reason said "MTE2 of 2 vector cores at
+    # 17.9 B/cycle each = 64 GB/s"
+    from opsim import TensorSpec
+    shape = TensorSpec((64, 256), "fp32")
+    for mode in ("timing", "estimate"):
+        res = opsim.run("mse_loss_backward", device="atlas-a2", mode=mode, trace="off",
+                        device_overrides={"gm.bandwidth": 50e9}, grad_output=shape, self=shape, target=shape)
+        reason = res.stats["bound_reason"]
+        assert "B/cycle each" in reason and max(_rates(reason)) <= 50.0, reason
