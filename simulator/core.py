@@ -145,7 +145,7 @@ class Pipe:
     __slots__ = ("core", "name", "queue", "_depth", "_item_ev", "_space_ev", "busy_cycles",
                  "instructions", "head_pending", "head_paid", "track", "last_slice", "flow_from", "_waiting",
                  "env", "_tile_slice", "_tile_index", "proc", "idle_mark", "held", "current", "started",
-                 "room")
+                 "room", "large_from")
 
     def __init__(self, core: "Core", name: str, depth: int) -> None:
         self.core = core
@@ -161,6 +161,9 @@ class Pipe:
         self.instructions = 0
         self.head_pending = True
         self.head_paid = 0          # head cycles paid in the launch so far (see pay_head)
+        # bytes of one load from which the head takes its large form (0: it has none); the spec
+        # does not change during a run, so head_cycles reads it here instead of the spec
+        self.large_from = large_head_from(core.device.spec, name)
         self.track = -1
         self.last_slice = -1
         self.flow_from = -1
@@ -397,6 +400,11 @@ class Pipe:
         :func:`pay_head`); the launch remembers what was paid, so later blocks on this core
         pay no more of it than a larger load adds."""
         if not self.head_pending:
+            return 0
+        if self.head_paid and load_bytes < self.large_from:
+            # a small load after the small head was paid (every MTE2 load of a small-load kernel
+            # after its first): nothing is due and nothing changes -- pay_head's own early
+            # return, without its call and the launch's dict write on the hot path
             return 0
         cycles = pay_head(self, load_bytes)
         core = self.core
