@@ -417,7 +417,8 @@ Only where measurably better than the replay (the table below has both, `used` m
   mixed launch's phases, each the slowest core's replay of its program with the simulator's costs,
   and an LRU over matmul panels wave by wave (a panel not resident is missed by the first core of
   the wave that loads it; sharing breaks when a chunk's miss-minus-hit time times the cores' load
-  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator); the
+  rate exceeds `DRIFT_LIMIT = {drift}` L2 sizes, a calibration against the simulator, reached only
+  with a `coarsen` override: the plan keeps the cube cores' coarse chunks within one L2 size); the
   vector stage's S stores are taken by the write-back L2, HBM carrying the row loads' misses and
   the dirty lines evicted (a batch's S enters the L2 with its last row, as the kernel shows it to
   the L2 model), the L2 link shared between the loads' hits and the stores; the cube stage's

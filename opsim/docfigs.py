@@ -473,7 +473,9 @@ def known_limits_flce() -> str:
         "TFLOP/s). Try it with `device_overrides={\"scalar.queue_depth\": 32}`.",
         f"**Coarse timing.** Above {F.FINE_CHUNK_BUDGET} L1 chunks, timing mode issues one set of cube "
         "instructions per several chunks, with the same L0 steps and flags as one exact chunk, and "
-        f"samples the L2 by address (one line in {F.COARSE_L2_PERIOD}×coarsen, hashed). On the "
+        f"samples the L2 by address (one line in {F.COARSE_L2_PERIOD}×coarsen, hashed); it coarsens "
+        "no further than one coarse chunk of every cube core fits the L2 together (coarser, the "
+        "cores sharing a panel drift apart and miss lines the exact schedule finds in the L2). On the "
         f"910B-class case this is {100 * abs(off):.1f}% off the exact schedule",
     ]
     out = []

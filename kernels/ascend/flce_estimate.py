@@ -82,7 +82,8 @@ _LINK_PASSES = 8
 # sharers have drifted apart and each misses. A calibration against the simulator in timing mode
 # (BT = H = 4096, bf16: sharing held at 2.6 L2 sizes, V = 65536 memory-saving, and was lost at
 # 3.5, V = 131072 high-performance; docs/estimate.md), not a hardware fact. Only coarse timing-mode
-# chunks (tiling.coarsen) are large enough to reach it.
+# chunks (tiling.coarsen) are large enough to reach it, and since the plan keeps the cube cores'
+# coarse chunks within one L2 size together (flce_grad.plan), only a ``coarsen`` override does.
 DRIFT_LIMIT = 3.0
 
 

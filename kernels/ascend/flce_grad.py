@@ -64,7 +64,8 @@ TBUF_BYTES = 8192
 META_ROWS = 256       # rows whose scalars one TBUF batch holds (<= 21 B per row + alignment)
 # Timing mode: above this many L1 chunks in total the cube side issues coarse instructions (each
 # standing for several back-to-back base instructions, simulator/cube.py) to bound the number of
-# simulation events; numeric runs never coarsen.
+# simulation events, as long as one coarse chunk of every core fits the L2 together (plan);
+# numeric runs never coarsen.
 FINE_CHUNK_BUDGET = 4096
 # A coarse launch samples the L2 (simulator/l2.py): one line in COARSE_L2_PERIOD x coarsen, so
 # a coarse transfer of `coarsen` chunks shows the L2 about half the lines of one exact chunk's.
@@ -476,7 +477,19 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     footprint = _operand_bytes(t) + align_up(workspace, 32)
     # timing-mode coarsening: L1 chunks per cube instruction
     total_chunks = sum(matmuls[i].tiles * matmuls[i].chunks for i in range(len(matmuls)))
-    coarsen = ov.get("coarsen", 1 if total_chunks <= FINE_CHUNK_BUDGET else ceil_div(total_chunks, FINE_CHUNK_BUDGET))
+    coarsen = 1 if total_chunks <= FINE_CHUNK_BUDGET else ceil_div(total_chunks, FINE_CHUNK_BUDGET)
+    l2_size = spec.l2.size if spec.l2 is not None else 0
+    if l2_size:
+        # ... but never so coarse that the cores' coarse loads together outgrow the L2: the cores
+        # sharing a panel then drift apart (one core's miss of a coarse chunk outlasts the L2's
+        # memory of the lines it brought) and miss where the exact schedule hits -- a coarsening
+        # artefact, not the machine: at BT = H = 4096 on atlas-a2, V = 131072 memory-saving ran
+        # 138.9 M cycles at coarsen 192 (71.5 % L2 hits) against 100.4 M at any coarsen <= 128
+        # (90.5 %), V = 262144 high-performance 225.5 M at 256 against 150.1 M at 16
+        # (a power of two, which divides the K loops of power-of-two shapes evenly)
+        fit = max(1, l2_size // (block_dim * (a1 + b1)))
+        coarsen = min(coarsen, 1 << (fit.bit_length() - 1))
+    coarsen = ov.get("coarsen", coarsen)
     return FlceTiling(mode, bt, h, v, dt.name, block_dim, block_dim * ratio, matmuls, assignment, l0c_depth,
                       L1_BUFFERS * (a1 + b1), L0_BUFFERS * l0a, L0_BUFFERS * l0b, l0c_depth * l0c, vec_chunk,
                       ub_bytes, 0, s_bytes, s_bytes, logits_bytes, workspace, footprint, coarsen, core_mask,
