@@ -50,6 +50,7 @@ numWeights).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -2517,7 +2518,7 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     if tiling.path == "v2":
         return _estimate_v2(spec, tiling, out, acc_item, acc_bytes)
     targets = [(nw * emb, acc_item)] + ([(nw, 4)] if tiling.region("counts") else [])
-    parts.append(_est_zero(spec, tiling.zero_block_dim, targets))
+    parts.append(_into_acc(_est_zero(spec, tiling.zero_block_dim, targets)))
     grad_bytes = n_rows * emb * 4
     if tiling.cast_grad:
         parts.append(_est_cast(spec, _planned(tiling.cast_grad_tiling), tiling.grad_dtype, "fp32", False, "CastGrad"))
@@ -2532,9 +2533,9 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     if tiling.cast_index_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_index_tiling, tiling.index_dtype, "int32", False, "CastIndices"))
         idx_item = 4
-    parts.append(_est_v1(spec, tiling, grad_l2, idx_item))
+    parts.append(_into_acc(_est_v1(spec, tiling, grad_l2, idx_item)))
     if tiling.scale:
-        parts.append(_est_v1_scale(spec, tiling, acc_l2, idx_item))
+        parts.append(_into_acc(_est_v1_scale(spec, tiling, acc_l2, idx_item)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(spec, parts, tiling)
@@ -2551,29 +2552,35 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         parts.append(_est_cast(spec, _planned(tiling.cast_index_tiling), tiling.index_dtype, "int32", False,
                                 "CastIndices"))
     if tiling.small_dim_kernel:                           # no Sort, no ZerosLike (see _launch_v2)
-        parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
+        parts.append(_into_acc(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)])))
         parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
         grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 4 * n_rows + acc_bytes)
-        parts.append(_est_small_dim(spec, tiling, grad_l2))
+        parts.append(_into_acc(_est_small_dim(spec, tiling, grad_l2)))
         if tiling.cast_out_tiling is not None:
             acc_l2 = _fits_l2(spec, acc_bytes + n_rows * emb * 4 * (2 if tiling.cast_grad else 1))
             parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
         return _finish(spec, parts, tiling)
     parts.append(_est_tik_sort(spec, tiling))
-    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
-    parts.append(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)]))
+    parts.append(_into_acc(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)])))
+    parts.append(_into_acc(_est_zero(spec, tiling.zero_block_dim, [(nw * emb, acc_item)])))
     parts[-1] = Estimate(**{**parts[-1].__dict__, "notes": "MemSet"})
     flushed = int(_assumed_flushes(tiling)) * emb * acc_item
     grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 16 * n_rows + min(flushed, acc_bytes))
     read_bytes = n_rows * emb * (4 if tiling.cast_grad else nx.dtype(tiling.grad_dtype).itemsize)
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
     if tiling.row_kernel:
-        parts.append(_est_row_kernel(spec, tiling))
+        parts.append(_into_acc(_est_row_kernel(spec, tiling)))
     else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
-        parts.append(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2)))
+        parts.append(_into_acc(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2))))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(spec, parts, tiling)
+
+
+def _into_acc(est: Any) -> Any:
+    """``est``, a launch storing into the accumulator (the zero fills, the accumulation and scale
+    kernels): a later one rewrites the accumulator's lines the L2 still holds (with_writebacks)."""
+    return dataclasses.replace(est, stores_into="acc")
 
 
 def _finish(spec: DeviceSpec, parts: list, tiling: EmbeddingTiling) -> Any:
