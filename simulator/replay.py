@@ -112,6 +112,8 @@ class ReplayDevice(Device):
         # the share of the line's bytes in the allocation that the block reads
         self.footprint: dict[tuple[int, int], list[int]] | None = None
         self.shared_lines: dict[int, float] = {}
+        # while a tile loop runs (_Steady): the GM accesses (addr, bytes, write) since its last tile
+        self.gm_log: list[tuple[int, int, bool]] | None = None
 
     def synchronize(self, stream: Any = None) -> None:
         """Launches are replayed by :func:`replay_launches`, not by running simulated time."""
@@ -165,6 +167,8 @@ class ReplayDevice(Device):
         launch.link_bytes.update(launch_bytes)
 
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool, **kw: Any) -> simpy.Event:
+        if self.gm_log is not None:
+            self.gm_log.append((addr, nbytes, write))
         alloc = self.gm.allocation_at(addr)
         if alloc is not None:
             key = (alloc.addr, alloc.nbytes)
@@ -387,43 +391,78 @@ class _Steady:
     instruction in progress and queue, the flags, the transfers in flight, what the dispatcher
     holds) is compared with the state 1..MAX_PERIOD tiles earlier. Once it repeats, every later
     period of tiles would take the same cycles, so the loop jumps to the last tile and the
-    scheduler's clock, busy cycles and pending ends move on by the periods skipped."""
+    scheduler's clock, busy cycles and pending ends move on by the periods skipped.
 
-    MAX_PERIOD = 4
+    The cost of a GM transfer depends on its address through the L2 model (the lines it
+    touches, the bytes of them already resident), which the state leaves out. So the state of a
+    tile also holds the GM accesses issued since the previous tile began: each one's address
+    within its L2 line and its step from the same access one tile earlier. Two tiles whose
+    accesses sit at the same line phase and step alike are followed by tiles at the same
+    phases: a 4000 B tile (not a whole number of 512 B lines) repeats only every 16 tiles
+    (line / gcd(tile bytes, line)), and a coincidence of the state at a shorter period is not
+    taken for one. (The L2 model does not see the skipped tiles: a tile after the jump that
+    reads the rest of a line the last skipped tile began misses it where the full replay hits.)"""
 
-    def __init__(self, sched: "_Scheduler", prog: "_Program") -> None:
+    MAX_PERIOD = 32
+
+    def __init__(self, sched: "_Scheduler", prog: "_Program", dev: Any = None) -> None:
         self.sched, self.prog = sched, prog
         self.skipped_tiles = 0
+        # the GM accesses of the tiles (ReplayDevice.gm_log), to tell the line phase of each
+        self.dev = dev if isinstance(dev, ReplayDevice) else None
+        self.chunk = self.dev.l2.chunk if self.dev is not None and self.dev.l2 is not None else 0
+
+    def _accesses(self, prev: list) -> tuple[list, tuple]:
+        """The GM accesses logged since the last call and their key: per access its line phase,
+        size, direction and step from the same access of the previous tile (None if the tiles
+        differ in their accesses)."""
+        dev = self.dev
+        if dev is None or not self.chunk:
+            return [], ()
+        log, dev.gm_log = dev.gm_log, []
+        c = self.chunk
+        same = len(prev) == len(log)
+        key = tuple([(a % c, n, w, (a - prev[i][0]) if same else None) for i, (a, n, w) in enumerate(log)])
+        return log, key
 
     def loop(self, count: int) -> Iterator[int]:
         sched = self.sched
-        history: list[tuple[tuple, int, dict[str, int], dict[int, float], int]] = []
+        dev = self.dev
+        if dev is not None:
+            dev.gm_log = []
+        history: list[tuple[tuple, int, dict[str, int], dict[int, float]]] = []
+        log: list = []
         t = 0
         jumped = False
-        while t < count:
-            if not jumped:
-                snap = sched.snapshot(self.prog)
-                now = sched.now
-                busy = {n: p.busy for n, p in self.prog.pipes.items()}
-                moved = dict(sched.moved)
-                for period in range(1, min(self.MAX_PERIOD, len(history)) + 1):
-                    old, then, obusy, omoved, _ = history[-period]
-                    if old != snap:
-                        continue
-                    repeats = (count - 1 - t) // period
-                    if repeats > 0:
-                        sched.shift(self.prog, repeats * (now - then),
-                                    {n: repeats * (b - obusy[n]) for n, b in busy.items()},
-                                    {k: repeats * (b - omoved.get(k, 0.0)) for k, b in moved.items()})
-                        t += repeats * period
-                        self.skipped_tiles += repeats * period
-                        jumped = True
-                    break
-                history.append((snap, now, busy, moved, t))
-                if len(history) > self.MAX_PERIOD:
-                    history.pop(0)
-            yield t
-            t += 1
+        try:
+            while t < count:
+                if not jumped:
+                    log, key = self._accesses(log)
+                    snap = (sched.snapshot(self.prog), key)
+                    now = sched.now
+                    busy = {n: p.busy for n, p in self.prog.pipes.items()}
+                    moved = dict(sched.moved)
+                    for period in range(1, min(self.MAX_PERIOD, len(history)) + 1):
+                        old, then, obusy, omoved = history[-period]
+                        if old != snap:
+                            continue
+                        repeats = (count - 1 - t) // period
+                        if repeats > 0:
+                            sched.shift(self.prog, repeats * (now - then),
+                                        {n: repeats * (b - obusy[n]) for n, b in busy.items()},
+                                        {k: repeats * (b - omoved.get(k, 0.0)) for k, b in moved.items()})
+                            t += repeats * period
+                            self.skipped_tiles += repeats * period
+                            jumped = True
+                        break
+                    history.append((snap, now, busy, moved))
+                    if len(history) > self.MAX_PERIOD:
+                        history.pop(0)
+                yield t
+                t += 1
+        finally:
+            if dev is not None:
+                dev.gm_log = None
 
 
 class _Scheduler:
@@ -750,7 +789,7 @@ def _replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool) 
         kernel = launch.kernel
         assert not isinstance(kernel, MixKernel)   # a MixKernel runs only with unit "mix"
         prog = sched.add(core, kernel(ctx, *launch.args), ctx.pending)
-        steady = _Steady(sched, prog)
+        steady = _Steady(sched, prog, dev)
         ctx.tile_loop = steady.loop
     try:
         cycles = sched.run()
