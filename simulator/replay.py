@@ -419,7 +419,7 @@ class _Steady:
         dev = self.dev
         if dev is None or not self.chunk:
             return [], ()
-        log, dev.gm_log = dev.gm_log, []
+        log, dev.gm_log = dev.gm_log or [], []
         c = self.chunk
         same = len(prev) == len(log)
         key = tuple([(a % c, n, w, (a - prev[i][0]) if same else None) for i, (a, n, w) in enumerate(log)])
