@@ -191,15 +191,21 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
                     again -= take
             held = deque(seg for seg in held if seg[0] > 1e-9)
         alloc = reads + stores
+        # the launch's stores and reads fill the L2 in program order: the first ``size - used``
+        # bytes take free lines, each later one evicts the oldest (Device.gm_transfer makes the
+        # store wait for the HBM write of the dirty lines it evicts)
+        free = size - used
         if alloc > 0:
             held.append([alloc, stores, e.stores_into])
             used += alloc
         wb, over = 0.0, used - size
+        pieces: list[tuple[float, float]] = []      # (bytes allocated, dirty bytes they evict)
         while over > 1e-9 and held:
             seg = held[0]
             take = min(seg[0], over)
             dirty = take * seg[1] / seg[0]
             wb += dirty
+            pieces.append((take, dirty))
             seg[0] -= take
             seg[1] -= dirty
             over -= take
@@ -208,7 +214,21 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
                 held.popleft()
         wb_bytes = int(round(wb))
         e = dataclasses.replace(e, gm_bytes_written=wb_bytes)
-        link = math.ceil((reads + wb_bytes) / cap) + spec.launch.overhead * e.launches
+        overhead = spec.launch.overhead * e.launches
+        link = math.ceil((reads + wb_bytes) / cap) + overhead
+        if wb_bytes and alloc > 0:
+            # a write-back is bound to the stores that evict it: the bytes the launch allocates
+            # before the L2 is full move at the program's pace with nothing to write back, and
+            # only the rest share the HBM link with the dirty lines they evict -- the program's
+            # time spread evenly over what it allocates, each span taking the longer of its
+            # share of it and its HBM bytes over the link (ZerosLike of a 131 MB output into an
+            # empty 32 MB L2 on a quartered HBM: its first quarter evicts nothing, the rest waits
+            # for 97.5 MB of write-back, 415k cycles as timing mode; a whole-launch bound 349k)
+            body = float(max(e.cycles - overhead, 0))
+            spans = [(min(max(free, 0.0), alloc), 0.0)] + pieces
+            spans.append((max(alloc - sum(a for a, _ in spans), 0.0), 0.0))   # rewrites, after the evictions
+            link = max(link, math.ceil(sum(max(a / alloc * body, (a * reads / alloc + d) / cap)
+                                           for a, d in spans)) + overhead)
         if wb_bytes and link > e.cycles:
             e = dataclasses.replace(e, cycles=link, notes=(e.notes + "; " if e.notes else "") + (
                 f"HBM-bound: {int(reads) + wb_bytes} B over the {spec.gm.kind} link, {wb_bytes} B of them dirty "
