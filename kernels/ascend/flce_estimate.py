@@ -57,6 +57,7 @@ whose iteration shifts every time of the replay by the same amount is extended b
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict, deque
 from typing import Any, Iterable, Mapping, Sequence
@@ -65,7 +66,7 @@ from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import (Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, stores_to_l2,
                                     vector_cycles)
 from opsim.kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
-                                      FlceTiling, MatmulTiling, l0_steps)
+                                      FlceTiling, MatmulTiling, coarse_chunks, l0_steps)
 from opsim.kernels.common import TensorDesc
 from opsim.simulator.core import large_head_from
 from opsim.simulator.cube import align16, ceil_div, nz_bytes
@@ -528,7 +529,6 @@ class _CubeCore:
         coarse = max(1, self.tiling.coarsen)
         ml = min(mm.base_m, mm.m - tm * mm.base_m)
         nl = min(mm.base_n, mm.n - tn * mm.base_n)
-        kc = mm.chunk_k * coarse
         item = costs.item
         acc = self.co1.alloc()
         busy = c.busy
@@ -565,10 +565,9 @@ class _CubeCore:
             self.a1.free(a1)
             self.b1.free(b1)
 
-        full, rem = divmod(mm.k, kc)
-        c.repeat(full, lambda: chunk(kc), self.ques)
-        if rem:
-            chunk(rem)
+        # the kernel's coarse chunks (flce_grad.coarse_chunks): runs of equal extents
+        for kk, run in itertools.groupby(coarse_chunks(mm.k, mm.chunk_k, coarse)):
+            c.repeat(sum(1 for _ in run), lambda kk=kk: chunk(kk), self.ques)
         self.co1.enque(acc)
         acc = self.co1.deque()
         cyc = costs.fixpipe(ml, nl, out_item)

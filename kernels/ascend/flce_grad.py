@@ -835,15 +835,11 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
             nl = mm.base_n
         base_k, step_k = mm.base_k, mm.step_k
         chunk_k = base_k * step_k
-        kc = chunk_k * coarse
         core.tile = tm * mm.tiles_n + tn
         acc = qco1.alloc(nx.FP32)
         first = True
-        k = mm.k
-        for k0 in range(0, k, kc):
-            kk = k - k0
-            if kk > kc:
-                kk = kc
+        k0 = 0
+        for kk in coarse_chunks(mm.k, chunk_k, coarse):
             reps = -(-kk // chunk_k)
             a1 = qa1.alloc(dt)
             if a_t:
@@ -880,10 +876,28 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
                 qb2.free(b2)
             qa1.free(a1)
             qb1.free(b1)
+            k0 += kk
         qco1.enque(acc)
         acc = qco1.deque()
         yield Fixpipe(c, m0, n0, acc, ml, nl)
         qco1.free(acc)
+
+
+@functools.lru_cache(maxsize=256)
+def coarse_chunks(k: int, chunk_k: int, coarse: int) -> tuple[int, ...]:
+    """The K extents, in order, of the L1 chunks of a K loop of ``k`` through chunks of
+    ``chunk_k``, ``coarse`` of them at a time (timing mode; exact: 1): its n chunks in
+    ceil(n / coarse) coarse chunks as equal as n allows, the longer ones first, the last one
+    short by what the last exact chunk is. A remainder chunk (16 chunks by 12: 12 + 4) is a
+    step the exact schedule does not take: its short copy and compute moved the coarse run by
+    up to 7 % (H = 4096, V = 8000, memory-saving); in equal chunks a coarse tile is a
+    time-scaled image of the exact one."""
+    n = ceil_div(k, chunk_k)
+    q = ceil_div(n, coarse)
+    size, longer = divmod(n, q)
+    out = [(size + 1) * chunk_k] * longer + [size * chunk_k] * (q - longer)
+    out[-1] -= n * chunk_k - k
+    return tuple(out)
 
 
 def l0_steps(kk: int, base_k: int, step_k: int) -> list[tuple[int, int, int]]:
