@@ -37,6 +37,7 @@ Numeric (full-mode) runs use ``repeat = 1`` and show the L2 every run.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -262,6 +263,27 @@ def _l2_geometry(device: "Device", geometry: tuple[int, int, int, int]) -> tuple
     return a0, stride, run, count
 
 
+@functools.lru_cache(maxsize=1024)
+def _shared_line_bytes(pieces: tuple[tuple[int, int, int, int], ...], phase: int, line: int) -> int:
+    """Bytes of each piece (equally spaced runs: offset from the first piece's address, stride,
+    bytes per run, runs) in a ``line``-byte line that the piece before touches, the first
+    piece's address being ``phase`` bytes into a line. Pieces share no bytes, so a shared line
+    holds the end or the start of a run of each: only the runs' first and last lines count."""
+    total = 0
+    prev: np.ndarray | None = None
+    for off, stride, run, count in pieces:
+        starts = phase + off + stride * np.arange(count, dtype=np.int64)
+        ends = starts + run
+        first, last = starts // line, (ends - 1) // line
+        if prev is not None:
+            head = np.isin(first, prev)
+            total += int(np.minimum(run, (first + 1) * line - starts)[head].sum())
+            tail = np.isin(last, prev) & (last != first)
+            total += int((ends - last * line)[tail].sum())
+        prev = np.concatenate((first, last))
+    return total
+
+
 def _fit(t: LocalTensor, need: int, what: str, *args: Any) -> None:
     """A tile of ``need`` bytes must fit the buffer ``t`` (and its memory). ``what`` names the
     tile in the message, formatted with ``args`` only when there is one to make (every cube
@@ -439,10 +461,27 @@ class CopyGmToL1(CubeInstruction):
             device.check_global(lo, hi - lo, write=False)
         model = memo["load"] if "load" in memo else _cube_load_model_of(spec)
         geo = _l2_geometry(device, src.run_geometry(r0, nr, c0, nc))
-        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo,
+        rehit = self._rehit(device.l2.chunk, pr, pc) if self.repeat > 1 and device.l2 is not None else 0
+        return device.gm_transfer(pipe, lo, self._nbytes, write=False, model=model, geometry=geo, rehit=rehit,
                                   # one load is one repeat's piece (the head's load size, A-10)
                                   startup_extra=(pipe.head_cycles(pr * pc * item) if pipe.head_pending else 0)
                                   + (self.repeat - 1) * model.startup)
+
+    def _rehit(self, line: int, pr: int, pc: int) -> int:
+        """Bytes of this coarse copy's pieces (``repeat`` of ``pr`` x ``pc``) that lie in an L2
+        line the piece before also touches: the exact schedule loads the pieces one by one, so
+        its later piece finds such a line in the L2 (the earlier one brought it in); the coarse
+        copy walks the line once (Device.gm_transfer). Rows whose byte stride is not a multiple
+        of the line (H = 4000 bf16: 8000 B) share a line at every K-chunk boundary; at a
+        512 B K-chunk of 512 B lines that is half the exact schedule's bytes."""
+        src = self.src
+        r0, nr, c0, nc = self.r0, self.nr, self.c0, self.nc
+        if self.repeat_axis == "rows":
+            pieces = [src.run_geometry(r, min(pr, r0 + nr - r), c0, nc) for r in range(r0, r0 + nr, pr)]
+        else:
+            pieces = [src.run_geometry(r0, nr, c, min(pc, c0 + nc - c)) for c in range(c0, c0 + nc, pc)]
+        a0 = pieces[0][0]
+        return _shared_line_bytes(tuple((a - a0, st, run, n) for a, st, run, n in pieces), a0 % line, line)
 
     @data_only
     def complete(self, pipe: "Pipe") -> None:

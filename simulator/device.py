@@ -423,17 +423,17 @@ class Device:
     def gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
                     startup_extra: int = 0, model: DmaModel | None = None,
                     ranges: Sequence[tuple[int, int]] | None = None,
-                    geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
+                    geometry: tuple[int, int, int, int] | None = None, rehit: int = 0) -> simpy.Event:
         """:meth:`_gm_transfer`, noting for the fast-forward what the L2 answered."""
         ff, l2 = self.ff, self.l2
         if ff is None or not ff._recording:        # (on_gm notes nothing then)
             if model is None and ranges is None and geometry is None:   # (a DataCopy: fewer keywords to pass)
                 return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra)
             return self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
-                                     model=model, ranges=ranges, geometry=geometry)
+                                     model=model, ranges=ranges, geometry=geometry, rehit=rehit)
         h0, wb0 = (l2.hit_bytes, l2.writeback_bytes) if l2 is not None else (0, 0)
         ev = self._gm_transfer(pipe, addr, nbytes, write=write, startup_extra=startup_extra,
-                               model=model, ranges=ranges, geometry=geometry)
+                               model=model, ranges=ranges, geometry=geometry, rehit=rehit)
         launch = pipe.core.launch
         plain = ranges is None and geometry is None and model is None and (
             launch is None or launch.l2_sample is None)
@@ -476,7 +476,7 @@ class Device:
     def _gm_transfer(self, pipe: Any, addr: int, nbytes: int, *, write: bool,
                      startup_extra: int = 0, model: DmaModel | None = None,
                      ranges: Sequence[tuple[int, int]] | None = None,
-                     geometry: tuple[int, int, int, int] | None = None) -> simpy.Event:
+                     geometry: tuple[int, int, int, int] | None = None, rehit: int = 0) -> simpy.Event:
         """Move ``nbytes`` between GM at ``addr`` and a core; returns the completion event.
 
         Ascend loads use the calibrated MTE2 model (per-transfer ``base`` plus a share of the
@@ -493,6 +493,11 @@ class Device:
         spaced runs in place of ``ranges``. In a launch with ``l2_sample`` = P the L2 sees only
         the sampled lines of the runs (L2Cache.sample), each occupying P lines of capacity. The
         L2 hit/miss totals count the transfer's bytes (the fraction applied).
+
+        ``rehit`` (a coarse load, simulator/cube.py): bytes of the transfer that the exact
+        pieces it stands for would read from a line the piece before brought in, a hit in the
+        exact schedule whatever the line's state before; as many of the transfer's miss bytes,
+        in proportion, become hits.
         """
         spec = self.spec
         net = self.net
@@ -566,6 +571,11 @@ class Device:
                        else sum(n for _, n in runs))
         if covered and covered != nbytes:
             hit = min(nbytes, round(hit * nbytes / covered))
+        if rehit and nbytes and l2 is not None:
+            # the exact pieces' second touches of the lines they share with the piece before: in
+            # one run they are missed with the rest of the line, piece by piece the later piece
+            # hits them (a line the walk found resident is a hit either way)
+            hit += round(min(rehit, nbytes) * (nbytes - hit) / nbytes)
         if l2 is not None and covered:
             l2.count(hit, nbytes - hit)
         if self._trace_l2:

@@ -466,6 +466,30 @@ def test_coarse_loads_of_the_same_block_show_every_core_the_same_l2_lines():
     assert dev.l2.hit_bytes == nbytes and dev.l2.miss_bytes == 2 * nbytes
 
 
+def test_a_coarse_load_hits_the_lines_its_exact_pieces_share_as_the_pieces_do():
+    # rows of 4000 bf16 (8000 B, not a multiple of the 512 B line): every 256-column piece's
+    # row run starts in a line the piece before ends in. Loaded piece by piece (the exact
+    # schedule) the later piece finds that line in the L2; one coarse copy of the four pieces
+    # walked it once, as a miss (0 of 524,288 bytes hit, against 172,032 for the pieces)
+    totals = []
+    for repeat in (1, 4):
+        dev = Device(SPEC, functional=False)
+        blk = GmMatrix.nd(_out(dev, (256, 4000), BF16))
+
+        def kernel(ctx, repeat=repeat, blk=blk):
+            q = ctx.queue("A1", 1, nz_bytes(256, 256, 2))
+            for c0 in range(0, 1024, 256 * repeat):
+                t = q.alloc(nx.BF16)
+                yield CopyGmToL1(t, blk, 0, 256, c0, 256 * repeat, repeat=repeat, repeat_axis="cols")
+                q.enque(t)
+                q.free(q.deque())
+
+        _run(dev, kernel)
+        totals.append((dev.l2.hit_bytes, dev.l2.miss_bytes))
+    assert totals[0][0] > 0
+    assert totals[1] == totals[0]
+
+
 def test_a_sampled_load_finds_what_another_view_of_the_same_bytes_brought_in():
     # the sample is a function of the address: a load of the left half of the block's columns
     # (256 runs of 4 KiB) meets the lines a load of the whole block (one 2 MiB run) left behind
