@@ -412,7 +412,9 @@ Only where measurably better than the replay (the table below has both, `used` m
   core loads its extra rows with the link the other cores leave as their copies end
   (`analytic.drain_cycles`); the dirty lines the L2 evicts to HBM are priced launch by launch
   (`analytic.with_writebacks`: a launch takes at least its HBM reads and write-backs over the HBM
-  link).
+  link; a launch storing into part of a tensor, or split otherwise than the blocks that filled it,
+  rewrites the lines of it the L2 still holds -- the end of each filling block's slice -- where
+  its span overlaps them).
 - **fused_linear_cross_entropy_loss_grad** (kernels/ascend/flce_estimate.py, model `flce`): the
   mixed launch's phases, each the slowest core's replay of its program with the simulator's costs,
   and an LRU over matmul panels wave by wave (a panel not resident is missed by the first core of
@@ -475,7 +477,9 @@ model (the estimate's `estimate_notes` say when a closed form took the HBM link'
   its byte fraction let a 50 GB/s HBM carry 1.9 times its bandwidth: −52 % at 1024 × 1024 × 8192);
   the dirty lines a write-back L2 evicts are priced launch by launch, as above (the embedding's
   4096 × 2048 rows into 32000 with a 69 GB/s HBM were −81 %, with half the HBM −17 %: MemSet
-  writes all 262 MB back).
+  writes all 262 MB back; at 50 GB/s the scatter launch was +29 %, its stores into the first
+  4096 rows priced as new lines, where MemSet's 48 blocks had left the end of each slice in the
+  L2: 67 MB written back against the simulator's 44 MB).
   The replay is not a better fallback: it keeps its errors of the table above (FLCE +20 % at the
   device's links, +336 % at 1024 × 4096 × 32768 with a 50 GB/s HBM, where its three sampled
   blocks see another L2 order than the simulator's 24 cores; the embedding's small-dim kernel on
@@ -487,7 +491,10 @@ the HBM on atlas-a2, +7 %: the simulator's cores drift apart and fill each other
 elements on atlas-training, −9 %: its stores wait for the dirty lines they evict, which the
 replay prices on HBM as a whole, not on each store), and FLCE at its 17-row example with a 50 GB/s
 HBM (−16 %: the phases of so small a launch overlap less in the simulator than the links' shares
-assume).
+assume), and the embedding's scatter launch on atlas-a2 when it evicts dirty lines with a fast
+HBM (4096 × 2048 rows into 32000: −21 % at the device's links, −12 % with twice the HBM, −13 % with
+half of it; each grad row's load waits for the dirty line it evicts, written back at what the
+other cores' loads leave of the link, which the closed form prices as one bound over the launch).
 
 Operators registered when this was generated: {operators}. Generated in {wall} s with {workers}
 worker processes on a {cpus}-CPU machine by `.venv/bin/python benchmarks/estimate_error.py`.

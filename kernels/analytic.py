@@ -153,7 +153,9 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
     earlier one stored into (``Estimate.stores_into``) rewrites the lines of it still resident --
     they stay dirty and turn most recent -- and allocates only the rest (the embedding's
     ZerosLike then MemSet of a 131 MB output in a 192 MB L2 write nothing back, as timing mode;
-    counted as new bytes, 60 MB were, +23 % with a quartered HBM)."""
+    counted as new bytes, 60 MB were, +23 % with a quartered HBM). A launch that stores into only
+    part of the tensor, or with another split of blocks than the launch that last stored all of
+    it, finds those lines at the end of each of that launch's block slices (:func:`_rewritten`)."""
     if not stores_to_l2(spec):
         return list(parts)
     assert spec.l2 is not None
@@ -162,6 +164,7 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
     # [bytes, dirty bytes, the tensor its stores went into], the oldest first
     held: deque[list[Any]] = deque()
     sizes: dict[str, float] = {}                # the most bytes a launch stored into each tensor
+    slices: dict[str, int] = {}                 # the blocks of the last launch that stored all of it
     used = 0.0
     out = []
     for e in parts:
@@ -169,19 +172,27 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
         stores = float(e.bytes_written) if distinct is None else min(float(e.bytes_written), distinct)
         label = e.stores_into
         if label is not None and stores > 0:
-            # the launch stores from the tensor's start; what the L2 holds of it is its end (the
-            # lines an earlier pass touched last). Those lines are rewritten, not allocated, if
-            # the pass reaches them before its own allocations evict them: what it allocates
-            # first must fit in the free space and the lines older than the tensor's. Otherwise
-            # the pass chases them out line by line (an LRU over a cyclic pass larger than the
-            # cache): every line is allocated (MemSet after ZerosLike of a 262 MB output in a
-            # 192 MB L2 writes all 262 MB back, as timing mode).
+            # the launch stores from the tensor's start. A pass over all of it split into blocks
+            # as the last one was (each slice alike, so as for one slice): what the L2 holds of
+            # it is its end (the lines the earlier pass touched last). Those lines are rewritten,
+            # not allocated, if the pass reaches them before its own allocations evict them: what
+            # it allocates first must fit in the free space and the lines older than the
+            # tensor's. Otherwise the pass chases them out line by line (an LRU over a cyclic pass
+            # larger than the cache): every line is allocated (MemSet after ZerosLike of a 262 MB
+            # output in a 192 MB L2 writes all 262 MB back, as timing mode). Any other launch:
+            # _rewritten.
             whole = sizes[label] = max(sizes.get(label, 0.0), stores)
             resident = sum(seg[1] for seg in held if seg[2] == label)
-            before = min(stores, whole - resident)
             first = next((i for i, seg in enumerate(held) if seg[2] == label), len(held))
             slack = size - used + sum(seg[0] for seg in list(held)[:first])
-            again = max(0.0, stores - (whole - resident)) if before * (1 + reads / stores) <= slack + 1e-9 else 0.0
+            laid = slices.get(label, 1)
+            if stores >= whole * (1 - 1e-9) and max(e.block_dim, 1) == laid:
+                before = min(stores, whole - resident)
+                again = max(0.0, stores - (whole - resident)) if before * (1 + reads / stores) <= slack + 1e-9 else 0.0
+            else:
+                again = _rewritten(whole, resident, laid, stores, reads, slack)
+            if stores >= whole * (1 - 1e-9):
+                slices[label] = max(e.block_dim, 1)
             for seg in held:
                 if seg[2] == label and again > 0:
                     take = min(seg[1], again)
@@ -235,6 +246,33 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
                 f"lines the L2 writes back (the closed form's program has no write-back)"))
         out.append(e)
     return out
+
+
+def _rewritten(whole: float, resident: float, laid: int, stores: float, reads: float, slack: float) -> float:
+    """Bytes of a tensor's resident lines that a launch storing into its first ``stores`` bytes
+    rewrites, when its blocks do not walk the tensor as the ``laid`` blocks of the launch that
+    last stored all of it did (a scatter into some rows, a pass with another split). That launch's
+    blocks stored their equal slices at once, so the L2 holds the end of each slice (the share
+    ``resident / whole`` of it), not the tensor's end: the stored span holds the slice ends it
+    overlaps (atlas-a2, the scatter of 4096 x 2048 rows into the first 4096 of a 32000-row output
+    MemSet just filled: 25 of its 33.5 MB). Its blocks reach those lines in no relation to their
+    age, while its own allocations evict the tensor's lines oldest first once the free space and
+    the older lines are gone: a line is lost (allocated again) with the share of the tensor's
+    resident lines evicted by the time it is reached, averaged over the launch."""
+    if resident <= 0 or stores <= 0:
+        return 0.0
+    f = min(resident / whole, 1.0)
+    span = whole / max(laid, 1)
+    full, part = divmod(min(stores, whole), span)
+    held = full * f * span + max(0.0, part - (1 - f) * span)
+    alloc = reads + stores - held           # what the launch allocates with every resident line kept
+    if alloc <= slack:
+        return held
+    # the share of the resident lines evicted grows from 0 once the allocations pass the slack,
+    # linearly over the launch, up to all of them: its mean over the launch
+    t0, t1 = slack / alloc, (slack + resident) / alloc
+    lost = (1 - t0) * (alloc - slack) / (2 * resident) if t1 >= 1 else 1 - (t0 + t1) / 2
+    return held * (1 - lost)
 
 
 def _fill(cap: float, classes: Sequence[tuple[float, float]]) -> list[float]:
