@@ -38,8 +38,9 @@ first misses); a panel of a tensor seen through another view (S by rows for inpu
 columns for weight_grad, W and input by rows in the logits matmul) hits for the fraction of that
 tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
 writes) is resident at the start of the cube stage as far as it fits, S the most recent (Fixpipe
-results and S are dirty in a write-back L2); the logits the vector
-stage reads back in memory-saving mode follow a fluid LRU (``_stream_hits``). This follows any
+results and S are dirty in a write-back L2); the logits the vector stage reads back in
+memory-saving mode hit for their resident part and become recent, each round of reads taking
+the same share of every logits tile, before the batch's S enters (``_vector_l2``). This follows any
 tile traversal ``plan`` chooses, since it reads the assignment. One timing-mode effect of the
 simulator is mirrored: sharers of a panel drift apart when a coarse chunk's miss makes one of
 them lag too far (``DRIFT_LIMIT``).
@@ -389,57 +390,71 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
     return out
 
 
-def _vector_l2(l2: _L2, tiling: FlceTiling, rows_alloc: float, s_bytes: int, rows_name: str,
-               slices: int = 8) -> list[tuple[list[float], float]] | None:
+def _vector_l2(l2: _L2, tiling: FlceTiling, rows_bytes: int, s_bytes: int, rows_name: str,
+               slices: int = 8) -> tuple[float, list[tuple[list[float], float]] | None]:
     """The vector stage through the L2, batch by batch of META_ROWS rows (every vector core its
-    batch at once): the rows read that the L2 does not serve allocate, round by round, then the
-    batch's S enters (dirty), as the kernel shows it to the L2 model with the batch's last row
-    (flce_grad._vector_rows, ``l2_rows``). With a write-back L2, per batch: the bytes written
-    back per byte a round's loads allocate, and the bytes each core writes back when the S
-    enters (``_vector_stage``); None for a write-through L2."""
+    batch at once): the rows are read round by round, then the batch's S enters (dirty), as the
+    kernel shows it to the L2 model with the batch's last row (flce_grad._vector_rows,
+    ``l2_rows``).
+
+    A round reads the same fraction of every tile of the rows tensor (every vector core its own
+    rows, all at once, and a row crosses every tile column): the part of it resident in the L2
+    (the logits the memory-saving mode's Fixpipe stored, dirty) hits and becomes the most
+    recent, as a read of a resident line does in the simulator's LRU; the rest misses and
+    allocates. So the batch's S evicts what is older than every row read -- the logits matmul's
+    panels -- and not the logits read just before it (a model that let S evict the unread
+    logits in proportion to the panels missed 30 % of the logits that the simulator hits and
+    wrote the dirty ones back, BT 1000 / H 1024 / V 8192 memory-saving with a 48 MiB L2).
+
+    Returns the fraction of the rows read from the L2, and with a write-back L2, per batch: the
+    bytes written back per byte the rounds' loads miss (at that fraction), and the bytes each
+    core writes back when the S enters (``_vector_stage``); None for a write-through L2."""
     _, nrows = tiling.rows_of(0)
-    out = []
+    stored = [k for k in l2.lru if k[0] == rows_name and k[1] == "tiles"]   # unread, in LRU order
+    unread = 1.0                # fraction of every stored tile not read yet
+    hits = 0.0
+    rounds: list[list[tuple[float, float]]] = []     # per batch, per round: (bytes read, written back)
+    ends: list[float] = []
     for b0 in range(0, nrows, META_ROWS):
         frac = min(META_ROWS, nrows - b0) / nrows
-        fs = []
+        rounds.append([])
         for r in range(slices):
-            wb, nbytes = l2.written_back, rows_alloc * frac / slices
-            if nbytes > 0:
-                l2.touch((rows_name, "stream", b0, r), nbytes)
-            fs.append((l2.written_back - wb) / nbytes if nbytes > 0 else 0.0)
+            read = rows_bytes * frac / slices
+            take = min(1.0, read / rows_bytes / unread) if unread > 0 else 1.0
+            hit = 0.0
+            for key in stored:          # the round's share of every resident tile moves on
+                b = l2.lru.get(key)
+                if b is None:
+                    continue
+                part = b * take
+                hit += part
+                if b - part <= 1e-9 * b:
+                    del l2.lru[key]
+                    l2.dirty.discard(key)
+                else:
+                    l2.lru[key] = b - part
+                l2.used -= part
+                l2.by_view[key[:2]] -= part
+            unread = max(0.0, unread - read / rows_bytes)
+            hit = min(hit, read)
+            wb = l2.written_back
+            if hit > 0:                 # still resident (and dirty as stored): no eviction
+                l2.touch((rows_name, "read", b0, r), hit, write=True)
+            if read - hit > 0:
+                l2.touch((rows_name, "stream", b0, r), read - hit)
+            hits += hit
+            rounds[-1].append((read, l2.written_back - wb))
         wb = l2.written_back
         for r in range(slices):       # in slices, so that what survives is the most recent S
             l2.touch(("s", "stream", b0, r), s_bytes * frac / slices, write=True)
-        out.append((fs, (l2.written_back - wb) / tiling.aiv_num))
-    return out if l2.write_back else None
-
-
-def _stream_hits(l2: _L2, rows_bytes: int, s_bytes: int, steps: int = 64) -> float:
-    """Fraction of the logits the vector stage reads from the L2 (memory-saving mode).
-
-    A fluid LRU: the stage reads the logits (every vector core its rows, all at once) while it
-    writes S. A read of a resident line hits and makes it recent; a miss and every S line are
-    new bytes, which evict the oldest: what else the logits matmul left (its input and weight
-    panels) and the logits not read yet, in proportion to what is resident of each."""
-    unread = l2.resident("logits") * rows_bytes
-    other = max(0.0, l2.used - unread)
-    free = max(0.0, l2.size - l2.used)
-    missed = 0.0
-    for k in range(steps):
-        left = (1.0 - k / steps) * rows_bytes
-        read = rows_bytes / steps
-        hit = read * min(1.0, unread / left) if left > 0 else read
-        unread -= hit
-        missed += read - hit
-        new = s_bytes / steps + read - hit
-        take = min(free, new)
-        free -= take
-        new -= take
-        if new > 0 and unread + other > 0:
-            share = unread / (unread + other)
-            unread = max(0.0, unread - new * share)
-            other = max(0.0, other - new * (1.0 - share))
-    return 1.0 - missed / rows_bytes if rows_bytes else 0.0
+        ends.append((l2.written_back - wb) / tiling.aiv_num)
+    from_l2 = hits / rows_bytes if rows_bytes else 0.0
+    if not l2.write_back:
+        return from_l2, None
+    missed = 1.0 - from_l2
+    out = [([w / (read * missed) if read * missed > 0 else 0.0 for read, w in rs], e)
+           for rs, e in zip(rounds, ends)]
+    return from_l2, out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -863,12 +878,9 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         end, state, l2 = _cube_stage(spec, tiling, l2, {0}, now, out_items, None)
         notes.append(f"logits {end - now:.0f}")
         now = end
-        logits_l2 = _stream_hits(l2, rows_bytes, s_bytes) if l2 is not None else 0.0
-    else:
-        logits_l2 = 0.0
-    writeback = None
+    logits_l2, writeback = 0.0, None
     if l2 is not None:
-        writeback = _vector_l2(l2, tiling, rows_bytes * (1.0 - logits_l2), s_bytes, "logits" if ms else "softmax")
+        logits_l2, writeback = _vector_l2(l2, tiling, rows_bytes, s_bytes, "logits" if ms else "softmax")
     end, vcore = _vector_stage(spec, tiling, now, logits_l2, int_item, packed, writeback)
     notes.append(f"vector {end - now:.0f}")
     now = end
