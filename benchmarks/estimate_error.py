@@ -479,7 +479,10 @@ model (the estimate's `estimate_notes` say when a closed form took the HBM link'
   4096 × 2048 rows into 32000 with a 69 GB/s HBM were −81 %, with half the HBM −17 %: MemSet
   writes all 262 MB back; at 50 GB/s the scatter launch was +29 %, its stores into the first
   4096 rows priced as new lines, where MemSet's 48 blocks had left the end of each slice in the
-  L2: 67 MB written back against the simulator's 44 MB).
+  L2: 67 MB written back against the simulator's 44 MB; at the device's links it was −21 %,
+  −12 % with twice the HBM, −13 % with half: each grad row's load waits for the dirty lines it
+  evicts, written back at what the other cores' loads leave of the link, now charged to each
+  load, and every row flushing, the cores' stores split the store pool, not a store alone's).
   The replay is not a better fallback: it keeps its errors of the table above (FLCE +20 % at the
   device's links, +336 % at 1024 × 4096 × 32768 with a 50 GB/s HBM, where its three sampled
   blocks see another L2 order than the simulator's 24 cores; the embedding's small-dim kernel on
@@ -491,10 +494,7 @@ the HBM on atlas-a2, +7 %: the simulator's cores drift apart and fill each other
 elements on atlas-training, −9 %: its stores wait for the dirty lines they evict, which the
 replay prices on HBM as a whole, not on each store), and FLCE at its 17-row example with a 50 GB/s
 HBM (−16 %: the phases of so small a launch overlap less in the simulator than the links' shares
-assume), and the embedding's scatter launch on atlas-a2 when it evicts dirty lines with a fast
-HBM (4096 × 2048 rows into 32000: −21 % at the device's links, −12 % with twice the HBM, −13 % with
-half of it; each grad row's load waits for the dirty line it evicts, written back at what the
-other cores' loads leave of the link, which the closed form prices as one bound over the launch).
+assume).
 
 Operators registered when this was generated: {operators}. Generated in {wall} s with {workers}
 worker processes on a {cpus}-CPU machine by `.venv/bin/python benchmarks/estimate_error.py`.

@@ -85,6 +85,10 @@ class Estimate:
     # the tensor the launch's stores go into (a label, None: not said): a later launch storing
     # into the same tensor rewrites the L2 lines of it still resident (with_writebacks)
     stores_into: str | None = None
+    # of the bytes the launch moves, those that take an L2 line of their own (its HBM reads and
+    # its stores into lines not resident; with_writebacks sets it, None: not known): each of them
+    # evicts gm_bytes_written / l2_bytes_allocated dirty bytes on average once the L2 is full
+    l2_bytes_allocated: int | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +197,7 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
                 again = _rewritten(whole, resident, laid, stores, reads, slack)
             if stores >= whole * (1 - 1e-9):
                 slices[label] = max(e.block_dim, 1)
+            rewrites = again
             for seg in held:
                 if seg[2] == label and again > 0:
                     take = min(seg[1], again)
@@ -201,6 +206,8 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
                     used -= take
                     again -= take
             held = deque(seg for seg in held if seg[0] > 1e-9)
+        else:
+            rewrites = 0.0
         alloc = reads + stores
         # the launch's stores and reads fill the L2 in program order: the first ``size - used``
         # bytes take free lines, each later one evicts the oldest (Device.gm_transfer makes the
@@ -224,7 +231,7 @@ def with_writebacks(spec: DeviceSpec, parts: Sequence[Estimate], distinct: float
             if seg[0] <= 1e-9:
                 held.popleft()
         wb_bytes = int(round(wb))
-        e = dataclasses.replace(e, gm_bytes_written=wb_bytes)
+        e = dataclasses.replace(e, gm_bytes_written=wb_bytes, l2_bytes_allocated=int(round(max(alloc - rewrites, 0.0))))
         overhead = spec.launch.overhead * e.launches
         link = math.ceil((reads + wb_bytes) / cap) + overhead
         if wb_bytes and alloc > 0:

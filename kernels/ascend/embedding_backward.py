@@ -61,7 +61,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
                               lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
-                              sparse_store_rate, vector_cycles, with_writebacks)
+                              vector_cycles, with_writebacks)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_nd, check_max_dims, check_not_null,
@@ -2345,17 +2345,26 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     return _est_launch(spec, total, busy, n * 4, n * 8, 1, _tik_sort_ub(nb), "Sort")
 
 
-def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.0) -> Any:
     """:func:`_row_kernel`: the busiest core's rows one after the other. A row: two 4 B loads,
     the scalar's reads, the grad row's load, the Add (and the scalar's bookkeeping); a flush:
     the atomic store (and the 4 B count add with scale), the barrier, the Duplicate. All cores
-    load at about the same time: each load gets the rate of ``block_dim`` concurrent copies; the
-    flushes of different cores rarely coincide (a store alone: ``sparse_store_rate``, with the
-    link shared among the stores the cores keep in flight on average)."""
+    load at about the same time: each load gets the rate of ``block_dim`` concurrent copies; a
+    store gets its pool's and its link's share among the stores the cores keep in flight on
+    average (every row flushing, the cores store at once: atlas-a2 4096 x 2048 rows into 32000,
+    about 10 B/cycle a store in timing mode, not the 13.75 of a store alone).
+
+    ``dirty``: the dirty bytes each byte a grad row's load allocates in a full write-back L2
+    evicts (the launch's write-back over its allocations, from with_writebacks). The simulator
+    joins a load to the HBM write of the lines it evicts (Device.gm_transfer), and the cores'
+    loads start together, so a row's load ends no sooner than the GM link carries every core's
+    row and its write-back (atlas-a2, 4096 x 2048 rows into 32000 after MemSet filled the L2 with
+    dirty lines: about 1,050 cycles a row against the load's 828 alone)."""
     bd = tiling.block_dim
     rows = -(-tiling.n_rows // bd)
     flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
     rl, _ = shared_rates(spec, bd, 0)
+    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
@@ -2364,7 +2373,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         passes.append(tiling.emb_dim % tiling.e_chunk)
     in_flight = 1.0
     for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
-        rs = sparse_store_rate(spec, in_flight)
+        rs = shared_rates(spec, 0, in_flight)[1]
         # the largest load (a grad row chunk) prices the MTE2 head (A-10)
         total = float(sum(head_cycles(spec, p, bd, max(passes) * 4 if p == "MTE2" else 0)
                           for p in ("MTE2", "VECTOR", "MTE3")))
@@ -2372,7 +2381,8 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
         storing = 0.0
         for j, n in enumerate(passes):
-            load = 2 * dma_cycles(st2, 4, rl) + dma_cycles(st2, n * 4, rl)
+            load = 2 * dma_cycles(st2, 4, rl) + max(dma_cycles(st2, n * 4, rl),
+                                                    dma_cycles(st2, bd * n * 4 * (1 + dirty), cap))
             add = vector_cycles(spec, "Add", "fp32", n)
             scal = math.ceil(5 * cpo)
             row = load + scal + add
@@ -2386,7 +2396,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
             busy["SCALAR"] += rows * scal
             storing += flushes * n * 4 / rs
         need = bd * storing / total
-        if sparse_store_rate(spec, need) >= rs * (1 - 1e-9):
+        if shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9):
             break           # the link carries what the cores store at this rate
         in_flight = max(need, in_flight * 1.01)
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
@@ -2568,13 +2578,16 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     grad_l2 = tiling.cast_grad and _fits_l2(spec, grad_bytes + 16 * n_rows + min(flushed, acc_bytes))
     read_bytes = n_rows * emb * (4 if tiling.cast_grad else nx.dtype(tiling.grad_dtype).itemsize)
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
+    loads_evict = None
     if tiling.row_kernel:
         parts.append(_into_acc(_est_row_kernel(spec, tiling)))
+        if not grad_l2:         # its grad rows' loads allocate in the L2: priced with what they evict
+            loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
     else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
         parts.append(_into_acc(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2))))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
-    return _finish(spec, parts, tiling)
+    return _finish(spec, parts, tiling, loads_evict)
 
 
 def _into_acc(est: Any) -> Any:
@@ -2583,14 +2596,31 @@ def _into_acc(est: Any) -> Any:
     return dataclasses.replace(est, stores_into="acc")
 
 
-def _finish(spec: DeviceSpec, parts: list, tiling: EmbeddingTiling) -> Any:
+def _finish(spec: DeviceSpec, parts: list, tiling: EmbeddingTiling,
+            loads_evict: tuple[int, Callable[[float], Any]] | None = None) -> Any:
     # a write-back L2 evicts dirty lines to HBM between and within the launches (the zeroed
     # output of 262 MB, then MemSet's, overflow atlas-a2's 192 MB L2): priced per launch, a
     # launch storing into no more lines than the largest tensor the call writes (the flushes
     # add into the accumulator's rows again and again)
     nw, emb, rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
-    parts = with_writebacks(spec, parts, distinct=max(nw * emb * 4, rows * emb * 4 if tiling.cast_grad else 0,
-                                                      rows * 16))
+    distinct = max(nw * emb * 4, rows * emb * 4 if tiling.cast_grad else 0, rows * 16)
+    priced = with_writebacks(spec, parts, distinct=distinct)
+    if loads_evict is not None:
+        # (the launch at this index, priced given the dirty bytes a byte it allocates evicts):
+        # each of its loads waits for the write-back of what it evicts, which the launch's bytes
+        # alone do not say -- priced again with the write-back with_writebacks found (its bytes,
+        # and so every launch's write-back, do not change). The launch takes the longer of that
+        # program and with_writebacks' bound on the whole launch (the HBM link the bottleneck:
+        # the loads' share of it is in both, so they are not added)
+        at, price = loads_evict
+        e = priced[at]
+        wb, alloc = e.gm_bytes_written, e.l2_bytes_allocated
+        if wb and alloc:
+            waiting = price(wb / alloc)
+            if waiting.cycles > e.cycles:
+                priced = list(priced)
+                priced[at] = dataclasses.replace(waiting, gm_bytes_written=wb, l2_bytes_allocated=alloc)
+    parts = priced
     est = sequence(parts, "embedding",
                    f"{len(parts)} launch(es); indices assumed i mod numWeights (as timing mode)",
                    launch_cycles=tuple((e.notes, int(e.cycles)) for e in parts))
