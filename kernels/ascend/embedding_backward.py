@@ -2349,10 +2349,19 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     """:func:`_row_kernel`: the busiest core's rows one after the other. A row: two 4 B loads,
     the scalar's reads, the grad row's load, the Add (and the scalar's bookkeeping); a flush:
     the atomic store (and the 4 B count add with scale), the barrier, the Duplicate. All cores
-    load at about the same time: each load gets the rate of ``block_dim`` concurrent copies; a
-    store gets its pool's and its link's share among the stores the cores keep in flight on
-    average (every row flushing, the cores store at once: atlas-a2 4096 x 2048 rows into 32000,
-    about 10 B/cycle a store in timing mode, not the 13.75 of a store alone).
+    load at about the same time: each load gets its pool's rate among ``block_dim`` concurrent
+    copies; a store gets its pool's and its link's share among the stores the cores keep in
+    flight on average (every row flushing, the cores store at once: atlas-a2 4096 x 2048 rows into
+    32000, about 10 B/cycle a store in timing mode, not the 13.75 of a store alone).
+
+    The launch takes the longer of that program and the GM link's: the cores' rows start
+    together, so the link idles through every row's steps off it (the small loads, the start-ups,
+    the scalar, the Add) and then carries every core's row; a core's flush goes to the L2 and
+    overlaps the other cores' loads, unless they flush too (the share of rows that flush: all of
+    them into 32000 rows, one in eight into 512). atlas-a2, 4096 x 2048 rows into 512 with half
+    the HBM: 104k cycles against timing mode's 100k (the cores drift apart a little, so the link
+    idles less), where each load at the link's share among all 48 cores, then every flush after
+    it, was 112.5k.
 
     ``dirty``: the dirty bytes each byte a grad row's load allocates in a full write-back L2
     evicts (the launch's write-back over its allocations, from with_writebacks). The simulator
@@ -2363,9 +2372,11 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     bd = tiling.block_dim
     rows = -(-tiling.n_rows // bd)
     flushes = max(1.0, rows * _row_kernel_flushes(tiling) / max(tiling.n_rows, 1))
-    rl, _ = shared_rates(spec, bd, 0)
-    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
+    # a load's pool rate among the cores' loads (the GM link is priced on its own below)
+    rl = spec.mte2.base + spec.mte2.shared / bd
+    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+    coincide = min(1.0, flushes / max(rows, 1))   # the other cores flushing beside a core's flush
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
@@ -2375,26 +2386,29 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
         rs = shared_rates(spec, 0, in_flight)[1]
         # the largest load (a grad row chunk) prices the MTE2 head (A-10)
-        total = float(sum(head_cycles(spec, p, bd, max(passes) * 4 if p == "MTE2" else 0)
-                          for p in ("MTE2", "VECTOR", "MTE3")))
-        total += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
+        head = float(sum(head_cycles(spec, p, bd, max(passes) * 4 if p == "MTE2" else 0)
+                         for p in ("MTE2", "VECTOR", "MTE3")))
+        head += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
         busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
-        storing = 0.0
+        program = link = head
+        storing = off_mte2 = 0.0        # the core's cycles on its other pipes (its steps are serial)
         for j, n in enumerate(passes):
-            load = 2 * dma_cycles(st2, 4, rl) + max(dma_cycles(st2, n * 4, rl),
-                                                    dma_cycles(st2, bd * n * 4 * (1 + dirty), cap))
+            small = 2 * dma_cycles(st2, 4, rl)
             add = vector_cycles(spec, "Add", "fp32", n)
             scal = math.ceil(5 * cpo)
-            row = load + scal + add
             flush = dma_cycles(st3, n * 4, rs) + vector_cycles(spec, "Duplicate", "fp32", n)
             if tiling.scale and j == 0:
                 flush += math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs)
-            total += rows * row + flushes * flush
-            busy["MTE2"] += rows * load
+            program += rows * (small + dma_cycles(st2, n * 4, rl) + scal + add) + flushes * flush
+            off_mte2 += rows * (scal + add) + flushes * flush
+            link += (rows * (small + st2 + scal + add) + tiling.n_rows * n * 4 * (1 + dirty) / cap
+                     + coincide * flushes * flush)
             busy["VECTOR"] += rows * add + flushes * vector_cycles(spec, "Duplicate", "fp32", n)
             busy["MTE3"] += flushes * dma_cycles(st3, n * 4, rs)
             busy["SCALAR"] += rows * scal
             storing += flushes * n * 4 / rs
+        total = max(program, link)
+        busy["MTE2"] = total - head - off_mte2      # the loads take what the other steps leave
         need = bd * storing / total
         if shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9):
             break           # the link carries what the cores store at this rate
