@@ -544,6 +544,21 @@ class TQue:
         self._pending.append(flag)
         self._free.append(i)
 
+    def destroy(self) -> None:
+        """The queue's part of ``TPipe.Destroy()``: the producer waits for the free flag of each
+        buffer freed and not allocated again (the consumer's last use of it is done), then the
+        buffers go back to their memory. A buffer still allocated (not freed) is an error."""
+        if self._out:
+            raise QueueError(f"{self.position} queue: destroyed with {len(self._out)} tensor(s) still "
+                             f"allocated (free() them first)", core=self.ctx.core.name)
+        for i in self._free:
+            if self._tensors[i] is not None:          # its free flag is set and not yet waited
+                self.ctx.emit_wait(self.consumer, self.producer, self.event_ids[i])
+        if self.ctx._work_area is None or self.region is not self.ctx._work_area[0]:
+            for addr in self.buffers:
+                self.region.free(addr)
+        self.buffers, self._free, self._tensors = [], [], []
+
 
 # position -> (memory, producer pipe, consumer pipe); LOAD/STORE resolve per core kind
 POSITIONS: dict[str, tuple[str, str, str]] = {
@@ -658,6 +673,24 @@ class KernelContext:
 
     def queue(self, position: str, depth: int, nbytes: int) -> TQue:
         return TQue(self, position, depth, nbytes)
+
+    def destroy_pipe(self) -> None:
+        """``TPipe.Destroy()`` in the middle of a block: every queue waits for its pending free
+        flags and gives its buffers back, and every TBuf of the core's local memories is freed,
+        so a later stage of the same kernel plans that memory afresh (a new TPipe). Flags that
+        order the later stage's first accesses after the earlier stage's last ones are the
+        kernel's to emit."""
+        for q in self.queues:
+            q.destroy()
+        self.queues.clear()
+        for region in self.core.memories.values():
+            if region.backing == "sparse":
+                continue                    # not a local memory (Core.begin_block resets the others)
+            if self._work_area is not None and region is self._work_area[0]:
+                self._work_next = self._work_area[1]
+                continue
+            for alloc in region.allocations:
+                region.free(alloc.addr)
 
     def tbuf(self, nbytes: int, dtype: Any = nx.FP32, memory: str | None = None) -> LocalTensor:
         """A TBuf (VECCALC) buffer: scratch space of the vector unit, no queue semantics."""

@@ -21,7 +21,8 @@ gradRow < 512 or scaleGradByFreq; the determinism setting plays no part), ``Cast
 tiling key: :func:`_row_kernel` (fp32 rows, determinism off), :func:`_det_kernel` (fp32 rows,
 determinism on), :func:`_half_kernel` (uncast fp16/bf16 rows, determinism on or off),
 :func:`_small_dim_kernel` (the small-dim branch, fp32 or uncast fp16/bf16 rows); with
-scaleGradByFreq the counts and the scale run inside the same launch.
+scaleGradByFreq the counts and the scale run inside the same launch, the scale stage on a UB the
+first stage has given back (docs/sources.md#embedding-a2-scale-stage).
 
 Determinism (docs/sources.md#embedding-determinism): by default partial sums of one index from several cores meet in GM
 through atomic adds, and the order of adds that complete in the same cycle is drawn from the
@@ -940,8 +941,9 @@ def _det_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
                     yield from compute(j, n_rows - 1, c0, n)
         if st["owe_free"]:
             ctx.emit_wait("VECTOR", "MTE2", ev[("VECTOR", "MTE2")])
-    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, tpipe.Destroy(), the scale kernel
         yield from _sync_all(1)
+        _destroy_pipe(ctx)
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
         if shi > slo:
             cvals = None
@@ -1376,12 +1378,29 @@ def _zero_counts(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTens
     yield from _sync_all(0)
 
 
+def _destroy_pipe(ctx: KernelContext, sync: Callable[[str, str], None] | None = None) -> None:
+    """``tpipe.Destroy()`` of ProcessAndScale (docs/sources.md#embedding-a2-scale-stage): after the
+    second SyncAll the accumulation kernel's TPipe gives back every queue and buffer it holds in
+    UB (the counts' zero buffer included), and the scale kernel plans its own in a new TPipe, so
+    the two stages never hold UB at once. The scale stage's first loads may land on bytes the
+    last ResetQue (a VECTOR Duplicate) or the zero buffer's release still use: they wait for
+    the vector pipe (V -> MTE2, through ``sync`` when the kernel has that flag, else its own)."""
+    ctx.destroy_pipe()
+    if sync is None:
+        ev = ctx.next_event_id("VECTOR", "MTE2")
+        ctx.emit_set("VECTOR", "MTE2", ev)
+        ctx.emit_wait("VECTOR", "MTE2", ev)
+    else:
+        sync("VECTOR", "MTE2")
+
+
 def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor, spos: GlobalTensor,
                 grad: GlobalTensor, acc: GlobalTensor, counts: GlobalTensor | None) -> Iterator[Any]:
     """EmbeddingDenseGradV2 on Atlas A2 for fp32 rows, determinism off: ops-nn
     index/embedding_dense_grad_v2/op_kernel/embedding_dense_grad_v2.h (EmbeddingDenseGradV2Kernel,
     ProcessForFp32) and, with scaleGradByFreq, embedding_dense_grad_v2.cpp (ProcessAndScale:
-    InitWorkspace zeroes the counts, SyncAll, the row loop, SyncAll, the scale kernel), one launch.
+    InitWorkspace zeroes the counts, SyncAll, the row loop, SyncAll, tpipe.Destroy(), the scale
+    kernel on a new TPipe: :func:`_destroy_pipe`), one launch.
 
     Per sorted row of this core's slice (SetGmAddr: formerRow/tailRow rows), for each embedding
     chunk (formerEmbeddingDim, then the tail):
@@ -1471,8 +1490,9 @@ def _row_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTensor
                 elif state["last"] != -1:
                     yield from flush(state["sw"], state["last"], c0, n)
                     state["last"] = -1
-    if counts is not None:   # scale. ProcessAndScale: SyncAll, then the scale kernel (counts from the sorted keys)
+    if counts is not None:   # scale. ProcessAndScale: SyncAll, tpipe.Destroy(), the scale kernel (counts: sorted keys)
         yield from _sync_all(1)
+        _destroy_pipe(ctx)
         cvals = None
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
         if shi > slo:
@@ -1792,7 +1812,8 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
     With scaleGradByFreq (tiling key 101, embedding_dense_grad_v2.cpp ProcessAndScale<true,
     false>): InitWorkspace zeroes this core's share of the counts, SyncAll, the kernel above, whose
     CopyOut also adds the run length (scaleCount_, SetValue + PIPE_S_MTE3) atomically into the
-    counts, SyncAll, then the scale kernel (:func:`_scale_kernel`), in the same launch.
+    counts, SyncAll, tpipe.Destroy(), then the scale kernel (:func:`_scale_kernel`) on a new TPipe,
+    in the same launch.
 
     Uncast fp16/bf16 rows (``out`` given; isDifferentDtype_, docs/sources.md#embedding-a2-uncast-half):
     ``acc`` is the fp32 outCasted workspace. SetGmAddr zeroes this core's share of it
@@ -1925,10 +1946,7 @@ def _small_dim_kernel(ctx: KernelContext, tiling: EmbeddingTiling, idx: GlobalTe
             sync("MTE3", "SCALAR")                          # PIPE_MTE3_S
     if counts is not None and cnt_buf is not None:   # scale. ProcessAndScale: SyncAll, tpipe.Destroy(), scale kernel
         yield from _sync_all(1)
-        sync("VECTOR", "MTE2")                              # the last ResetAddQue before the UB is reused
-        ub = ctx.core.memory(ctx.core.local_memory)
-        for b in (ibuf, pbuf, tmp2, scratch, gbuf, accb, cnt_buf):
-            ub.free(b.addr)
+        _destroy_pipe(ctx, sync)            # the counts' zero buffer too: not only the kernel's buffers
         cvals = None
         slo, shi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
         if shi > slo:

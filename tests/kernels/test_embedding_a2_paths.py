@@ -189,6 +189,21 @@ def test_deterministic_scale_counts_and_scales_inside_the_one_launch():
     assert _bits(res.outputs["out"]) == _bits(want.astype(np.float32))
 
 
+def test_deterministic_scale_of_rows_too_wide_to_share_the_ub_with_the_scale_stage_is_bitwise_the_source_order():
+    # 2048 fp32 per row: the kernel's row and two accumulators (24 KiB) and the scale kernel's
+    # buffers overflow the 192 KiB UB together; ProcessAndScale destroys the first TPipe before
+    # the scale kernel plans its own, so the call runs, with the padding row zero
+    rng = np.random.default_rng(6)
+    idx = rng.integers(0, 30, 90).astype(np.int32)
+    g = rng.standard_normal((90, 2048)).astype(np.float32)
+    res = _run(grad=g, indices=idx, num_weights=30, padding_idx=4, deterministic=True, scale_grad_by_freq=True)
+    assert res.tiling.tiling_key == 11 and res.tiling.block_dim == 30
+    counts = np.bincount(idx, minlength=30).astype(np.float32)
+    want = det_golden(g, idx, 30, cores=30, pad=4) * (np.float32(1) / np.maximum(counts, 1))[:, None]
+    assert np.all(res.outputs["out"][4] == 0)
+    assert _bits(res.outputs["out"]) == _bits(want.astype(np.float32))
+
+
 def test_a_hot_index_is_summed_by_one_core_in_deterministic_mode_so_the_kernel_takes_longer():
     # one index for all 960 rows: by default every core sums its 20 rows and flushes them
     # atomically; in deterministic mode core 0 walks its 20 rows and continues through the other

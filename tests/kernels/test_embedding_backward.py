@@ -784,3 +784,83 @@ def test_a2_small_dim_with_scale_counts_runs_and_scales_inside_the_one_launch():
     ok, info = nx.mixed_tolerance_check(res.outputs["out"], _golden(g, idx, num_weights=5, scale_grad_by_freq=True),
                                         "fp32")
     assert ok, info
+
+
+# ---------------------------------------------------------------------------------------------
+# scaleGradByFreq on Atlas A2: the scale stage plans the UB afresh (ProcessAndScale's
+# tpipe.Destroy(), docs/sources.md#embedding-a2-scale-stage)
+# ---------------------------------------------------------------------------------------------
+
+def _scaled_sums(g, idx, nw, pad):
+    """Plain numpy: each index's grad rows summed in fp64, divided by the index's count (0 -> 1),
+    the padding row zero."""
+    out = np.zeros((nw, g.shape[1]), np.float64)
+    for row, k in zip(g.astype(np.float64), idx):
+        if k != pad:
+            out[k] += row
+    counts = np.bincount(idx, minlength=nw)
+    return out / np.maximum(counts, 1)[:, None]
+
+
+@pytest.mark.parametrize("device, emb, det", [
+    ("atlas-a2", 2048, False), ("atlas-a2", 2048, True), ("atlas-a2", 1024, False),
+    ("atlas-a2-910b1", 1024, False), ("atlas-a2-910b3", 1024, False), ("atlas-a2-910b4", 1024, True),
+])
+def test_a2_scale_runs_in_timing_mode_on_rows_whose_accumulators_and_the_scale_buffers_overflow_the_ub(
+        device, emb, det):
+    # the accumulation kernel's grad row and two accumulators (3 x emb x 4 B) and the scale
+    # kernel's buffers do not fit the 192 KiB UB together: the scale stage runs after
+    # tpipe.Destroy(), so only the larger of the two plans is ever held
+    res = _run(device, mode="timing", grad=opsim.TensorSpec((4096, emb), "fp32"),
+               indices=opsim.TensorSpec((4096,), "int32"), num_weights=512, scale_grad_by_freq=True,
+               deterministic=det)
+    assert res.tiling.row_kernel != det and res.tiling.det_kernel == det
+    assert res.stats["ub_peak_bytes"] <= opsim.device_spec(device).ub.size
+    est = _run(device, mode="estimate", grad=opsim.TensorSpec((4096, emb), "fp32"),
+               indices=opsim.TensorSpec((4096,), "int32"), num_weights=512, scale_grad_by_freq=True,
+               deterministic=det)
+    assert abs(est.cycles / res.cycles - 1) < 0.1
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_a2_scale_on_wide_rows_in_full_mode_is_the_scaled_sum_with_the_padding_row_zero(det):
+    rng = np.random.default_rng(71)
+    nw, pad = 40, 3
+    idx = rng.integers(0, nw, 96).astype(np.int32)
+    g = _grad(rng, (96, 2048))
+    res = _run(grad=g, indices=idx, num_weights=nw, padding_idx=pad, scale_grad_by_freq=True, deterministic=det,
+               sanitize=True)
+    assert res.sanitizer.ok, str(res.sanitizer)           # no race between the stages' buffers
+    out = res.outputs["out"]
+    assert np.all(out[pad] == 0)
+    ok, info = nx.mixed_tolerance_check(out, _scaled_sums(g, idx, nw, pad).astype(np.float32), "fp32")
+    assert ok, info
+
+
+def test_a2_small_dim_scale_with_many_weights_frees_the_counts_zero_buffer_before_the_scale_stage():
+    # numWeights / 48 cores > 2560 counts per core: InitWorkspace's zero buffer (over 10 KiB)
+    # and the scale kernel's buffers do not fit together
+    res = _run(mode="timing", grad=opsim.TensorSpec((64, 8), "fp32"), indices=opsim.TensorSpec((64,), "int32"),
+               num_weights=130000, scale_grad_by_freq=True)
+    assert res.tiling.small_dim_kernel and res.cycles > 0
+
+
+def test_a2_scale_through_aclnn_returns_success_and_the_scaled_sums():
+    rt, stream, mk = _acl_setup("atlas-a2")
+    rng = np.random.default_rng(72)
+    nw = 40
+    idx = rng.integers(0, nw, 96).astype(np.int32)
+    g = _grad(rng, (96, 1024))
+    _, gt = mk(g)
+    _, it = mk(idx)
+    o_ptr, ot = mk(np.full((nw, 1024), 7.0, np.float32))
+    ws, ex, ret = aclnnEmbeddingDenseBackwardGetWorkspaceSize(gt, it, nw, -1, True, ot)
+    assert ret == 0
+    wptr, _ = rt.aclrtMalloc(ws)
+    assert aclnnEmbeddingDenseBackward(wptr, ws, ex, stream) == 0
+    # before the fix: 507015 (ACL_ERROR_RT_AICORE_EXCEPTION) here, "CapacityError ... UB: cannot allocate"
+    assert rt.aclrtSynchronizeStream(stream) == 0, rt.aclGetRecentErrMsg()
+    host = np.empty((nw, 1024), np.float32)
+    rt.aclrtMemcpy(host, host.nbytes, o_ptr, host.nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
+    ok, info = nx.mixed_tolerance_check(host, _scaled_sums(g, idx, nw, -1).astype(np.float32), "fp32")
+    assert ok, info

@@ -10,8 +10,9 @@ from opsim.kernels.ascend import mse_backward as mse
 from opsim.kernels.common import TensorDesc
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, SimulatorError, UnsupportedInstruction
-from opsim.simulator.isa import Add, Cast, DataCopy, DataCopyPad, ScalarOp, SetFlag, WaitFlag
+from opsim.simulator.errors import (CapacityError, DeadlockError, MemoryFault, QueueError, SimulatorError,
+                                   UnsupportedInstruction)
+from opsim.simulator.isa import Add, Cast, DataCopy, DataCopyPad, Duplicate, ScalarOp, SetFlag, WaitFlag
 from opsim.simulator.tile import GlobalTensor
 from opsim.traces.trace import Trace
 
@@ -384,3 +385,44 @@ def test_an_l2_hit_on_a_spec_whose_l2_rate_is_refused_names_the_bad_rate():
     kw = registry.get("embedding_dense_backward").example(np.random.default_rng(1), spec, "fp32")
     with pytest.raises(Exception, match=r"base_rate must be finite and > 0, got 0\.0"):
         opsim.run("embedding_dense_backward", device=bad, mode="full", trace="off", **kw)
+
+
+def test_destroy_pipe_gives_the_whole_ub_back_for_a_second_stage_and_refuses_a_tensor_in_use():
+    ub = A2.ub.size
+    big = ub // 2 + 4096              # two of these never fit the UB at once
+
+    def two_stages(ctx, dst):
+        q = ctx.queue("VECOUT", 1, big)
+        t = q.alloc(nx.FP32)
+        yield Duplicate(t[0:8], 1.0, count=8)
+        q.enque(t)
+        t = q.deque()
+        yield DataCopyPad(dst[0:8], t[0:8], 8)
+        q.free(t)
+        ctx.tbuf(big // 2)
+        ctx.destroy_pipe()            # TPipe.Destroy(): the next stage plans an empty UB
+        q2 = ctx.queue("VECOUT", 1, big)
+        t2 = q2.alloc(nx.FP32)
+        yield Duplicate(t2[0:8], 2.0, count=8)
+        q2.enque(t2)
+        t2 = q2.deque()
+        yield DataCopyPad(dst[8:16], t2[0:8], 8)
+        q2.free(t2)
+
+    dev = Device(A2)
+    s = dev.create_stream()
+    dst = GlobalTensor.contiguous(dev, dev.malloc(64), nx.FP32, (16,))
+    dev.launch(s, two_stages, 1, dst)
+    dev.synchronize(s)
+    assert np.array_equal(dev.read(dst.addr, 64).view(np.float32), np.repeat([1.0, 2.0], 8).astype(np.float32))
+
+    def in_use(ctx):
+        q = ctx.queue("VECIN", 1, 64)
+        q.alloc(nx.FP32)
+        ctx.destroy_pipe()
+        yield ScalarOp(1)
+    dev = Device(A2)
+    s = dev.create_stream()
+    with pytest.raises(QueueError, match="still allocated"):
+        dev.launch(s, in_use, 1)
+        dev.synchronize(s)
