@@ -142,13 +142,44 @@ def _flce_limits(spec: DeviceSpec, dtype: str | None) -> list[CapacityRow]:
 def _dsp_limits(spec: DeviceSpec, dtype: str | None) -> list[CapacityRow]:
     rows = []
     if spec.private is not None:
-        item = 2 if dtype == "fp16" else 4
-        for per, label in ((4 * item, "no weight"), (5 * item, "with weight")):
-            rows.append(CapacityRow("derived limit", f"private-storage (_p) elements, {label}",
-                                    spec.private.capacity // per,
-                                    f"x, y, dloss, dx{', w' if label == 'with weight' else ''} in "
-                                    f"{spec.private.capacity} B of private memory per core"))
+        dt = dtype or "fp32"
+        for weight in (False, True):
+            for reduction, red_label in ((0, "reduction none"), (2, "reduction mean/sum")):
+                label = f"{'with' if weight else 'no'} weight, {red_label}"
+                dloss = "dloss (one per element)" if reduction == 0 else "dloss[0]"
+                rows.append(CapacityRow("derived limit", f"private-storage (_p) elements, {label}",
+                                        _dsp_private_limit(spec, dt, weight, reduction),
+                                        f"x, y, {dloss}, dx{', w' if weight else ''} and the library's "
+                                        f"working buffers in {spec.private.capacity} B of private memory "
+                                        f"per core"))
     return rows
+
+
+def _dsp_private_limit(spec: DeviceSpec, dtype: str, weight: bool, reduction: int) -> int:
+    """The largest input_size a _p call accepts: bisected over the library's own plan, which
+    counts the working area (it grows with the tile, so with the size) beside the operands."""
+    from opsim.kernels import dsp
+    from opsim.kernels.common import OpError, TensorDesc
+    from opsim.simulator import numerics as nx
+    dt = nx.dtype(dtype)
+
+    def fits(n: int) -> bool:
+        t = {"input_x": TensorDesc((n,), dt), "input_y": TensorDesc((n,), dt),
+             "dloss": TensorDesc((n if reduction == 0 else 1,), dt), "dx": TensorDesc((n,), dt)}
+        if weight:
+            t["weight"] = TensorDesc((n,), dt)
+        try:
+            dsp.plan(spec, t, {"storage": "private", "reduction": reduction})
+        except OpError:
+            return False
+        return True
+
+    assert spec.private is not None
+    lo, hi = 0, spec.private.capacity // dt.itemsize + 1    # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 LIMITS: dict[str, Callable[[DeviceSpec, str | None], list[CapacityRow]]] = {

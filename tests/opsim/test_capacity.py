@@ -132,3 +132,29 @@ def test_the_memory_search_never_probes_far_beyond_what_it_has_verified():
         assert k <= 2 * verified + 1, (k, verified)
         if k <= 123_456:
             verified = max(verified, k)
+
+
+def _dsp_p_operands(n: int, dtype: str, weight: bool, reduction: int) -> dict:
+    ops = {"input_x": opsim.TensorSpec((n,), dtype), "input_y": opsim.TensorSpec((n,), dtype),
+           "dloss": opsim.TensorSpec((n if reduction == 0 else 1,), dtype)}
+    if weight:
+        ops["weight"] = opsim.TensorSpec((n,), dtype)
+    return ops
+
+
+@pytest.mark.parametrize("device,dtype", [("ft78ne", "fp32"), ("mt7004", "fp16")])
+def test_dsp_private_storage_limit_is_the_largest_size_a_p_call_accepts(device, dtype):
+    # each reported _p limit runs (timing mode) and one element more is refused: the limit counts
+    # the library's working buffers in the same private memory, not just the operands
+    rows = [r for r in capacity("binarycrossentropygrad", device, dtype)
+            if r.item.startswith("private-storage (_p) elements")]
+    assert len(rows) == 4
+    for row in rows:
+        weight, reduction = "with weight" in row.item, 0 if "reduction none" in row.item else 2
+        n = row.value
+        res = opsim.run("binarycrossentropygrad", device=device, mode="timing", trace="off", storage="private",
+                        reduction=reduction, **_dsp_p_operands(n, dtype, weight, reduction))
+        assert res.cycles > 0, row
+        with pytest.raises(OpError, match="private memory"):
+            opsim.run("binarycrossentropygrad", device=device, mode="timing", trace="off", storage="private",
+                      reduction=reduction, **_dsp_p_operands(n + 1, dtype, weight, reduction))
