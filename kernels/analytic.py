@@ -45,7 +45,7 @@ from opsim.simulator.isa import vector_cost
 __all__ = ["TileWork", "Estimate", "vector_cycles", "cast_work", "head_cycles", "copy_rates",
            "pipeline_estimate", "memory_pipes", "shared_rates", "l2_read_rate",
            "dma_cycles", "sequence", "lockstep_copy_cycles", "stores_to_l2", "drain_cycles", "writeback_share",
-           "sparse_store_rate", "with_writebacks"]
+           "sparse_store_rate", "with_writebacks", "fresh_placement"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +129,22 @@ def stores_to_l2(spec: DeviceSpec) -> bool:
     """Whether a write-back L2 takes the stores on the L2 link (``Device.gm_transfer``: MTE3 and
     Fixpipe stores allocate in the L2; HBM sees only the dirty lines evicted)."""
     return spec.family != "dsp" and spec.l2 is not None and spec.l2.write_policy == "write-back"
+
+
+def fresh_placement(spec: DeviceSpec, sizes: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """The GM address of each buffer, in ``sizes`` order (name, bytes), as a call of opsim.run
+    places them on its fresh device: ``Device.malloc`` one after another (the operands in the
+    order of the call's descriptors, then the workspace), the aligned first fit of
+    ``Region.allocate`` on an empty region -- back to back from ``gm.base``, each rounded up to
+    ``gm.alignment`` (a zero-byte buffer still takes one unit). Where a buffer starts within an
+    L2 line decides which lines neighbouring pieces of it share."""
+    align = spec.gm.alignment
+    out: dict[str, int] = {}
+    at = -(-spec.gm.base // align) * align
+    for name, nbytes in sizes:
+        out[name] = at
+        at += -(-max(int(nbytes), 1) // align) * align
+    return out
 
 
 def writeback_share(spec: DeviceSpec, read: float, written: float) -> float:

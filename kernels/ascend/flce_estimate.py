@@ -36,7 +36,11 @@ tiles and allocates its result tiles, in an LRU over panels of ``l2.size`` bytes
 LRU hits; one that is not misses, shared among the cores of the wave that load it (whoever loads
 first misses); a panel of a tensor seen through another view (S by rows for input_grad and by
 columns for weight_grad, W and input by rows in the logits matmul) hits for the fraction of that
-tensor resident under the other view. What the vector stage streams (the rows it reads, the S it
+tensor resident under the other view, and takes those lines over (a tensor holds its lines once).
+Where an operand starts within an L2 line (as opsim.run places it, ``fresh_placement``) decides
+which lines the pieces of a panel share with each other and with neighbouring panels: a new
+panel hits what an earlier piece of its own or a resident neighbour brought in
+(``_line_sharing``). What the vector stage streams (the rows it reads, the S it
 writes) is resident at the start of the cube stage as far as it fits, S the most recent (Fixpipe
 results and S are dirty in a write-back L2); the logits the vector stage reads back in
 memory-saving mode hit for their resident part and become recent, each round of reads taking
@@ -63,9 +67,11 @@ import math
 from collections import OrderedDict, deque
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
+
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import (Estimate, head_cycles, l2_read_rate, lockstep_copy_cycles, stores_to_l2,
-                                    vector_cycles)
+from opsim.kernels.analytic import (Estimate, fresh_placement, head_cycles, l2_read_rate, lockstep_copy_cycles,
+                                    stores_to_l2, vector_cycles)
 from opsim.kernels.ascend.flce_grad import (L0_BUFFERS, L1_BUFFERS, MEMORY_SAVING, META_ROWS,
                                       FlceTiling, MatmulTiling, coarse_chunks, l0_steps)
 from opsim.kernels.common import TensorDesc
@@ -276,8 +282,13 @@ _VIEWS = {"logits": (("input", "rows"), ("weight", "rows")),
 class _L2:
     """Panels of the matmul operands (and result tiles, which stores allocate) in LRU order."""
 
-    def __init__(self, size: int, tensors: Mapping[str, int], write_back: bool = False) -> None:
+    def __init__(self, size: int, tensors: Mapping[str, int], write_back: bool = False,
+                 line: int = 0, origin: Mapping[str, int] | None = None) -> None:
         self.size = size
+        # the line size and where the operands start (``fresh_placement``): for the lines
+        # neighbouring panels share (``_line_sharing``)
+        self.line = line
+        self.origin = dict(origin or {})
         self.tensors = dict(tensors)          # tensor -> bytes
         self.lru: OrderedDict[tuple, float] = OrderedDict()
         self.used = 0.0
@@ -289,7 +300,7 @@ class _L2:
         self.written_back = 0.0
 
     def copy(self) -> "_L2":
-        new = _L2(self.size, self.tensors, self.write_back)
+        new = _L2(self.size, self.tensors, self.write_back, self.line, self.origin)
         new.lru = OrderedDict(self.lru)
         new.used = self.used
         new.by_view = dict(self.by_view)
@@ -306,11 +317,43 @@ class _L2:
         return min(1.0, got / total)
 
     def other_views(self, tensor: str, view: str) -> float:
+        """Fraction resident under other views of the part of ``tensor`` not (yet) held under
+        ``view``: the other views' entries lose what a panel of ``view`` takes over (``adopt``),
+        so they stand for the rest of the tensor."""
         total = self.tensors.get(tensor, 0)
         if not total:
             return 0.0
         got = sum(b for (t, v), b in self.by_view.items() if t == tensor and v != view)
-        return min(1.0, got / total)
+        rest = total - self.by_view.get((tensor, view), 0.0)
+        return min(1.0, got / rest) if rest > 0 else 1.0
+
+    def adopt(self, key: tuple, nbytes: float) -> None:
+        """A new panel ``key`` took over ``nbytes`` that were resident under other views of its
+        tensor: the lines are the same, so those entries shrink by that much, evenly (a panel
+        crosses every tile of another view), and the panel is dirty if what it took mostly
+        was. Else the tensor would hold twice its lines in the L2 and evict the rest (S by
+        columns after the vector stage's S stream: 4.2 MB of S missed that the simulator hits,
+        BT 1000 / H 1024 / V 8192 memory-saving, L2 / 4)."""
+        others = [k for k in self.lru if k[0] == key[0] and k[1] != key[1]]
+        have = sum(self.lru[k] for k in others)
+        if have <= 0 or nbytes <= 0:
+            return
+        scale = min(1.0, nbytes / have)
+        dirty = 0.0
+        for k in others:
+            b = self.lru[k]
+            part = b * scale
+            if k in self.dirty:
+                dirty += part
+            if b - part <= 1e-9 * b:
+                del self.lru[k]
+                self.dirty.discard(k)
+            else:
+                self.lru[k] = b - part
+            self.used -= part
+            self.by_view[k[:2]] -= part
+        if dirty * 2 > have * scale:
+            self.dirty.add(key)
 
     def touch(self, key: tuple, nbytes: float, write: bool = False) -> bool:
         """Make ``key`` most recent (``write``: stored to, dirty in a write-back L2); True if it
@@ -335,13 +378,178 @@ class _L2:
 
 
 Miss = tuple[float, float]   # (probability that this core's load is the wave's first, fraction missed then)
+# ({chunks apart: fraction of a panel's bytes in lines a piece of the same panel that many L1
+#   chunks earlier touches}, {neighbouring panel: fraction of the panel's bytes in lines that
+#   panel's pieces also touch}, bytes of the lines a chunk's pieces touch per byte they load)
+Share = tuple[dict[int, float], dict[int, float], float]
+
+
+def _shares(start: np.ndarray, end: np.ndarray, panel: np.ndarray, order: np.ndarray, chunk: np.ndarray,
+            run: np.ndarray, line: int) -> dict[int, Share]:
+    """Line sharing of pieces [start, end) (byte addresses) of panels loaded in ``order``, as
+    the simulator's L2 counts it (simulator/l2.py: a line's bytes hit if the line is resident):
+    of the pieces of one panel that touch a line, the first to be loaded misses its bytes there
+    and the later ones hit (if the line outlived the L1 chunks between them: ``chunk``, each
+    piece's), unless they are one contiguous run of a copy with it (``run``: the L2 counts a
+    run's bytes on a line once); the first piece's bytes hit too if another panel touching the
+    line brought it in (that panel is its neighbour)."""
+    head = start // line
+    tail = (end - 1) // line
+    head_b = np.minimum(end, (head + 1) * line) - start
+    two = tail != head
+    lines = np.concatenate([head, tail[two]])
+    nbytes = np.concatenate([head_b, (end - tail * line)[two]])
+    pan = np.concatenate([panel, panel[two]])
+    odr = np.concatenate([order, order[two]])
+    chk = np.concatenate([chunk, chunk[two]])
+    rid = np.concatenate([run, run[two]])
+    part = nbytes < line                 # only a line a piece covers in part is shared
+    lines, nbytes, pan, odr, chk, rid = lines[part], nbytes[part], pan[part], odr[part], chk[part], rid[part]
+    totals = np.bincount(panel, weights=(end - start).astype(np.float64))
+    # a piece takes whole lines of the L2 (a 512 B piece off its line: two); the pieces of a
+    # chunk share no line unless they are shorter than one
+    lined = np.bincount(panel, weights=((tail - head + 1) * line).astype(np.float64), minlength=len(totals))
+    out: dict[int, Share] = {}
+    idx = np.lexsort((odr, pan, lines))
+    lines, nbytes, pan, chk, rid = lines[idx], nbytes[idx], pan[idx], chk[idx], rid[idx]
+    first = np.ones(len(lines), dtype=bool)
+    first[1:] = (lines[1:] != lines[:-1]) | (pan[1:] != pan[:-1])
+    # a later piece of a panel on a line: chunks after the panel's first piece there
+    lead = np.maximum.accumulate(np.where(first, np.arange(len(first)), 0))
+    apart = chk - chk[lead]
+    own: dict[int, dict[int, float]] = {}
+    later = ~first & (rid != rid[lead])
+    if len(lines) and later.any():
+        span = int(chk.max()) + 1
+        keys, inv = np.unique(pan[later] * span + apart[later], return_inverse=True)
+        got = np.bincount(inv, weights=nbytes[later].astype(np.float64))
+        for k, b in zip(keys.tolist(), got.tolist()):
+            p, d = divmod(k, span)
+            own.setdefault(p, {})[d] = b / totals[p]
+    # one entry per (line, panel): its neighbour is the next panel on the line, else the previous
+    fl, fp, fb = lines[first], pan[first], nbytes[first]
+    nb = np.full(len(fl), -1, dtype=np.int64)
+    same_next = np.zeros(len(fl), dtype=bool)
+    same_next[:-1] = fl[1:] == fl[:-1]
+    same_prev = np.zeros(len(fl), dtype=bool)
+    same_prev[1:] = same_next[:-1]
+    nb[same_prev] = fp[np.flatnonzero(same_prev) - 1]
+    nb[same_next] = fp[np.flatnonzero(same_next) + 1]
+    has = nb >= 0
+    beside: dict[int, dict[int, float]] = {}
+    pairs = fp[has] * len(totals) + nb[has]
+    if len(pairs):
+        keys, inv = np.unique(pairs, return_inverse=True)
+        got = np.bincount(inv, weights=fb[has].astype(np.float64))
+        for k, b in zip(keys.tolist(), got.tolist()):
+            p, q = divmod(k, len(totals))
+            beside.setdefault(p, {})[q] = b / totals[p]
+    for p in range(len(totals)):
+        if totals[p] > 0:
+            out[p] = (own.get(p, {}), beside.get(p, {}), float(lined[p] / totals[p]))
+    return out
+
+
+def _line_sharing(tiling: FlceTiling, phase: set[int], origin: Mapping[str, int],
+                  line: int) -> dict[tuple[str, str], dict[int, Share]]:
+    """Per (tensor, view) of the phase's matmul operands, the line sharing of its panels
+    (``_shares``) for tensors starting at the byte addresses ``origin`` (``fresh_placement``).
+    A panel is loaded an L1 chunk at a time (the kernel's coarse chunks, ``coarse_chunks``),
+    each copy its rows in address order: ND row panels (input, weight in the logits matmul) in
+    pieces of a row's chunk, ND column panels (weight, input as B of the gradients) a row's
+    columns of the tile, and the NZ S by 16-column blocks. Lines are shared only when a piece
+    does not start or end on a line: an operand not starting on a line (opsim.run places them
+    back to back, 32 B aligned), a row or tile not a whole number of lines."""
+    item = 2 if tiling.dtype in ("fp16", "bf16") else 4
+    out: dict[tuple[str, str], dict[int, Share]] = {}
+    for i in sorted(phase):
+        mm = tiling.matmuls[i]
+        chunks = coarse_chunks(mm.k, mm.chunk_k, max(1, tiling.coarsen))
+        k0s = np.cumsum((0,) + chunks[:-1], dtype=np.int64)
+        kks = np.asarray(chunks, dtype=np.int64)
+        for (tensor, view), side in zip(_VIEWS[mm.name], ("a", "b")):
+            base = origin.get(tensor)
+            if base is None:
+                continue
+            extent, tile = (mm.m, mm.base_m) if side == "a" else (mm.n, mm.base_n)
+            if tensor == "s":       # NZ: 16-column blocks of align16(BT) rows, contiguous
+                r16 = align16(tiling.bt)
+                blk = r16 * 16 * item
+                if view == "rows":          # rows of a tile, every block of the chunk
+                    nblk = ceil_div(mm.k, 16)
+                    t = np.arange(mm.tiles_m, dtype=np.int64)
+                    rows = np.minimum(mm.base_m, mm.m - t * mm.base_m)
+                    b = np.arange(nblk, dtype=np.int64)
+                    start = base + b[:, None] * blk + (t * mm.base_m * 16 * item)[None, :]
+                    end = start + (rows * 16 * item)[None, :]
+                    panel = np.broadcast_to(t[None, :], start.shape)
+                    order = np.broadcast_to(b[:, None], start.shape)
+                    chunk = np.broadcast_to((np.searchsorted(k0s, b * 16, "right") - 1)[:, None], start.shape)
+                    # a tile of all r16 rows: its blocks are one run (GmMatrix.run_geometry)
+                    whole = (rows == r16)[None, :]
+                    run = np.where(whole, panel * (int(chunk.max()) + 1) + chunk,
+                                   -1 - np.arange(start.size).reshape(start.shape))
+                else:                       # S's columns of a tile (16 a block), rows of a chunk
+                    b = np.arange(ceil_div(mm.m, 16), dtype=np.int64)
+                    start = base + b[None, :] * blk + (k0s * 16 * item)[:, None]
+                    end = start + (kks * 16 * item)[:, None]
+                    panel = np.broadcast_to((b * 16 // mm.base_m)[None, :], start.shape)
+                    order = np.arange(start.size, dtype=np.int64).reshape(start.shape)
+                    chunk = np.broadcast_to(np.arange(len(kks))[:, None], start.shape)
+                    run = np.where((kks == r16)[:, None], panel * len(kks) + chunk,
+                                   -1 - np.arange(start.size).reshape(start.shape))
+            elif view == "rows":            # a row's piece per chunk; the K of a row contiguous
+                pitch = mm.k * item
+                r = np.arange(extent, dtype=np.int64)
+                start = base + r[None, :] * pitch + (k0s * item)[:, None]
+                end = start + (kks * item)[:, None]
+                panel = np.broadcast_to((r // tile)[None, :], start.shape)
+                order = np.arange(start.size, dtype=np.int64).reshape(start.shape)
+                chunk = np.broadcast_to(np.arange(len(kks))[:, None], start.shape)
+                # a chunk of whole rows: the tile's rows are one run
+                run = np.where((kks == mm.k)[:, None], panel * len(kks) + chunk,
+                               -1 - np.arange(start.size).reshape(start.shape))
+            else:                           # rows of K, the tile's columns of N
+                pitch = mm.n * item
+                t = np.arange(mm.tiles_n, dtype=np.int64)
+                cols = np.minimum(mm.base_n, mm.n - t * mm.base_n)
+                r = np.arange(mm.k, dtype=np.int64)
+                start = base + r[:, None] * pitch + (t * mm.base_n * item)[None, :]
+                end = start + (cols * item)[None, :]
+                panel = np.broadcast_to(t[None, :], start.shape)
+                order = np.broadcast_to(r[:, None], start.shape)
+                chunk = np.broadcast_to((np.searchsorted(k0s, r, "right") - 1)[:, None], start.shape)
+                # a tile of all the columns: a chunk's rows are one run
+                run = (chunk if mm.tiles_n == 1 else -1 - np.arange(start.size).reshape(start.shape))
+            start, end = start.ravel(), end.ravel()
+            if not (np.any(start % line) or np.any(end % line)):
+                continue                    # every piece on whole lines: nothing shared
+            out[(tensor, view)] = _shares(start, end, np.ascontiguousarray(panel).ravel(),
+                                          np.ascontiguousarray(order).ravel(),
+                                          np.ascontiguousarray(chunk).ravel().astype(np.int64),
+                                          np.ascontiguousarray(run).ravel().astype(np.int64), line)
+    return out
+
+
+
+def _lined(sharing: Mapping[tuple[str, str], Mapping[int, Share]], key: tuple) -> float:
+    """Bytes of L2 lines a chunk of panel ``key`` takes per byte it loads (``_shares``)."""
+    share = sharing.get(key[:2], {}).get(key[2])
+    return share[2] if share is not None else 1.0
 
 
 def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_items: Mapping[int, int],
-                    apart: frozenset = frozenset()) -> dict[tuple[int, int], tuple[Miss, Miss]]:
+                    apart: frozenset = frozenset(),
+                    sharing: Mapping[tuple[str, str], Mapping[int, Share]] | None = None,
+                    ) -> dict[tuple[int, int], tuple[Miss, Miss]]:
     """(core, position in its list) -> how the tile's A and B loads miss the L2.
     ``apart``: (matmul, "a" | "b") whose panel loads the cores of a wave do not share (they
-    drifted apart: each misses what is not resident from earlier waves)."""
+    drifted apart: each misses what is not resident from earlier waves). ``sharing``: per
+    (tensor, view), the panels' L2 lines shared between their pieces and with neighbouring
+    panels (``_line_sharing``): a new panel hits the part of a line an earlier piece of its own
+    or a resident neighbour brought in, and half the part it shares with a neighbour loaded in
+    the same wave."""
+    sharing = sharing or {}
     item = 2 if tiling.dtype in ("fp16", "bf16") else 4
     lists = [[(j, x) for j, x in enumerate(tiles) if x[0] in phase] for tiles in tiling.assignment]
     out: dict[tuple[int, int], tuple[Miss, Miss]] = {}
@@ -355,10 +563,12 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
     rows = [[min(mm.base_m, mm.m - t * mm.base_m) for t in range(mm.tiles_m)] for mm in tiling.matmuls]
     cols = [[min(mm.base_n, mm.n - t * mm.base_n) for t in range(mm.tiles_n)] for mm in tiling.matmuls]
     kbytes = [mm.k * item for mm in tiling.matmuls]
+    nchunks = [len(coarse_chunks(mm.k, mm.chunk_k, max(1, tiling.coarsen))) for mm in tiling.matmuls]
     waves = max((len(x) for x in lists), default=0)
     for w in range(waves):
         users: dict[tuple, int] = {}
         sizes: dict[tuple, int] = {}
+        matmul_of: dict[tuple, int] = {}
         results: dict[int, int] = {}
         wave = [(c, tiles[w]) for c, tiles in enumerate(lists) if w < len(tiles)]
         for _c, (_, (i, tm, tn)) in wave:
@@ -368,14 +578,36 @@ def _miss_fractions(l2: _L2 | None, tiling: FlceTiling, phase: set[int], out_ite
             users[kb] = users.get(kb, 0) + 1
             sizes[ka] = rows[i][tm] * kbytes[i]
             sizes[kb] = cols[i][tn] * kbytes[i]
+            matmul_of[ka] = matmul_of[kb] = i
             results[i] = results.get(i, 0) + rows[i][tm] * cols[i][tn] * out_items[i]
         miss: dict[tuple, Miss] = {}
+        before = {key: key in l2.lru for key in users}
+        # the distinct bytes the wave moves per L1 chunk (its panels, its results): a line a
+        # panel's piece brought in outlives d chunks if d of them do not fill the L2
+        per_chunk = sum(sizes[k] * _lined(sharing, k) / nchunks[matmul_of[k]] for k in users) + sum(
+            b / nchunks[i] for i, b in results.items())
         for key, n in users.items():
-            if l2.touch(key, sizes[key]):
+            if before[key]:
+                l2.touch(key, sizes[key])
                 miss[key] = (0.0, 0.0)
-            else:      # the first of the wave's cores to load it misses (whoever that is)
-                seen = l2.other_views(key[0], key[1])
-                miss[key] = (1.0 / n, 1.0 - seen)
+                continue
+            # the first of the wave's cores to load it misses (whoever that is) what is neither
+            # resident under another view nor in a line a resident piece brings in
+            seen = l2.other_views(key[0], key[1])
+            l2.touch(key, sizes[key])
+            l2.adopt(key, sizes[key] * seen)
+            saved = 0.0
+            share = sharing.get(key[:2], {}).get(key[2])
+            if share is not None:
+                own, beside, _ = share
+                saved = sum(f for d, f in own.items() if d * per_chunk < l2.size)
+                for t, f in beside.items():
+                    nb = (key[0], key[1], t)
+                    if nb in users:      # loaded in this wave too: first to a line half the time
+                        saved += f * (1.0 if before[nb] else 0.5)
+                    elif nb in l2.lru:
+                        saved += f
+            miss[key] = (1.0 / n, (1.0 - seen) * max(0.0, 1.0 - saved))
         for c, (j, (i, tm, tn)) in wave:
             (ta, va), (tb, vb) = views[i]
             ma, mb = miss[(ta, va, tm)], miss[(tb, vb, tn)]
@@ -620,7 +852,8 @@ def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set
     the panels they load; the operands whose chunks drift the sharers apart (DRIFT_LIMIT) are
     replayed with every core missing them."""
     before = l2.copy() if l2 is not None else None
-    misses = _miss_fractions(l2, tiling, phase, out_items)
+    sharing = _line_sharing(tiling, phase, l2.origin, l2.line) if l2 is not None and l2.line else {}
+    misses = _miss_fractions(l2, tiling, phase, out_items, sharing=sharing)
     end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
     if l2 is None or not cores:
         return end, cores, l2
@@ -641,7 +874,7 @@ def _cube_stage(spec: DeviceSpec, tiling: FlceTiling, l2: _L2 | None, phase: set
     if not apart:
         return end, cores, l2
     l2 = before
-    misses = _miss_fractions(l2, tiling, phase, out_items, frozenset(apart))
+    misses = _miss_fractions(l2, tiling, phase, out_items, frozenset(apart), sharing)
     end, cores = _cube_phase(spec, tiling, phase, start, misses, out_items, state)
     return end, cores, l2
 
@@ -866,7 +1099,13 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     rows_bytes = bt * v * 4
     tensors = {"input": bt * h * item, "weight": v * h * item, "s": s_bytes, "logits": rows_bytes,
                "softmax": rows_bytes}
-    l2 = (_L2(spec.l2.size, tensors, write_back=spec.l2.write_policy == "write-back")
+    # where opsim.run puts the operands and the workspace (S in it) on the device
+    at = fresh_placement(spec, [(n, d.nbytes) for n, d in t.items() if d is not None]
+                         + [("workspace", tiling.workspace)])
+    origin: dict[str, int] = {n: at[n] for n in ("input", "weight") if n in at}
+    origin["s"] = at["workspace"] + tiling.ws_s_offset
+    l2 = (_L2(spec.l2.size, tensors, write_back=spec.l2.write_policy == "write-back",
+              line=spec.l2.chunk, origin=origin)
           if spec.l2 is not None else None)
     out_items = {i: (4 if mm.name == "logits" else item) for i, mm in enumerate(tiling.matmuls)}
     overhead = spec.launch.overhead
