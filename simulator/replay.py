@@ -19,7 +19,9 @@ apart; but the lockstep blocks together never move more over a link than it carr
 time: a block takes at least ``blocks × its bytes on the link / bandwidth`` (:func:`replay_block`).
 
 Only a sample of blocks is replayed (:func:`sample_blocks`: the first, a middle one and the last,
-and the first block of the second wave, which finds its core's pipe heads paid; the others take
+and the first block of the second wave, which finds its core's pipe heads paid -- all but what
+a larger load adds to MTE2's small head (A-10), which it takes from the samples of the blocks
+its core ran before it (:func:`replay_launch`); the others take
 the duration of the nearest sample below them), and inside a block a steady
 state is extrapolated (:class:`_Steady`): once the scheduler's state one period of the
 instruction stream later is the same up to a time shift, the remaining identical periods are
@@ -37,7 +39,7 @@ from typing import Any, Iterator, Sequence
 import simpy
 
 from opsim.devices.spec import DeviceSpec
-from opsim.simulator.core import pay_head
+from opsim.simulator.core import large_head_from, pay_head
 from opsim.simulator.device import CrossCoreFlags, Device, Launch, MixKernel
 from opsim.simulator.errors import DeadlockError, SimulatorError, UnsupportedInstruction
 from opsim.simulator.isa import Instruction, WaitFlag
@@ -346,6 +348,14 @@ class BlockReplay:
     pipe_busy: dict[str, int]
     instructions: int
     skipped_tiles: int = 0      # tiles the steady state counted instead of scheduling
+    # (core, pipe) -> (head cycles paid, whether a larger load could still add to them) at the
+    # block's end, for the pipes with a large-load head that paid one (MTE2, assumption A-10)
+    heads: dict[tuple[str, str], tuple[int, bool]] = field(default_factory=dict)
+
+
+HeadsPaid = dict[tuple[str, str], int]
+"""(core, pipe) -> the small head a block's core paid with its earlier blocks of the launch,
+which a large load may still raise (A-10); see :func:`replay_launch`."""
 
 
 STORED = -1          # the key of the stores into a write-back L2 in _Scheduler.moved
@@ -468,11 +478,13 @@ class _Steady:
 class _Scheduler:
     """The list scheduler of one block (one core, or the cores of a mixed group)."""
 
-    def __init__(self, spec: DeviceSpec, share: int, heads: bool = True) -> None:
+    def __init__(self, spec: DeviceSpec, share: int, heads: bool = True,
+                 raisable: HeadsPaid | None = None) -> None:
         self.spec = spec
         self.depth = spec.scalar.queue_depth
         self.share = max(1, share)               # blocks running at once (lockstep copies)
         self.heads = heads                       # the block is its core's first of the launch
+        self.raisable = raisable or {}           # else: the small heads its core paid before it
         self.inflight: dict[int, list[int]] = {}   # id(link or pool) -> end times of transfers
         self.moved: dict[int, float] = {}            # id(link) -> bytes this block moved over it
         self.capacity: dict[int, float] = {}         # id(link) -> its bytes/cycle
@@ -486,6 +498,11 @@ class _Scheduler:
         pipes = {name: _RPipe(core, name) for name in core.pipes}
         for p in pipes.values():
             p.head_pending = self.heads          # a core pays a pipe head once per launch
+            paid = self.raisable.get((core.name, p.name), 0) if not self.heads else 0
+            if paid:
+                # a later block on a core that paid only MTE2's small head: a large load pays
+                # the difference (pay_head, as the simulator's Core.begin_block carries it over)
+                p.head_paid, p.head_pending = paid, True
         prog = _Program(core, pipes, _stream(program, pending), pending=pending)
         self.programs.append(prog)
         return prog
@@ -722,9 +739,11 @@ def _cores_for(dev: Device, launch: Launch) -> list[Any]:
     return [c for c in cores if mask is None or (mask >> c.index) & 1]
 
 
-def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = True) -> BlockReplay:
+def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = True,
+                 raisable: HeadsPaid | None = None) -> BlockReplay:
     """Replay block ``b`` of ``launch`` on its own, ``share`` blocks running at once; ``heads``:
-    it is its core's first block of the launch, so it pays the pipe heads.
+    it is its core's first block of the launch, so it pays the pipe heads; else ``raisable``: the
+    small MTE2 heads its core paid with its earlier blocks, which a large load raises (A-10).
 
     A block that reads part of a line other blocks read the rest of (a split into ranges that
     are not whole lines: 48 fp32 elements a block) finds the line in the simulator's L2 when a
@@ -738,14 +757,14 @@ def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = 
     cost of every replayed block (a 1,000-point estimate study 3.6 -> 6.0 s), so it is left out."""
     if (not isinstance(dev, ReplayDevice) or dev.l2 is None or launch.block_dim < 2
             or launch.block_dim <= len(_cores_for(dev, launch))):
-        return _replay_block(dev, launch, b, share, heads)
+        return _replay_block(dev, launch, b, share, heads, raisable)
     # the first pass only reads the addresses: without the L2 model, which it leaves as it was
     # (a copy of the model's state costs more than a replay), and the byte counts put back
     counts = (dict(dev.link_bytes), dict(launch.link_bytes), dev.bytes_read, dev.bytes_written)
     l2, dev.l2 = dev.l2, None
     dev.footprint = {}
     try:
-        _replay_block(dev, launch, b, share, heads)
+        _replay_block(dev, launch, b, share, heads, raisable)
         shared = dev.shared_ends(l2.chunk)
     finally:
         dev.l2, dev.footprint = l2, None
@@ -756,13 +775,14 @@ def replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool = 
         launch.link_bytes.update(launch_bytes)
     dev.shared_lines = shared
     try:
-        return _replay_block(dev, launch, b, share, heads)
+        return _replay_block(dev, launch, b, share, heads, raisable)
     finally:
         dev.shared_lines = {}
 
 
-def _replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool) -> BlockReplay:
-    sched = _Scheduler(dev.spec, share, heads)
+def _replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool,
+                  raisable: HeadsPaid | None) -> BlockReplay:
+    sched = _Scheduler(dev.spec, share, heads, raisable)
     cores = _cores_for(dev, launch)
     steady = None
     if launch.unit == "mix":
@@ -802,7 +822,24 @@ def _replay_block(dev: Device, launch: Launch, b: int, share: int, heads: bool) 
     cycles = max(cycles, sched.link_bound(dev.gm_link, getattr(dev, "writeback_share", 0.0)))
     busy = sched.busy()
     n = sum(p.dispatched for p in sched.programs)
-    return BlockReplay(cycles, busy, n, steady.skipped_tiles if steady is not None else 0)
+    paid = {(p.core.name, name): (pipe.head_paid, pipe.head_pending) for p in sched.programs
+            for name, pipe in p.pipes.items() if pipe.head_paid and large_head_from(dev.spec, name)}
+    return BlockReplay(cycles, busy, n, steady.skipped_tiles if steady is not None else 0, paid)
+
+
+def _raisable_heads(earlier: Sequence[BlockReplay]) -> HeadsPaid:
+    """The small heads a core paid with the blocks it ran before (``earlier``, their replays)
+    that a large load may still raise: the pipes where one paid a small head and none the large.
+    (A pipe none of them used pays no head in a later block, as before: A-9.)"""
+    out: HeadsPaid = {}
+    done: set[tuple[str, str]] = set()
+    for rep in earlier:
+        for key, (paid, pending) in rep.heads.items():
+            if not pending:
+                done.add(key)
+            else:
+                out[key] = max(out.get(key, 0), paid)
+    return {k: v for k, v in out.items() if k not in done}
 
 
 @dataclass
@@ -866,6 +903,18 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
     share = min(bd, ncores)
     samples = sample_blocks(bd, ncores)
     waves = bd > ncores and isinstance(dev, ReplayDevice)
+    # each block takes the duration of a sample: itself, else the nearest one below it
+    sample_of = [0] * bd
+    for s, nxt in zip(samples, [*samples[1:], bd]):
+        sample_of[s:nxt] = [s] * (nxt - s)
+
+    def raisable(b: int) -> HeadsPaid:
+        # the MTE2 small heads block b's core paid before it and a large load raises (A-10): its
+        # core ran blocks b - ncores, b - 2·ncores, ... (the cores take the blocks in turn when
+        # they take as long), each standing for the sample it takes its duration from
+        earlier = sorted({sample_of[x] for x in range(b - ncores, -1, -ncores)})
+        return _raisable_heads([reps[(s, share)] for s in earlier])
+
     # a sample replayed again at another share must find the device as its first replay did
     before: dict[int, tuple] = {}
     reps: dict[tuple[int, int], BlockReplay] = {}
@@ -873,19 +922,16 @@ def replay_launch(dev: Device, launch: Launch) -> LaunchReplay:
         if waves:
             before[b] = dev.save_replay(launch)   # type: ignore[attr-defined]
         # the first wave (blocks 0 .. ncores-1, one per core) pays the pipe heads, later blocks
-        # find them paid on their core (Core.begin_block)
-        reps[(b, share)] = replay_block(dev, launch, b, share, heads=b < ncores)
-    # each block takes the duration of a sample: itself, else the nearest one below it
-    sample_of = [0] * bd
-    for s, nxt in zip(samples, [*samples[1:], bd]):
-        sample_of[s:nxt] = [s] * (nxt - s)
+        # find them paid on their core (Core.begin_block), all but what a large load adds
+        reps[(b, share)] = replay_block(dev, launch, b, share, heads=b < ncores, raisable=raisable(b))
     shares: dict[int, int] = {}
     for _ in range(4):
         keys = [(sample_of[b], shares.get(b, share)) for b in range(bd)]
         for key in set(keys) - reps.keys():
             after = dev.save_replay(launch)       # type: ignore[attr-defined]
             dev.restore_replay(launch, before[key[0]])   # type: ignore[attr-defined]
-            reps[key] = replay_block(dev, launch, key[0], key[1], heads=key[0] < ncores)
+            reps[key] = replay_block(dev, launch, key[0], key[1], heads=key[0] < ncores,
+                                     raisable=raisable(key[0]))
             dev.restore_replay(launch, after)     # type: ignore[attr-defined]
         placed = _place(bd, ncores, [reps[k].cycles for k in keys])
         if not waves:

@@ -181,10 +181,11 @@ def test_the_large_head_starts_at_25000_bytes(mode: str) -> None:
     assert abs(large - _mte2_large_head(4)) <= SLACK, (large, _mte2_large_head(4))
 
 
-def test_a_later_block_with_a_large_load_raises_its_cores_head() -> None:
+@pytest.mark.parametrize("mode", ["timing", "estimate"])
+def test_a_later_block_with_a_large_load_raises_its_cores_head(mode: str) -> None:
     # under a mask of 4 cores, 8 blocks: the first wave loads 4 KiB, the second 32 KiB; each core
     # pays the small head with its first block and the difference with its second, the large
-    # head in total (the simulator; the replay's later waves pay no head)
+    # head in total (A-10; the replay finds the small head its core paid with the first wave)
     mask = 0b1010_0000_0000_0110
-    extra = _load_kernel_head("timing", lambda b: [4096] if b < 4 else [32768], 8, core_mask=mask)
+    extra = _load_kernel_head(mode, lambda b: [4096] if b < 4 else [32768], 8, core_mask=mask)
     assert abs(extra - _mte2_large_head(4)) <= SLACK, (extra, _mte2_large_head(4))
