@@ -204,6 +204,59 @@ def test_an_l2_panel_takes_over_the_lines_another_view_holds():
         assert key in l2.dirty
 
 
+def test_line_sharing_counted_per_period_of_rows_equals_every_piece(monkeypatch):
+    # _row_shares keeps a few periods of each stretch of alike rows (the rows repeat their place
+    # on the L2 lines every line / gcd(pitch, line) rows) and counts the first period once more
+    # per period dropped: on random layouts (pitches and pieces off the lines and shorter than a
+    # line, panels and chunks changing along the rows or across them, runs and lone pieces) it
+    # must give _shares over every piece, bit for bit
+    import numpy as np
+    from opsim.kernels.ascend import flce_estimate as fe
+    rng = np.random.default_rng(2026)
+    line = 512
+    sizes: list[int] = []
+    real = fe._shares
+
+    def shares(start, *args, **kwargs):
+        sizes.append(len(start))
+        return real(start, *args, **kwargs)
+    monkeypatch.setattr(fe, "_shares", shares)
+    dropped = 0
+    for _ in range(400):
+        rows = int(rng.integers(1, 160))
+        stride = 32 * int(rng.integers(1, 70))
+        cuts = np.sort(rng.choice(stride // 32 + 1, size=min(int(rng.integers(2, 6)), stride // 32 + 1),
+                                  replace=False)) * 32
+        off, length = cuts[:-1].astype(np.int64), np.diff(cuts).astype(np.int64)
+        width = len(off)
+        base = 32 * int(rng.integers(0, 64))
+        r = np.arange(rows, dtype=np.int64)
+        shape = (rows, width)
+        if rng.random() < 0.5:      # panels of rows (ND rows), else of the pieces (ND columns)
+            panel = np.broadcast_to((r // int(rng.integers(1, 40)))[:, None], shape)
+        else:
+            panel = np.broadcast_to(np.arange(width)[None, :], shape)
+        if rng.random() < 0.5:      # chunks along the rows, else across them
+            chunk = np.broadcast_to((r // int(rng.integers(1, 60)))[:, None], shape)
+        else:
+            chunk = np.broadcast_to(np.arange(width)[None, :], shape)
+        order0 = np.arange(width, dtype=np.int64) * rows if rng.random() < 0.5 else np.zeros(width, np.int64)
+        lone = -1 - np.arange(rows * width).reshape(shape)
+        run = np.where((rng.random(width) < 0.5)[None, :], panel * (int(chunk.max()) + 1) + chunk, lone)
+        start = base + (r * stride)[:, None] + off[None, :]
+        end = start + length[None, :]
+        sizes.clear()
+        got = fe._row_shares(base, stride, off, length, order0, panel, chunk, run, line)
+        if got is None:
+            assert not (np.any(start % line) or np.any(end % line))
+            continue
+        dropped += sizes[0] < rows * width
+        want = real(start.ravel(), end.ravel(), panel.ravel(), (order0[None, :] + r[:, None]).ravel(),
+                    chunk.ravel(), run.ravel(), line)
+        assert got == want, (rows, stride, off, length, base)
+    assert dropped > 100            # the periods did drop rows
+
+
 @pytest.mark.parametrize("mode", ["high_performance", "memory_saving"])
 def test_flce_estimate_hits_the_lines_neighbouring_pieces_share(mode):
     # BT 200: the 800 B grad puts input and weight 288 B into a 512 B L2 line, so each 512 B
