@@ -327,6 +327,18 @@ class _L2:
         rest = total - self.by_view.get((tensor, view), 0.0)
         return min(1.0, got / rest) if rest > 0 else 1.0
 
+    def shrink(self, key: tuple, part: float) -> None:
+        """Take ``part`` bytes out of entry ``key`` (read on under another entry, or taken over
+        by another view); the entry goes, clean, once (all but rounding of) it is used up."""
+        b = self.lru[key]
+        if b - part <= 1e-9 * b:
+            del self.lru[key]
+            self.dirty.discard(key)
+        else:
+            self.lru[key] = b - part
+        self.used -= part
+        self.by_view[key[:2]] -= part
+
     def adopt(self, key: tuple, nbytes: float) -> None:
         """A new panel ``key`` took over ``nbytes`` that were resident under other views of its
         tensor: the lines are the same, so those entries shrink by that much, evenly (a panel
@@ -341,17 +353,10 @@ class _L2:
         scale = min(1.0, nbytes / have)
         dirty = 0.0
         for k in others:
-            b = self.lru[k]
-            part = b * scale
+            part = self.lru[k] * scale
             if k in self.dirty:
                 dirty += part
-            if b - part <= 1e-9 * b:
-                del self.lru[k]
-                self.dirty.discard(k)
-            else:
-                self.lru[k] = b - part
-            self.used -= part
-            self.by_view[k[:2]] -= part
+            self.shrink(k, part)
         if dirty * 2 > have * scale:
             self.dirty.add(key)
 
@@ -720,13 +725,7 @@ def _vector_l2(l2: _L2, tiling: FlceTiling, rows_bytes: int, s_bytes: int, rows_
                     continue
                 part = b * take
                 hit += part
-                if b - part <= 1e-9 * b:
-                    del l2.lru[key]
-                    l2.dirty.discard(key)
-                else:
-                    l2.lru[key] = b - part
-                l2.used -= part
-                l2.by_view[key[:2]] -= part
+                l2.shrink(key, part)
             unread = max(0.0, unread - read / rows_bytes)
             hit = min(hit, read)
             wb = l2.written_back
