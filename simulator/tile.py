@@ -589,6 +589,10 @@ class KernelContext:
         self._work_area: tuple["Region", int, int] | None = None   # (region, base, end)
         self._work_next = 0
         self.queues: list[Any] = []   # this block's TQues (anything with unfreed()), for the sanitizer
+        # (memory name, start, end) of the local buffers destroy_pipe gave back: the generator runs
+        # ahead of simulated time, so the earlier stage's last accesses may execute when the
+        # later stage's buffers already hold those addresses (read by the sanitizer)
+        self.retired: list[tuple[str, int, int]] = []
         # the context of the block the core runs now: execution clients (the sanitizer) look at
         # its queues when the block ends
         core.context = self
@@ -690,6 +694,7 @@ class KernelContext:
                 self._work_next = self._work_area[1]
                 continue
             for alloc in region.allocations:
+                self.retired.append((region.name, alloc.addr, alloc.addr + alloc.nbytes))
                 region.free(alloc.addr)
 
     def tbuf(self, nbytes: int, dtype: Any = nx.FP32, memory: str | None = None) -> LocalTensor:

@@ -1154,58 +1154,81 @@ def _half_kernel(ctx: KernelContext, tiling: EmbeddingTiling, skeys: GlobalTenso
     free_wait()
 
 
+def scale_passes(emb: int, e_chunk: int) -> list[tuple[int, int]]:
+    """The (start, length) row chunks of the scale stage: formerDimRepTime = embeddingDim /
+    formerEmbeddingDim chunks of formerEmbeddingDim, then the tail. ``Process`` runs dimJ from 0
+    through formerDimRepTime inclusive, so the tail pass runs even when the tail is 0 elements
+    (docs/sources.md#embedding-a2-scale-stage)."""
+    reps = emb // e_chunk
+    return [(j * e_chunk, e_chunk) for j in range(reps)] + [(reps * e_chunk, emb - reps * e_chunk)]
+
+
+def scale_ub_bytes(e_chunk: int) -> int:
+    """UB of the scale stage's InitBuffers: gradInQue_ and gradOutQue_, two buffers each of
+    formerEmbeddingDim fp32 aligned to 32 B, and scaleQue_, two buffers of 32 B."""
+    return 2 * 2 * _pad8(e_chunk) * 4 + 2 * 32
+
+
 def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,
                   acc: GlobalTensor, cvals: np.ndarray | None = None) -> Iterator[Any]:
-    """EmbeddingDenseGradScale (A2): rows of this core x fp32(1/count), count 0 treated as 1.
-    ``cvals``: the counts of rows [lo, hi) when the caller knows them (the scale phase of the
-    row kernel, whose counts are added in the same launch)."""
+    """EmbeddingDenseGradV2ScaleKernel (A2, docs/sources.md#embedding-a2-scale-stage): this
+    core's rows of the Tiling4Scale split (numWeights / coreNum each, one more for the first
+    numWeights % coreNum) x fp32(1/count), count 0 treated as 1. For each row chunk pass
+    (:func:`scale_passes`) and each row: CopyIn (the chunk and the row's 4 B count, each in its
+    double-buffered queue), Compute (the scalar reads the count, GetValue, and forms the
+    reciprocal; Muls of the whole 64-element repeats, then one of the rest), CopyOut (the chunk
+    back in place). ``cvals``: the counts of rows [lo, hi) when the caller knows them (the counts
+    are added in the same launch, so they are not in GM when the kernel is generated)."""
     emb = tiling.emb_dim
     lo, hi = _slice(tiling.num_weights, ctx.block_dim, ctx.block_idx)
     if lo >= hi:
         return
     if cvals is None:
         cvals = _peek(counts, lo, hi - lo) if ctx.functional else np.ones(hi - lo, np.float32)
-    ub = ctx.core.memory(ctx.core.local_memory).capacity
-    per_buf = (ub - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8           # fp32 elements, 2 in + 2 out buffers
-    ep = _pad8(emb)
-    chunk = min(ep, per_buf)
-    rows_per_tile = max(1, per_buf // ep) if ep <= per_buf else 1
-    one_dma = emb % 8 == 0 and ep <= per_buf                      # rows of a tile are contiguous and aligned
-    inq = ctx.queue("VECIN", 2, per_buf * 4)
-    outq = ctx.queue("VECOUT", 2, per_buf * 4)
-    feed = _ScalarFeed(ctx, [counts], lo, hi, "reciprocal of counts")
-    tile = 0
-    for r0 in range(lo, hi, rows_per_tile):
-        rows = range(r0, min(hi, r0 + rows_per_tile))
-        for c0 in range(0, emb, chunk):
-            n = min(chunk, emb - c0)
+    chunk = tiling.e_chunk
+    inq = ctx.queue("VECIN", 2, _pad8(chunk) * 4)                  # gradInQue_
+    sq = ctx.queue("VECIN", 2, 32)                                 # scaleQue_
+    outq = ctx.queue("VECOUT", 2, _pad8(chunk) * 4)                # gradOutQue_
+    to_scalar = ctx.next_event_id("MTE2", "SCALAR")
+    scalar_vec = ctx.next_event_id("SCALAR", "VECTOR")
+    scalar_mte2 = ctx.next_event_id("SCALAR", "MTE2")
+    mask = 256 // 4                                                # VEC_PROCESS_SIZE / sizeof(float)
+    tile, issued = 0, False
+    for c0, n in scale_passes(emb, chunk):
+        former = n // mask * mask
+        for r in range(lo, hi):
             ctx.tile = tile
             tile += 1
-            yield from feed.need(r0)
-            ib = inq.alloc(nx.FP32)
-            if one_dma:
-                yield DataCopyPad(ib[0:len(rows) * emb], acc[r0 * emb:(r0 + len(rows)) * emb], len(rows) * emb)
-            else:
-                for k, r in enumerate(rows):
-                    yield DataCopyPad(ib[k * ep:k * ep + n], acc[r * emb + c0:r * emb + c0 + n], n)
+            if issued:          # in-order issue: this row's copies follow the scalar's last GetValue
+                ctx.emit_wait("SCALAR", "MTE2", scalar_mte2)
+            issued = True
+            ib, sb = inq.alloc(nx.FP32), sq.alloc(nx.FP32)        # CopyIn
+            yield DataCopyPad(ib[0:n], acc[r * emb + c0:r * emb + c0 + n], n)
+            yield DataCopyPad(sb[0:1], counts[r:r + 1], 1)
             inq.enque(ib)
-            ib = inq.deque()
+            sq.enque(sb)
+            ib, sb = inq.deque(), sq.deque()                       # Compute
             ob = outq.alloc(nx.FP32)
-            stride = emb if one_dma else ep
-            for k, r in enumerate(rows):
-                c = float(cvals[r - lo])
-                rcp = np.float32(1.0) / np.float32(c if c != 0.0 else 1.0)
-                yield Muls(ob[k * stride:k * stride + n], ib[k * stride:k * stride + n], scalar=float(rcp), count=n)
+            ctx.emit_set("MTE2", "SCALAR", to_scalar)              # the count in UB before GetValue
+            ctx.emit_wait("MTE2", "SCALAR", to_scalar)
+            yield ScalarOp(2, "count GetValue, 1/count")
+            ctx.emit_set("SCALAR", "MTE2", scalar_mte2)
+            c = float(cvals[r - lo])
+            rcp = float(np.float32(1.0) if c == 0.0 else np.float32(1.0) / np.float32(c))
+            if n:
+                ctx.emit_set("SCALAR", "VECTOR", scalar_vec)       # Muls takes the scalar as its operand
+                ctx.emit_wait("SCALAR", "VECTOR", scalar_vec)
+            if former:
+                yield Muls(ob[0:former], ib[0:former], scalar=rcp, count=former)
+            if n > former:
+                yield Muls(ob[former:n], ib[former:n], scalar=rcp, count=n - former)
             inq.free(ib)
+            sq.free(sb)
             outq.enque(ob)
-            ob = outq.deque()
-            if one_dma:
-                yield DataCopyPad(acc[r0 * emb:(r0 + len(rows)) * emb], ob[0:len(rows) * emb], len(rows) * emb)
-            else:
-                for k, r in enumerate(rows):
-                    yield DataCopyPad(acc[r * emb + c0:r * emb + c0 + n], ob[k * ep:k * ep + n], n)
+            ob = outq.deque()                                      # CopyOut
+            yield DataCopyPad(acc[r * emb + c0:r * emb + c0 + n], ob[0:n], n)
             outq.free(ob)
-    feed.drain()
+    ctx.emit_wait("SCALAR", "MTE2", scalar_mte2)
 
 
 # ---------------------------------------------------------------------------------------------

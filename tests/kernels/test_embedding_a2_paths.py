@@ -346,3 +346,33 @@ def test_the_fp32_kernels_without_syncall_run_more_blocks_than_cores(det):
     np.add.at(want, idx, grad.astype(np.float64))
     assert res.tiling.block_dim == 2 * CORES
     np.testing.assert_allclose(res.outputs["out"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_scale_stage_moves_one_row_chunk_and_its_4_byte_count_per_step_as_the_vendor_kernel():
+    # EmbeddingDenseGradV2ScaleKernel (docs/sources.md#embedding-a2-scale-stage): Tiling4Scale gives
+    # the first numWeights % coreNum cores one row more than numWeights / coreNum; Process runs the
+    # chunk passes dimJ = 0 .. embeddingDim / formerEmbeddingDim inclusive (here 520 / 520 = 1: the
+    # whole row, then a tail pass of 0 elements), each row loading its chunk and its 4 B count and
+    # scaling with one Muls of the 64-element repeats (512) and one of the rest (8)
+    nw, emb = 100, SORT_DIM
+    res = _run(mode="timing", trace="instruction", grad=opsim.TensorSpec((256, emb), "fp32"),
+               indices=opsim.TensorSpec((256,), "int32"), num_weights=nw, scale_grad_by_freq=True)
+    assert res.tiling.row_kernel and res.tiling.e_chunk == emb
+    rows = sorted(hi - lo for lo, hi in _slices(nw, CORES))   # Tiling4Scale's split over the 48 blocks
+    per_core, muls = [], []
+    for proc in sorted({s.process for s in res.trace.slices() if "veccore" in s.process}):
+        mine = [s for s in res.trace.slices() if s.process == proc]
+        cnt = [s for s in mine if s.thread == "MTE2" and s.name == "DataCopyPad" and s.nbytes == 4
+               and s.detail == "fp32"]
+        n = len(cnt) // 2
+        per_core.append(n)
+        assert len(cnt) == 2 * n                     # one count load per row and pass
+        loads = [s.nbytes for s in mine if s.thread == "MTE2" and s.name == "DataCopyPad"][-4 * n:]
+        stores = [s.nbytes for s in mine if s.thread == "MTE3" and s.name == "DataCopyPad"][-2 * n:]
+        assert loads == [emb * 4, 4] * n + [0, 4] * n, proc
+        assert stores == [emb * 4] * n + [0] * n, proc
+        muls.extend(s.elements for s in mine if s.name == "Muls")
+    assert sorted(per_core) == rows
+    assert muls == [512, 8] * nw
+    # the scale stage's own UB: two in and two out buffers of one 32 B aligned chunk, two of 32 B
+    assert eb.scale_ub_bytes(emb) == 4 * emb * 4 + 64
