@@ -424,6 +424,16 @@ def _plan_v2(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
         raise tiling_error(f"e_chunk {e_chunk} does not fit the UB: maxFormerNum = ((UB {ub} - 20480 - 96) "
                            f"/ (64 x {k})) x 16 = {max_former} elements for {kdt} rows")
     e_chunk = min(e_chunk, emb)
+    if scale and scale_ub_bytes(e_chunk) > ub:
+        # the published scale kernel (a fresh TPipe after the accumulation kernel) asks InitBuffer
+        # for more than the UB: opsim refuses the call up front rather than fail mid-run or run a
+        # kernel the vendor does not have (docs/sources.md#embedding-a2-scale-stage)
+        fit = scale_chunk_limit(ub)
+        raise tiling_error(
+            f"scaleGradByFreq with grad's embedding dim {emb}: the scale stage "
+            f"(EmbeddingDenseGradV2ScaleKernel) holds 4 buffers of formerEmbeddingDim = {e_chunk} fp32 "
+            f"aligned to 32 B plus 64 B = {scale_ub_bytes(e_chunk)} B of UB, the UB has {ub} B on {spec.name}; "
+            f"allowed: embedding dim at most {fit} (or tiling override e_chunk at most {fit})")
     cores = spec.vector_cores
     block_dim = min(cores, n_rows)
     if scale:
@@ -1167,6 +1177,11 @@ def scale_ub_bytes(e_chunk: int) -> int:
     """UB of the scale stage's InitBuffers: gradInQue_ and gradOutQue_, two buffers each of
     formerEmbeddingDim fp32 aligned to 32 B, and scaleQue_, two buffers of 32 B."""
     return 2 * 2 * _pad8(e_chunk) * 4 + 2 * 32
+
+
+def scale_chunk_limit(ub: int) -> int:
+    """The widest formerEmbeddingDim whose scale stage (:func:`scale_ub_bytes`) fits ``ub`` B."""
+    return (ub - 2 * 32) // (2 * 2 * 4) // 8 * 8
 
 
 def _scale_kernel(ctx: KernelContext, tiling: EmbeddingTiling, counts: GlobalTensor,

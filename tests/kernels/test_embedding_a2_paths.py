@@ -376,3 +376,71 @@ def test_scale_stage_moves_one_row_chunk_and_its_4_byte_count_per_step_as_the_ve
     assert muls == [512, 8] * nw
     # the scale stage's own UB: two in and two out buffers of one 32 B aligned chunk, two of 32 B
     assert eb.scale_ub_bytes(emb) == 4 * emb * 4 + 64
+
+
+# the scale stage's UB (docs/sources.md#embedding-a2-scale-stage): 2 + 2 buffers of one 32 B aligned
+# fp32 chunk and 2 of 32 B. The UB of atlas-a2 (196608 B) holds a chunk of 12280 (4 x 12280 x 4 + 64 =
+# 196544 B) but not the next 32 B step, 12288 (196672 B); maxFormerNum is 14656 for fp32 rows
+SCALE_FIT = 12280
+
+
+def _scale_call(mode, emb, rows=8, nw=4, **kw):
+    if mode == "full":
+        rng = np.random.default_rng(emb)
+        g = rng.standard_normal((rows, emb)).astype(np.float32)
+        i = (np.arange(rows) % nw).astype(np.int32)
+    else:
+        g, i = opsim.TensorSpec((rows, emb), "fp32"), opsim.TensorSpec((rows,), "int32")
+    return g, i, _run(mode=mode, grad=g, indices=i, num_weights=nw, scale_grad_by_freq=True, **kw)
+
+
+@pytest.mark.parametrize("emb", [SCALE_FIT + 1, 12284, 13000, 20000])
+@pytest.mark.parametrize("mode", ["estimate", "timing", "full"])
+def test_a_scale_stage_chunk_wider_than_the_ub_is_refused_by_plan_with_the_numbers(emb, mode):
+    # the published scale kernel would ask InitBuffer for more than the UB: opsim refuses the call
+    # before anything runs (it failed mid-run with a CapacityError on VECOUT[1])
+    with pytest.raises(opsim.OpError) as e:
+        _scale_call(mode, emb)
+    chunk = min(emb, 14656)
+    need = 4 * (-(-chunk // 8) * 8) * 4 + 64
+    msg = e.value.message
+    assert e.value.code == 561002
+    assert f"embedding dim {emb}" in msg and f"= {need} B of UB" in msg and "the UB has 196608 B" in msg
+    assert f"embedding dim at most {SCALE_FIT}" in msg and f"e_chunk at most {SCALE_FIT}" in msg
+
+
+def test_the_widest_scale_stage_chunk_runs_in_every_mode():
+    for mode in ("estimate", "timing"):
+        _, _, res = _scale_call(mode, SCALE_FIT)
+        assert res.cycles > 0
+    g, i, res = _scale_call("full", SCALE_FIT)
+    counts = np.bincount(i, minlength=4).astype(np.float32)
+    want = np.zeros((4, SCALE_FIT), np.float32)
+    np.add.at(want, i, g)
+    want /= counts[:, None]
+    np.testing.assert_allclose(res.outputs["out"], want, rtol=1e-6, atol=1e-6)
+    # a wider row runs when the caller narrows the chunk to the allowed width
+    for mode in ("timing", "full"):
+        _, _, res = _scale_call(mode, 13000, tiling={"e_chunk": SCALE_FIT})
+        assert res.tiling.e_chunk == SCALE_FIT
+
+
+def test_aclnn_refuses_a_scale_stage_wider_than_the_ub_at_get_workspace_size():
+    from opsim.kernels.aclnn import aclnnEmbeddingDenseBackwardGetWorkspaceSize
+    from opsim.simulator.acl import ACL_MEMCPY_HOST_TO_DEVICE, AclRuntime
+    rt = AclRuntime("atlas-a2", trace_level="off")
+    assert rt.aclInit(None) == 0 and rt.aclrtSetDevice(0) == 0
+
+    def mk(host):
+        ptr, ret = rt.aclrtMalloc(host.nbytes)
+        assert ret == 0 and rt.aclrtMemcpy(ptr, host.nbytes, host, host.nbytes, ACL_MEMCPY_HOST_TO_DEVICE) == 0
+        return rt.aclCreateTensor(list(host.shape), host.dtype, None, 0, 2, list(host.shape), ptr)
+
+    emb = SCALE_FIT + 1
+    gt, it = mk(np.ones((8, emb), np.float32)), mk((np.arange(8) % 4).astype(np.int32))
+    ot = mk(np.full((4, emb), 3.0, np.float32))
+    digest = rt.device.space.snapshot_digest()
+    ws, ex, ret = aclnnEmbeddingDenseBackwardGetWorkspaceSize(gt, it, 4, -1, True, ot)
+    assert ret == 561002 and ex is None
+    assert f"embedding dim {emb}" in rt.aclGetRecentErrMsg()
+    assert rt.device.space.snapshot_digest() == digest
