@@ -61,7 +61,7 @@ import numpy as np
 
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
-                              lockstep_copy_cycles, pipeline_estimate, sequence, shared_rates,
+                              lockstep_copy_cycles, sequence, shared_rates,
                               vector_cycles, with_writebacks)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
@@ -2239,36 +2239,62 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
 
 
 def _est_scale_v2(spec: DeviceSpec, tiling: EmbeddingTiling, acc_from_l2: bool) -> Any:
-    """EmbeddingDenseGradScale (A2): rows x fp32(1/count) through double-buffered queues, a
-    tile of whole rows (one copy when rows are contiguous and aligned) or row chunks."""
+    """EmbeddingDenseGradV2ScaleKernel (A2, :func:`_scale_kernel`) on the busiest core (the
+    ceil(numWeights / coreNum) rows of Tiling4Scale's first cores), every core doing the same at
+    the same time. Per chunk pass (:func:`scale_passes`, the 0-element tail pass included) and
+    row: the chunk load and the 4 B count load, the scalar's GetValue (the next row's loads wait
+    for it), the Muls, the store. A row's load waits for a free in buffer (the Muls two rows
+    back), its Muls for a free out buffer (the store two rows back), its store for the previous
+    store: the max-plus recurrence of those steps, run row by row until its period settles."""
     emb, nw, bd = tiling.emb_dim, tiling.num_weights, tiling.scale_block_dim
-    assert spec.ub is not None          # an Ascend spec: the UB is required (devices/spec.py)
-    assert spec.mte2 is not None
-    per_buf = (spec.ub.size - V2_INDEX_RESERVE) // 4 // 4 // 8 * 8
-    ep = _pad8(emb)
-    rows = -(-nw // bd)
-    last = nw - (bd - 1) * rows if bd > 1 else nw
-    if ep <= per_buf:
-        rows_per_tile = max(1, per_buf // ep)
-        one_dma = emb % 8 == 0
-
-        def work(k: int) -> TileWork:
-            copies = (k * emb * 4,) if one_dma else (emb * 4,) * k
-            return TileWork(loads=() if acc_from_l2 else copies, vector=(("Muls", "fp32", emb),) * k,
-                            stores=copies, l2_loads=copies if acc_from_l2 else ())
-        e = pipeline_estimate(spec, block_dim=bd, per_core=rows, last_core=max(last, 0), tile_length=rows_per_tile,
-                              buffer_num=2, work=work, cores=spec.vector_cores, ub_bytes=4 * per_buf * 4)
-    else:
-        def work_flat(n: int) -> TileWork:
-            return TileWork(loads=() if acc_from_l2 else (n * 4,), vector=(("Muls", "fp32", n),), stores=(n * 4,),
-                            l2_loads=(n * 4,) if acc_from_l2 else ())
-        e = pipeline_estimate(spec, block_dim=bd, per_core=rows * emb, last_core=max(last, 0) * emb,
-                              tile_length=per_buf, buffer_num=2, work=work_flat, cores=spec.vector_cores,
-                              ub_bytes=4 * per_buf * 4)
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    rows = -(-nw // max(bd, 1))
+    scal = math.ceil(2 * spec.scalar.cycles_per_op)          # GetValue, 1/count
+    mask = 256 // 4
     rl, _ = shared_rates(spec, bd, 0)
-    feed = -(-rows // INDEX_BATCH) * dma_cycles(spec.mte2.startup, min(rows, INDEX_BATCH) * 4, rl)
-    return Estimate(**{**e.__dict__, "cycles": e.cycles + feed, "model": "embedding",
-                       "notes": "EmbeddingDenseGradScale"})
+    count = dma_cycles(st2, 4, rl)
+    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
+    # the step ends of the last two rows: scalar, Muls, store (-inf: no row yet)
+    no = -math.inf
+    s_end, m_end, w_end = [no, no], [no, no], [no, no]
+    t = 0.0
+    first = True
+    for _, n in scale_passes(emb, tiling.e_chunk):
+        former = n // mask * mask
+        muls = (vector_cycles(spec, "Muls", "fp32", former) if former else 0) + \
+               (vector_cycles(spec, "Muls", "fp32", n - former) if n > former else 0)
+        beside, store, alone = lockstep_copy_cycles(spec, n * 4, n * 4, bd, acc_from_l2)
+        ld_first, ld = st2 + alone, st2 + beside           # the first load of the stage moves alone
+        wr = st3 + store
+        done = 0
+        deltas: list[float] = []
+        while done < rows:
+            load = ld_first if first else ld
+            first = False
+            # loads in order after the last GetValue, into the in buffer the Muls two rows back freed
+            start = max(t, s_end[1], m_end[0])
+            se = start + load + count + scal
+            me = max(se, m_end[1], w_end[0]) + muls
+            we = max(me, w_end[1]) + wr
+            deltas.append(we - w_end[1])
+            s_end, m_end, w_end = [s_end[1], se], [m_end[1], me], [w_end[1], we]
+            done += 1
+            # a settled period (the last 4 rows alike): the remaining rows of the pass at that period
+            if len(deltas) >= 6 and len(set(deltas[-4:])) == 1 and done < rows:
+                shift = (rows - done) * deltas[-1]
+                s_end = [x + shift for x in s_end]
+                m_end = [x + shift for x in m_end]
+                w_end = [x + shift for x in w_end]
+                done = rows
+        busy["MTE2"] += rows * (ld + count)
+        busy["VECTOR"] += rows * muls
+        busy["MTE3"] += rows * wr
+        busy["SCALAR"] += rows * scal
+    passes = len(scale_passes(emb, tiling.e_chunk))
+    total = max(w_end[1], 0.0)
+    return _est_launch(spec, total, busy, nw * (emb * 4 + 4 * passes), nw * emb * 4, bd,
+                       scale_ub_bytes(tiling.e_chunk), "EmbeddingDenseGradV2ScaleKernel")
 
 
 def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_item: int) -> Any:
@@ -2548,8 +2574,12 @@ def _est_small_dim(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool
         busy["VECTOR"] += vec + add + dup
         busy["MTE3"] += store
         busy["SCALAR"] += scal
-        if tiling.scale:                                  # the run length's 4 B atomic add
-            total += runs * (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs))
+        if tiling.scale:
+            # the run length's 4 B atomic add (_add_count): SetValue and the 8-lane Duplicate run
+            # while MTE3 stores the run's row, the 4 B store follows that store on MTE3
+            hidden = dma_cycles(st3, emb * 4, rs)
+            count = math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8)
+            total += runs * (max(0, count - hidden) + dma_cycles(st3, 4, rs))
     written = int(tiling.n_rows * emb * 4 * runs_total / max(rows, 1))
     est = _est_launch(spec, total, busy, tiling.n_rows * (emb * 4 + 4), min(written, tiling.n_rows * emb * 4),
                       bd, tiling.ub_bytes, "EmbeddingDenseGradV2")

@@ -79,6 +79,23 @@ def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
     assert sum(c for _, c in est.stats["launch_cycles"]) + est.stats["launch_gap_cycles"] == est.cycles
 
 
+@pytest.mark.parametrize("rows,dim,num_weights", [
+    (4096, 64, 512),        # small-dim kernel, 11 rows per core of one 64-element chunk
+    (8192, 32, 20000),      # small-dim kernel, 417 rows per core: the scale stage is most of the call
+    (2048, 100, 3000),      # small-dim kernel, a chunk that is not whole 64-element repeats
+    (4096, 520, 512),       # the per-row kernel
+])
+def test_embedding_estimate_prices_scale_grad_by_freq_as_the_simulator(rows, dim, num_weights):
+    # what scaleGradByFreq adds (the counts, InitWorkspace, and the scale stage: per row and chunk
+    # pass, 0-element tail pass included, the chunk and the 4 B count loads, GetValue, the Muls,
+    # the store) costs in the estimate what it costs in the simulator, within 5 % of the call
+    plain = _both(EMB, "atlas-a2", **_emb(rows, dim, num_weights))
+    scaled = _both(EMB, "atlas-a2", **_emb(rows, dim, num_weights, scale_grad_by_freq=True))
+    added = [s.cycles - p.cycles for s, p in zip(scaled, plain)]
+    assert abs(added[1] - added[0]) < 0.05 * scaled[0].cycles, (added, scaled[0].cycles)
+    assert abs(scaled[1].cycles - scaled[0].cycles) / scaled[0].cycles < 0.05, (scaled[1].cycles, scaled[0].cycles)
+
+
 def test_embedding_estimate_counts_one_flush_per_distinct_index():
     # the same rows and dim: all-distinct indices flush every row, 8 rows per index flush 8x less
     # (sort path: embeddingDim 520 is past the A2 small-dim branch)
