@@ -5,7 +5,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 # `--trace FILE` with one of these endings writes Perfetto protobuf, any other Chrome JSON
 PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace")
@@ -55,9 +55,16 @@ def _parse_pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
                 continue
             key, sep, val = part.partition("=")
             if not sep:
-                raise SystemExit(f"opsim: {what} {part!r} must be KEY=VALUE")
+                usage_error(f"opsim: {what} {part!r} must be KEY=VALUE")
             out[key.strip()] = _parse_value(val.strip())
     return out
+
+
+def usage_error(message: str) -> NoReturn:
+    """Print ``message`` and leave with status 2, argparse's status for a malformed option
+    (``SystemExit(message)`` would leave with 1, which ``opsim check`` documents as findings)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def build_operands(op_name: str, device: str, dtype: str | None, shape: tuple[int, ...] | None, seed: int,
@@ -156,6 +163,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = _parse_pairs(args.set, "--set")
     tiling = _parse_pairs(args.tiling, "--tiling")
     if args.kernel:
+        if args.op:
+            print(f"opsim: give an operator name ({args.op}) or --kernel {args.kernel}, not both",
+                  file=sys.stderr)
+            return 2
         args.op = args.kernel          # a custom operator: path/to/file.py:name
     if not args.op:
         print("opsim: name an operator (see `opsim ops`) or --kernel FILE.py:name", file=sys.stderr)
@@ -166,6 +177,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if problem:
             print(f"opsim: --{opt} {path}: {problem}", file=sys.stderr)
             return 2
+    no_trace = (f"--mode {args.mode}" if args.mode in ("numeric", "estimate")
+                else "--trace-level off" if args.trace_level == "off" else None)
+    if args.trace and no_trace:
+        # the run would succeed and leave no file, without a word
+        print(f"opsim: --trace {args.trace}: {no_trace} records no trace; use --mode full or timing "
+              f"and a --trace-level other than off", file=sys.stderr)
+        return 2
     try:
         kwargs = build_operands(args.op, args.device, args.dtype, args.shape, args.seed, args.mode, attrs, overrides,
                                 getattr(args, "operand", None) or ())

@@ -33,7 +33,8 @@ def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"opsim: --set expects KEY=VALUE (e.g. ub.size=262144), got {item!r}")
+            from opsim.cli import usage_error
+            usage_error(f"opsim capacity: --set {item!r} must be KEY=VALUE (e.g. ub.size=262144)")
         out[key.strip()] = _parse_value(value.strip())
     return out
 

@@ -173,3 +173,44 @@ def test_an_empty_shape_says_that_nothing_was_launched(capsys):
     assert "empty         an operand has no elements: the call succeeds and launches nothing" in out
     assert main(["run", "mse_loss_backward", "--shape", "64x4"]) == 0
     assert "empty" not in capsys.readouterr().out
+
+
+def test_a_key_value_option_without_a_value_is_a_usage_error_exit_2(capsys):
+    # `--tiling block_dim` left by SystemExit(str), status 1, which `opsim check` documents as
+    # "findings": a typo read as a sanitizer finding
+    import pytest
+    cases = [["run", "mse_loss_backward", "--tiling", "block_dim"],
+             ["run", "mse_loss_backward", "--attr", "reduction"],
+             ["run", "mse_loss_backward", "--set", "ub.size"],
+             ["capacity", "mse_loss_backward", "--device", "atlas-a2", "--set", "ub.size"],
+             ["check", "examples/kernels/add_manual_flags.py:add_kernel", "--arg", "block_length"]]
+    for argv in cases:
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2, argv
+        flag, item = argv[-2], argv[-1]
+        assert f"{flag} {item!r} must be KEY=VALUE" in err and err.count("\n") == 1, err
+
+
+def test_run_refuses_an_operator_name_and_a_kernel_together(capsys):
+    # the positional operator was dropped in silence and the kernel run instead
+    assert main(["run", "mse_loss_backward", "--kernel", "examples/kernels/sanitizer_bugs.py:add"]) == 2
+    err = capsys.readouterr().err
+    assert "mse_loss_backward" in err and "--kernel" in err and "not both" in err
+
+
+def test_run_refuses_a_trace_file_a_run_would_not_write(tmp_path, capsys, monkeypatch):
+    # numeric and estimate mode, and --trace-level off, record no trace: the run ended with
+    # status 0 and no file, without a word
+    import opsim
+    ran = []
+    monkeypatch.setattr(opsim, "run", lambda *a, **k: ran.append(a))   # refused before any run
+    target = tmp_path / "t.json"
+    for extra, why in ((["--mode", "numeric"], "--mode numeric records no trace"),
+                       (["--mode", "estimate"], "--mode estimate records no trace"),
+                       (["--trace-level", "off"], "--trace-level off records no trace")):
+        assert main(["run", "mse_loss_backward", "--trace", str(target), *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"opsim: --trace {target}: {why}" in err, err
+    assert not ran and not target.exists()
