@@ -116,9 +116,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("study", help="study file (TOML); see examples/studies/")
     p.add_argument("--db", help="SQLite database (default: the study's database key, a path inside the "
                                 "working directory, or <name>.sqlite there)")
-    p.add_argument("--resume", action="store_true",
+    again = p.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
                    help="skip points already in the database (refused if the study has changed since)")
-    p.add_argument("--overwrite", action="store_true",
+    again.add_argument("--overwrite", action="store_true",
                    help="discard an existing database of the same study first (never another file)")
     p.add_argument("--mode", choices=("estimate", "timing", "full"), help="override the study's mode")
     p.add_argument("--confirm-top", type=int, default=0, metavar="K",

@@ -787,6 +787,10 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
             raise StudyError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         st = Study(st.name, st.axes, mode, st.seed, st.operands, st.plots, st.database, st.source,
                    st.description)
+    if resume and overwrite:
+        # one would be dropped in silence: a resume keeps the rows an overwrite discards
+        raise StudyError("resume and overwrite exclude each other: resume=True (--resume) continues the "
+                         "database, overwrite=True (--overwrite) starts it again; give one")
     if isinstance(confirm_top, bool) or not isinstance(confirm_top, int) or confirm_top < 0:
         raise StudyError(f"confirm_top must be an integer >= 0, got {confirm_top!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)

@@ -214,6 +214,22 @@ def test_resume_skips_points_done_and_an_existing_database_is_not_overwritten_si
     assert fresh.ran == first.points and len(fresh.rows()) == first.points
 
 
+def test_resume_and_overwrite_together_are_refused_before_the_database_is_touched(tmp_path):
+    # both were taken and the sweep resumed, the --overwrite dropped in silence
+    db = tmp_path / "s.sqlite"
+    first = sweep(small_study(), db, workers=1, quiet=True)
+    before = db.read_bytes()
+    with pytest.raises(StudyError, match="resume and overwrite exclude each other"):
+        sweep(small_study(), db, resume=True, overwrite=True, workers=1, quiet=True)
+    assert db.read_bytes() == before and first.points == 16
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "s"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'device = ["atlas-a2"]\nshape = [[1024]]\n')
+    r = _cli("sweep", str(toml), "--db", str(tmp_path / "t.sqlite"), "--resume", "--overwrite")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--resume" in r.stderr and "--overwrite" in r.stderr and not (tmp_path / "t.sqlite").exists()
+
+
 def test_csv_export_and_dataframe(tmp_path):
     res = sweep(small_study(), tmp_path / "s.sqlite", workers=1, quiet=True)
     path = res.to_csv(tmp_path / "s.csv")
