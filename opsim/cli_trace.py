@@ -77,6 +77,9 @@ def _output_error(path: str, exc: OSError) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if not args.output.lower().endswith(".png"):
+        # the picture is PNG whatever the name: a t.svg would hold PNG bytes
+        return _fail(f"-o {args.output}: opsim trace plot writes PNG; give a file name ending in .png")
     try:
         trace = load_chrome(args.file)
         options = {}

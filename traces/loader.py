@@ -80,10 +80,18 @@ def _read_bounded(path: str) -> bytes:
 def read_json(path: str) -> dict[str, Any]:
     if os.path.exists(path) and not os.path.isfile(path):
         raise TraceFormatError(f"{path}: not a regular file")
+    data = b""
     try:
         data = _read_bounded(path)
         doc = json.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, EOFError, zlib.error) as exc:
+    except UnicodeDecodeError as exc:
+        if data[:1] != b"\x0a":
+            raise TraceFormatError(f"{path}: not a readable JSON trace ({exc})") from None
+        # most likely the Perfetto protobuf `opsim run --trace F.pftrace` writes (its first byte
+        # is the tag of Trace.packet, field 1): the codec's complaint would not say so
+        raise TraceFormatError(f"{path}: not a JSON trace (a Perfetto protobuf file?); opsim trace reads "
+                               f"the Chrome JSON of `opsim run --trace F.json` (or .json.gz)") from None
+    except (OSError, json.JSONDecodeError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"{path}: not a readable JSON trace ({exc})") from None
     except RecursionError:
         raise TraceFormatError(f"{path}: not a readable JSON trace (nested too deeply)") from None

@@ -85,3 +85,14 @@ def test_an_unwritable_output_names_the_option_and_the_path(trace_file, tmp_path
     assert _main(["trace", command, trace_file, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert f"-o {out}: No such file or directory" in err and "Errno" not in err
+
+
+@pytest.mark.parametrize("name", ["t.svg", "t.pdf", "t.jpg", "t"])
+def test_plot_refuses_an_output_name_that_is_not_png(trace_file, tmp_path, capsys, name):
+    # it wrote PNG bytes under whatever name it was given: a t.svg no SVG viewer opens
+    out = tmp_path / name
+    assert _main(["trace", "plot", trace_file, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"-o {out}: opsim trace plot writes PNG; give a file name ending in .png" in err, err
+    assert not out.exists()
+

@@ -186,3 +186,19 @@ def test_two_hundred_thousand_nested_slices_convert_and_nest_in_their_lanes(tmp_
     for spans in per_thread.values():   # Perfetto's rule: slices on one thread never overlap
         spans.sort()
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_a_perfetto_protobuf_file_is_named_as_such_not_as_bad_utf8(tmp_path, capsys):
+    # `opsim run --trace t.pftrace` writes protobuf, which `opsim trace` cannot read back: it said
+    # "not a readable JSON trace ('utf-8' codec can't decode byte 0x8b in position 1 ...)"
+    pb = tmp_path / "t.pftrace"
+    pb.write_bytes(b"\x0a\x8b\x08\x50\x01\x62\x84\x08\x12\x0f")   # the opening bytes of one
+    want = (f"{pb}: not a JSON trace (a Perfetto protobuf file?); opsim trace reads the Chrome JSON of "
+            f"`opsim run --trace F.json` (or .json.gz)")
+    with pytest.raises(TraceFormatError) as exc:
+        load_chrome(str(pb))
+    assert str(exc.value) == want
+    for command in (["trace", "summary", str(pb)], ["trace", "convert", str(pb), "-o", str(tmp_path / "o.json")]):
+        assert cli.main(command) == 2
+        err = capsys.readouterr().err
+        assert want in err and "utf-8" not in err, err
