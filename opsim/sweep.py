@@ -236,6 +236,12 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
             _check_dtype_value(table["dtype"], functools.partial(err, f"operands.{operand}.dtype"))
         if "shape" in table:
             _check_shape_value(table["shape"], functools.partial(err, f"operands.{operand}.shape"))
+    if "shape" not in keys and not any("shape" in t for t in operands.values()):
+        # no point would get an operand: each would fail alike with the operator's refusal of a
+        # missing input (a null pointer), recorded row by row
+        raise err("axes", "no shape axis and no [operands.NAME] shape: give shape = [[4096, 1024]] "
+                          "(one shape for every input, or a table per operand) or [operands.NAME] shape "
+                          "tables")
     plots = doc.get("plot", [])
     if isinstance(plots, Mapping):
         plots = [plots]

@@ -111,6 +111,25 @@ def test_bad_study_is_refused_naming_key_and_line_and_nothing_is_written(tmp_pat
     assert not db.exists() and list(tmp_path.iterdir()) == [path]
 
 
+def test_a_study_that_gives_no_shape_is_refused_not_run_into_one_refusal_per_point(tmp_path):
+    # every point failed alike with "OpError: gradOutput is a null pointer; it is required", and
+    # the sweep ended with status 0
+    path = tmp_path / "noshape.toml"
+    path.write_text('[study]\nname = "x"\n\n[axes]\noperator = ["mse_loss_backward"]\ndevice = ["atlas-a2"]\n')
+    db = tmp_path / "out.sqlite"
+    with pytest.raises(StudyError) as exc:
+        sweep(path, db)
+    msg = str(exc.value)
+    assert msg.startswith(f"{path}:4: key 'axes': ") and "no shape axis" in msg and "[operands." in msg, msg
+    assert not db.exists()
+    res = _cli("sweep", str(path), "--db", str(db), "--quiet")
+    assert res.returncode == 2 and "no shape axis" in res.stderr and "Traceback" not in res.stderr
+    # shapes from [operands.NAME] tables alone are a study
+    path.write_text(path.read_text() + "\n".join(f'[operands.{n}]\nshape = [64]' for n in
+                                                   ("grad_output", "self", "target")) + "\n")
+    assert sweep(path, db, workers=1, quiet=True).failed == 0
+
+
 def test_every_builtin_operator_declares_the_tiling_keys_its_plan_accepts():
     # the study check reads OpDef.tiling_keys; the plan's own refusal lists what it accepts
     import numpy as np
@@ -129,11 +148,12 @@ def test_every_builtin_operator_declares_the_tiling_keys_its_plan_accepts():
 
 def test_operand_tables_do_not_rename_the_study(tmp_path):
     # the study's name (and so its default database) is its own, not its last [operands.X] table's
-    named = {"study": {"name": "emb"}, "axes": {"operator": ["embedding_dense_backward"]},
+    named = {"study": {"name": "emb"}, "axes": {"operator": ["embedding_dense_backward"], "shape": [[64]]},
              "operands": {"indices": {"dtype": "int64"}}}
     assert load_study(named).name == "emb"
     path = tmp_path / "fixed_operands.toml"
-    path.write_text('[axes]\noperator = ["embedding_dense_backward"]\n\n[operands.indices]\ndtype = "int64"\n')
+    path.write_text('[axes]\noperator = ["embedding_dense_backward"]\nshape = [[64]]\n\n'
+                    '[operands.indices]\ndtype = "int64"\n')
     assert load_study(path).name == "fixed_operands"
 
 
