@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import traceback
 
 from opsim.devices.names import did_you_mean
 from opsim.kernels.common import OpDef
@@ -93,11 +94,29 @@ def load_file(path: str) -> object:
         sys.modules[modname] = module
         try:
             loader.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(modname, None)
+            # the file's own error, one line where the user looks for it (its traceback stays
+            # on __cause__ for a debugger)
+            raise KeyError(f"{path}:{_failing_line(exc, full)}: cannot import it: {type(exc).__name__}: "
+                           f"{exc.msg if isinstance(exc, SyntaxError) else exc}") from exc
         except BaseException:
             sys.modules.pop(modname, None)
             raise
         _FILES[full] = module
     return module
+
+
+def _failing_line(exc: Exception, full: str) -> int | str:
+    """The line of ``full`` (an absolute path) where ``exc`` arose: a SyntaxError's own, else
+    the innermost frame of that file in its traceback ("?" when none is)."""
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        return exc.lineno
+    line: int | str = "?"
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if os.path.abspath(frame.f_code.co_filename) == full:
+            line = lineno
+    return line
 
 
 def _from_file(spec: str) -> OpDef | None:

@@ -194,6 +194,11 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
     for op in dict(axes)["operator"]:
         # a custom operator may be named as path/to/file.py:name (opsim.register_operator)
         if not isinstance(op, str) or (strict and not registry.known(op)):
+            if isinstance(op, str) and op.rpartition(":")[0].endswith(".py"):
+                try:    # the file's own reason: missing, not importable, or not registering op
+                    registry.get(op)
+                except KeyError as exc:
+                    raise err("axes.operator", exc.args[0]) from None
             raise err("axes.operator", f"unknown operator {op!r}{did_you_mean(str(op), known_ops)}; "
                                        f"known operators: {', '.join(known_ops)}")
     known_devices = _devices.catalogue()
