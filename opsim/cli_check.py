@@ -67,6 +67,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     except OpError as exc:
         print(f"opsim check: rejected with status {exc.code}: {exc.message}", file=sys.stderr)
         return 2
+    except KernelRaised as exc:
+        print(f"opsim check: {exc}", file=sys.stderr)
+        return 2
     except (SimulatorError, TypeError, ValueError, KeyError) as exc:
         print(f"opsim check: {error_text(exc)}", file=sys.stderr)
         return 2
@@ -104,12 +107,17 @@ def _check_operator(args: argparse.Namespace, attrs: dict, tiling: dict) -> tupl
     return res.sanitizer, None
 
 
+class KernelRaised(Exception):
+    """The kernel's Python raised (a bug in it, not a finding): one line naming its line."""
+
+
 def _annotation(p: inspect.Parameter) -> str:
     """A parameter's annotation as text (``asc.GlobalAddress`` whether a string or the class)."""
     return p.annotation if isinstance(p.annotation, str) else str(getattr(p.annotation, "__name__", ""))
 
 
 def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, Any]:
+    from opsim.asc._core import kernel_line_note
     from opsim.devices.names import did_you_mean
     from opsim.simulator import numerics as nx
     from opsim.simulator.errors import SimulatorError
@@ -144,4 +152,9 @@ def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, An
         if report is None:
             raise
         return report, exc
+    except Exception as exc:
+        note = kernel_line_note(exc)
+        if note is None:    # not raised by the kernel's own code: the launch refused the call
+            raise
+        raise KernelRaised(f"the kernel raised {type(exc).__name__}: {exc} ({note})") from exc
     return res.sanitizer, None

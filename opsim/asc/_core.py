@@ -46,6 +46,14 @@ def call_site() -> str:
     return "<unknown>:0"
 
 
+KERNEL_LINE_NOTE = "at kernel line "
+
+
+def kernel_line_note(exc: BaseException) -> str | None:
+    """The "at kernel line file.py:N" note a kernel's own exception carries, or None."""
+    return next((n for n in getattr(exc, "__notes__", ()) if n.startswith(KERNEL_LINE_NOTE)), None)
+
+
 def _kernel_line(exc: BaseException) -> str | None:
     """"file.py:line" of the innermost frame of ``exc``'s traceback in the kernel's source,
     outside opsim.asc and the simulator."""
@@ -152,6 +160,13 @@ def run_block(state: BlockState, fn: Callable[..., Any], args: tuple, kwargs: di
             # faulting instruction's origin does, not the opsim frame that raised it
             if getattr(exc, "origin", None) is None:
                 exc.origin = _kernel_line(exc)
+            raise
+        except Exception as exc:
+            # a bug in the kernel's Python: it comes back through the simulator's processes,
+            # which leave the kernel's frames out of its traceback, so it says where it arose
+            line = _kernel_line(exc)
+            if line is not None and kernel_line_note(exc) is None:
+                exc.add_note(f"{KERNEL_LINE_NOTE}{line}")
             raise
         state.finish()
         if state.buffer:

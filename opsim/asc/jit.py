@@ -21,7 +21,7 @@ import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -312,6 +312,16 @@ def _sanitizer(device: Device) -> Any:
     return Sanitizer(device)
 
 
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and its causes (or contexts), innermost last; each once."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
 def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_args: tuple,
               call_kwargs: Mapping[str, Any], *, options: Mapping[str, Any],
               core_mask: int | None = None, name: str | None = None, gm_tensors: tuple = ()) -> Any:
@@ -430,7 +440,12 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
                 attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer
             cause = exc.__cause__
             if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
-                raise (cause.__cause__ or cause) from None   # a bug in the kernel: its own exception
+                bug = cause.__cause__ or cause
+                # SimPy re-raises copies: the note naming the kernel's line is on the first one
+                note = next(filter(None, map(_core.kernel_line_note, _chain(cause))), None)
+                if note is not None and _core.kernel_line_note(bug) is None:
+                    bug.add_note(note)
+                raise bug from None   # a bug in the kernel: its own exception
             raise
         report = san.finish() if san is not None else None
 

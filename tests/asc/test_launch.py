@@ -81,6 +81,18 @@ def test_a_python_bug_in_the_kernel_surfaces_as_itself():
         scale_kernel[4, None](x, z, 512, True)
 
 
+def test_a_python_bug_in_the_kernel_names_its_kernel_line():
+    # the exception comes back through the simulator's processes, which drop the kernel's frames
+    # from its traceback: nothing said where in the kernel it arose
+    x, z = _arrays()
+    with pytest.raises(AttributeError) as err:
+        scale_kernel[4, None](x, z, 512, True)
+    notes = getattr(err.value, "__notes__", [])
+    assert len(notes) == 1 and notes[0].startswith("at kernel line ") and "test_launch.py:" in notes[0], notes
+    line = int(notes[0].rsplit(":", 1)[1])
+    assert "_ = n.no_such_attribute" in open(__file__).read().splitlines()[line - 1]
+
+
 def test_out_of_bounds_copy_faults_and_names_the_address():
     x, z = _arrays()
     with pytest.raises(MemoryFault) as err:

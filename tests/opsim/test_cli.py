@@ -214,3 +214,14 @@ def test_run_refuses_a_trace_file_a_run_would_not_write(tmp_path, capsys, monkey
         err = capsys.readouterr().err
         assert f"opsim: --trace {target}: {why}" in err, err
     assert not ran and not target.exists()
+
+
+def test_check_of_a_kernel_with_a_python_bug_is_one_line_naming_the_kernel_line(tmp_path, capsys):
+    # the kernel's own exception escaped `opsim check` as a traceback with status 1 ("findings")
+    path = tmp_path / "buggy.py"
+    path.write_text("import opsim.asc as asc\n\n\n@asc.jit\ndef div0(x: asc.GlobalAddress, n: int):\n"
+                    "    return 1 // n\n")
+    assert main(["check", f"{path}:div0", "--arg", "n=0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"opsim check: the kernel raised ZeroDivisionError: integer division or modulo by zero "
+                   f"(at kernel line {path}:6)\n"), err
