@@ -29,7 +29,7 @@ from opsim.devices.spec import DeviceSpec, DmaModel
 from opsim.simulator.atomics import AtomicCommitter
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
-from opsim.simulator.errors import DeadlockError, SimulatorError
+from opsim.simulator.errors import DeadlockError, SimulatorError, chain_kernel_line_note
 from opsim.simulator.fastforward import FastForward
 from opsim.simulator.l2 import L2Cache
 from opsim.simulator.link_counters import LinkCounters
@@ -895,7 +895,11 @@ class Device:
                 # a bug in a kernel program (any other exception) is still a fault of this run,
                 # so the runtimes can return a status code instead of a traceback
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
-                err = SimulatorError(f"internal error in a kernel: {type(cause).__name__}: {cause}")
+                # where in the kernel's source it arose (an opsim.asc kernel's note): SimPy's
+                # copies of the exception leave the kernel's frames out of every traceback
+                note = chain_kernel_line_note(exc)
+                where = f" ({note})" if note is not None else ""
+                err = SimulatorError(f"internal error in a kernel: {type(cause).__name__}: {cause}{where}")
             self.faulted = err
             raise err from exc
         finally:

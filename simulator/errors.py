@@ -248,6 +248,31 @@ class DeadlockError(SimulatorError):
         return f"; waiting: {', '.join(shown)}" + (f" and {more} more" if more else "")
 
 
+KERNEL_LINE_NOTE = "at kernel line "
+
+
+def kernel_line_note(exc: BaseException) -> str | None:
+    """The "at kernel line file.py:N" note a kernel's own exception carries, or None."""
+    return next((n for n in getattr(exc, "__notes__", ()) if n.startswith(KERNEL_LINE_NOTE)), None)
+
+
+def chain_kernel_line_note(exc: BaseException) -> str | None:
+    """The kernel-line note on ``exc`` or on any of its causes (or contexts), or None.
+
+    SimPy re-raises a copy of a process's exception at each level of process nesting: the note
+    the kernel front-end added is on the first copy only.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        note = kernel_line_note(cur)
+        if note is not None:
+            return note
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
 def with_context(exc: _E, **fields: Any) -> _E:
     """Fill missing context of ``exc`` if it is a :class:`SimulatorError`; return ``exc``.
 

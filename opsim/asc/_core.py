@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from greenlet import greenlet, getcurrent
 
-from opsim.simulator.errors import SimulatorError, UnsupportedInstruction
+from opsim.simulator.errors import (KERNEL_LINE_NOTE, SimulatorError, UnsupportedInstruction,
+                                    kernel_line_note)
 
 if TYPE_CHECKING:  # pragma: no cover
     from opsim.simulator.tile import KernelContext
@@ -44,14 +45,6 @@ def call_site() -> str:
             return f"{fn}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>:0"
-
-
-KERNEL_LINE_NOTE = "at kernel line "
-
-
-def kernel_line_note(exc: BaseException) -> str | None:
-    """The "at kernel line file.py:N" note a kernel's own exception carries, or None."""
-    return next((n for n in getattr(exc, "__notes__", ()) if n.startswith(KERNEL_LINE_NOTE)), None)
 
 
 def _kernel_line(exc: BaseException) -> str | None:

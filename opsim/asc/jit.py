@@ -21,7 +21,7 @@ import inspect
 import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from opsim.asc.tensor import GlobalAddress
 from opsim.stats import RunStats
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device, MixKernel
-from opsim.simulator.errors import SimulatorError
+from opsim.simulator.errors import SimulatorError, chain_kernel_line_note
 from opsim.simulator.tile import GlobalTensor as SimGlobalTensor
 
 _DEFAULT_DEVICE = ["atlas-a2"]
@@ -312,16 +312,6 @@ def _sanitizer(device: Device) -> Any:
     return Sanitizer(device)
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    """``exc`` and its causes (or contexts), innermost last; each once."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        yield cur
-        cur = cur.__cause__ or cur.__context__
-
-
 def launch_on(dev: Any, stream: Any, jf: "JitFunction", block_dim: int, call_args: tuple,
               call_kwargs: Mapping[str, Any], *, options: Mapping[str, Any],
               core_mask: int | None = None, name: str | None = None, gm_tensors: tuple = ()) -> Any:
@@ -442,7 +432,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
             if cause is not None and not isinstance(cause, SimulatorError) and "internal error" in str(exc):
                 bug = cause.__cause__ or cause
                 # SimPy re-raises copies: the note naming the kernel's line is on the first one
-                note = next(filter(None, map(_core.kernel_line_note, _chain(cause))), None)
+                note = chain_kernel_line_note(cause)
                 if note is not None and _core.kernel_line_note(bug) is None:
                     bug.add_note(note)
                 raise bug from None   # a bug in the kernel: its own exception

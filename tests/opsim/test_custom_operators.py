@@ -217,3 +217,20 @@ def test_op_summary_of_an_asc_operator_lists_its_gm_tensors() -> None:
     assert (got["Input Shapes"], got["Input Data Types"], got["Input Formats"]) == ("16,1024;16,1024",
                                                                                    "FLOAT;FLOAT", "ND;ND")
     assert (got["Output Shapes"], got["Output Data Types"], got["Output Formats"]) == ("16,1024", "FLOAT", "ND")
+
+
+def test_a_python_bug_in_a_registered_asc_kernel_names_its_kernel_line(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    # `opsim run --kernel f.py:bad` said "internal error in a kernel: AttributeError: ..." with
+    # nothing naming where in the kernel it arose (the launch path of @asc.jit did, this did not)
+    path = tmp_path / "bugop.py"
+    path.write_text("import opsim\nimport opsim.asc as asc\n\n\n@asc.jit\n"
+                    "def bad(x: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):\n"
+                    "    asc.no_such_api(x)\n\n\n"
+                    "opsim.register_operator(bad, inputs=('x',), outputs=('z',),\n"
+                    "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1, 'block_length': 1024},\n"
+                    "                        golden=lambda x: {'z': x}, example_shape=(1024,))\n")
+    assert cli.main(["run", "--kernel", f"{path}:bad"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("opsim: SimulatorError: internal error in a kernel: AttributeError: module 'opsim.asc' has no "
+                   f"attribute 'no_such_api' (at kernel line {path}:7)\n"), err
