@@ -62,7 +62,9 @@ PAGE_SHIFT = 16             # access histories are kept per 64 KiB page of each 
 class Finding:
     """One problem the sanitizer found.
 
-    ``check`` is "racecheck", "memcheck" or "synccheck"; ``kind`` says what exactly ("race",
+    ``check`` is "racecheck", "memcheck" or "synccheck", or "fault" for the machine fault that
+    ended the run when it is none of memcheck's (a Python bug in the kernel, an unsupported
+    call); ``kind`` says what exactly ("race",
     "out-of-bounds", "uninitialized-read", "deadlock", "flag-left-set", ...). ``pipes``,
     ``instructions`` and ``lines`` run in parallel (one entry per instruction involved; a line
     is None when the kernel source is unknown); ``ranges`` are the bytes involved as

@@ -225,3 +225,24 @@ def test_check_of_a_kernel_with_a_python_bug_is_one_line_naming_the_kernel_line(
     err = capsys.readouterr().err
     assert err == (f"opsim check: the kernel raised ZeroDivisionError: integer division or modulo by zero "
                    f"(at kernel line {path}:6)\n"), err
+
+
+def test_check_summary_counts_a_fault_that_is_no_memcheck_finding(tmp_path, capsys, monkeypatch):
+    # a registered operator's kernel with a Python bug: the fault was one finding, under check
+    # "fault", but the summary said "1 finding(s): racecheck 0, memcheck 0, synccheck 0"
+    from opsim.kernels import registry
+    registry.names()
+    monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
+    monkeypatch.setattr(registry, "_FILES", dict(registry._FILES))
+    path = tmp_path / "bugop.py"
+    path.write_text("import opsim\nimport opsim.asc as asc\n\n\n@asc.jit\n"
+                    "def bad(x: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):\n"
+                    "    asc.no_such_api(x)\n\n\n"
+                    "opsim.register_operator(bad, inputs=('x',), outputs=('z',),\n"
+                    "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1, 'block_length': 64},\n"
+                    "                        golden=lambda x: {'z': x}, example_shape=(64,))\n")
+    assert main(["check", f"{path}:bad"]) == 1
+    out = capsys.readouterr().out
+    assert "\nfault: fault: SimulatorError: internal error in a kernel: AttributeError" in out, out
+    last = out.splitlines()[-1]
+    assert last == f"opsim check {path}:bad: 1 finding(s): racecheck 0, memcheck 0, synccheck 0, fault 1", last
