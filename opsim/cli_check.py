@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -120,6 +121,33 @@ def _annotation(p: inspect.Parameter) -> str:
     return p.annotation if isinstance(p.annotation, str) else str(getattr(p.annotation, "__name__", ""))
 
 
+_SCALAR_TYPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    # the annotation's type -> (what to give, whether a parsed --arg value is one)
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": ("a number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+}
+
+
+def _scalar_type(p: inspect.Parameter) -> str | None:
+    """"int", "float" or "bool" for a parameter annotated so (``asc.ConstExpr[int]`` too), else None."""
+    text = _annotation(p)
+    inner = re.fullmatch(r"(?:asc\.)?ConstExpr\[(\w+)\]", text)
+    text = inner.group(1) if inner else text
+    return text if text in _SCALAR_TYPES else None
+
+
+def _check_arg_types(jf: Any, params: Mapping[str, inspect.Parameter], values: dict) -> None:
+    """A ValueError for an --arg whose value is not of its parameter's annotated type: the kernel
+    would run with it (a string as a length raised inside the kernel; 2.5 as a buffer count
+    laid out misaligned buffers and reported that as a finding)."""
+    for name, value in values.items():
+        kind = _scalar_type(params[name])
+        if kind is not None and not _SCALAR_TYPES[kind][1](value):
+            raise ValueError(f"--arg {name}={value!r}: {jf.fn.__name__}'s parameter {name!r} is annotated {kind}; "
+                             f"give {_SCALAR_TYPES[kind][0]}")
+
+
 def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, Any]:
     from opsim.asc._core import kernel_line_note
     from opsim.devices.names import did_you_mean
@@ -137,6 +165,7 @@ def _check_jit(args: argparse.Namespace, jf: Any, values: dict) -> tuple[Any, An
                              f"{did_you_mean(name, scalars)}; its scalar parameters: "
                              f"{', '.join(scalars) or 'none'} (asc.GlobalAddress parameters get arrays "
                              f"of --shape/--dtype)")
+    _check_arg_types(jf, params, values)
     call = []
     for p in params.values():
         if "GlobalAddress" in _annotation(p):

@@ -246,3 +246,17 @@ def test_check_summary_counts_a_fault_that_is_no_memcheck_finding(tmp_path, caps
     assert "\nfault: fault: SimulatorError: internal error in a kernel: AttributeError" in out, out
     last = out.splitlines()[-1]
     assert last == f"opsim check {path}:bad: 1 finding(s): racecheck 0, memcheck 0, synccheck 0, fault 1", last
+
+
+def test_check_refuses_an_arg_that_is_not_of_its_parameter_type(capsys):
+    # `--arg block_length=abc` ran the kernel with a string ("the kernel raised ValueError: invalid
+    # literal for int()"), `--arg buffer_num=2.5` ran it and reported misaligned buffers as a finding
+    target = "examples/kernels/add_manual_flags.py:add_kernel"
+    for given, name, value, kind, want in (("block_length=abc", "block_length", "'abc'", "int", "an integer"),
+                                           ("buffer_num=2.5", "buffer_num", "2.5", "int", "an integer")):
+        other = "buffer_num=2" if name == "block_length" else "block_length=64"
+        assert main(["check", target, "--shape", "64", "--arg", given, "--arg", other]) == 2, given
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err == (
+            f"opsim check: ValueError: --arg {name}={value}: add_kernel's parameter '{name}' is annotated "
+            f"{kind}; give {want}\n"), captured
