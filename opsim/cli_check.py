@@ -36,6 +36,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from opsim import devices
     from opsim.cli import _parse_pairs, error_text
     from opsim.kernels import registry
     from opsim.kernels.common import OpError
@@ -43,6 +44,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     path, sep, name = args.target.rpartition(":")
     if not sep or not path.endswith(".py") or not name:
         print(f"opsim check: target {args.target!r} must be FILE.py:kernel", file=sys.stderr)
+        return 2
+    try:
+        # the device first: a wrong name would otherwise surface behind whatever else is missing
+        devices.load(args.device)
+    except devices.SpecError as exc:
+        print(f"opsim check: {error_text(exc)}", file=sys.stderr)
         return 2
     try:
         module = registry.load_file(path)

@@ -260,3 +260,13 @@ def test_check_refuses_an_arg_that_is_not_of_its_parameter_type(capsys):
         assert captured.out == "" and captured.err == (
             f"opsim check: ValueError: --arg {name}={value}: add_kernel's parameter '{name}' is annotated "
             f"{kind}; give {want}\n"), captured
+
+
+def test_check_names_an_unknown_device_before_a_missing_arg(capsys):
+    # a wrong --device surfaced only after everything else was given: first "give parameter
+    # 'block_length' with --arg", and for an operator after its operands were built
+    for target in ("examples/kernels/add_manual_flags.py:add_kernel", "examples/kernels/sanitizer_bugs.py:add"):
+        assert main(["check", target, "--device", "nosuch"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("opsim check: SpecError: unknown device 'nosuch'; known devices: atlas-")
+        assert "atlas-a2, " in err and err.count("\n") == 1, err
