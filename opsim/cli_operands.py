@@ -144,6 +144,8 @@ def build(op_name: str, spec: Any, dtype: str | None, shape: tuple[int, ...] | N
             plan[name] = (tuple(new_shape), o.get("dtype", old_dtype))
             try:
                 nx.dtype(plan[name][1])
+            except ValueError as exc:     # names the dtype and the allowed names, as --dtype does
+                raise CliError(f"--operand {name}: {exc}") from None
             except Exception:
                 raise CliError(f"--operand {name}: unknown dtype {plan[name][1]!r}") from None
 

@@ -196,3 +196,15 @@ def test_devices_piped_into_head_exits_quietly():
     res = subprocess.run(f"{sys.executable} -m opsim devices | head -1", shell=True, capture_output=True,
                          text=True, timeout=60)
     assert res.stdout.startswith("== ") and res.stderr == ""
+
+
+def test_an_unknown_operand_dtype_lists_the_allowed_names(capsys):
+    # `--operand self=4x4:fp99` said only "unknown dtype 'fp99'"; `--dtype fp99` lists the names
+    assert main(["run", "mse_loss_backward", "--operand", "self=4x4:fp99"]) == 2
+    err = capsys.readouterr().err
+    try:
+        nx.dtype("fp99")
+    except ValueError as exc:
+        allowed = str(exc)
+    assert "allowed names: fp32" in allowed
+    assert err == f"opsim: CliError: --operand self: {allowed}\n", err
