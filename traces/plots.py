@@ -94,6 +94,12 @@ def timeline(trace: Trace, path: str | None = None, window: tuple[float, float] 
         lo, hi = float(window[0]), float(window[1])
         if not hi > lo:
             raise ValueError(f"timeline window {window} must be (start, end) in us with end > start")
+        if len(trace):
+            first, last = float(start.min()), float(end.max())
+            if hi < first or lo > last:
+                # every bar would be left out: an empty picture looks like an idle machine
+                raise ValueError(f"timeline window {lo:g}:{hi:g} us lies outside the trace, which spans "
+                                 f"{first:g}:{last:g} us")
         sel &= (end >= lo) & (start <= hi)
     fig = _figure(12, min(2.0 + 0.22 * max(len(rows), 1), 60))
     ax = fig.add_subplot()

@@ -58,6 +58,24 @@ def test_plot_timeline_window_and_bad_window(trace_file, tmp_path, capsys):
     assert "--window applies to --kind timeline" in capsys.readouterr().err
 
 
+def test_plot_refuses_a_window_outside_the_trace(trace_file, tmp_path, capsys):
+    # a window past the end wrote an empty timeline (0 bars) with status 0
+    doc = json.load(open(trace_file))
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    first, last = min(e["ts"] for e in slices), max(e["ts"] + e["dur"] for e in slices)
+    out = tmp_path / "w.png"
+    for window in (f"{last * 2}:{last * 3}", f"{first - 2}:{first - 1}"):
+        assert _main(["trace", "plot", trace_file, f"--window={window}", "-o", str(out)]) == 2, window
+        err = capsys.readouterr().err
+        lo, hi = (float(x) for x in window.split(":"))
+        assert err == (f"opsim trace: timeline window {lo:g}:{hi:g} us lies outside the trace, which spans "
+                       f"{first:g}:{last:g} us\n"), err
+        assert not out.exists()
+    # a window reaching into the trace from past either end still draws it
+    assert _main(["trace", "plot", trace_file, f"--window={first - 1}:{last * 3}", "-o", str(out)]) == 0
+    assert out.exists()
+
+
 def test_a_missing_or_foreign_file_is_an_error_not_a_traceback(tmp_path, capsys):
     assert _main(["trace", "summary", str(tmp_path / "nope.json")]) == 2
     assert "nope.json: not a readable JSON trace" in capsys.readouterr().err
