@@ -133,8 +133,11 @@ class _EventError(Exception):
         self.index, self.message = index, message
 
 
-def _number(ev: dict[str, Any], key: str, i: int, default: float = 0.0, low: float = -_MAX_US) -> float:
-    value = ev.get(key, default)
+def _number(ev: dict[str, Any], key: str, i: int, low: float = -_MAX_US) -> float:
+    if key not in ev:
+        # not time 0: an event without its time (or a slice without its length) is a broken file
+        raise _EventError(i, f"a '{ev.get('ph')}' event needs '{key}'; it has none")
+    value = ev[key]
     if isinstance(value, str):   # some profilers write times as decimal strings
         try:
             v = float(value)

@@ -40,6 +40,12 @@ MALFORMED = {
     "ts is a string": (_doc(_slice(ts="soon")).encode(), "event 2: 'ts' must be a number"),
     "ts is infinite": (_doc(_slice(ts=1e400)).encode(), "event 2: 'ts' = inf is not a finite number"),
     "ts is huge": (_doc(_slice(ts=1e300)).encode(), "event 2: 'ts' = 1e+300 is not a finite number"),
+    # a slice with no time or length was read as time 0 (or 0 long)
+    "slice without ts or dur": (_doc({"ph": "X"}).encode(), "event 2: a 'X' event needs 'ts'; it has none"),
+    "slice without dur": (_doc({"ph": "X", "name": "D", "pid": 1, "tid": 1, "ts": 3.0}).encode(),
+                          "event 2: a 'X' event needs 'dur'; it has none"),
+    "counter without ts": (_doc({"ph": "C", "name": "bw", "pid": 1, "args": {"v": 1}}).encode(),
+                           "event 2: a 'C' event needs 'ts'; it has none"),
     "negative duration": (_doc(_slice(dur=-5)).encode(), "event 2: 'dur' = -5"),
     "args is a list": (_doc(_slice(args=[1, 2])).encode(), "event 2: 'args' must be a JSON object"),
     "start_cycle not a number": (_doc(_slice(args={"start_cycle": "x"})).encode(),
