@@ -2175,6 +2175,132 @@ def _det_rows(tiling: EmbeddingTiling) -> int:
     return best
 
 
+def _run_start(p: int, n_rows: int, num_weights: int) -> int:
+    """Start of the run of equal assumed indices that sorted row ``p`` belongs to."""
+    q, rem = divmod(n_rows, max(num_weights, 1))
+    if q == 0:
+        return p
+    a = q + 1
+    if p < rem * a:
+        return p // a * a
+    return rem * a + (p - rem * a) // q * q
+
+
+def _run_key(p: int, n_rows: int, num_weights: int) -> int:
+    """Assumed index of sorted row ``p`` (the runs are the indices 0, 1, ... in order)."""
+    q, rem = divmod(n_rows, max(num_weights, 1))
+    if q == 0:
+        return p
+    a = q + 1
+    return p // a if p < rem * a else rem + (p - rem * a) // q
+
+
+def _det_piece_flushes(a: int, b: int, tiling: EmbeddingTiling) -> tuple[int, int]:
+    """(flushes, padding rows) of the deterministic kernel walking sorted rows [a, b) as one
+    stretch: each run piece inside it flushes after every LIMIT_COUNT_NUM rows and once more at
+    its end (the switch to the next index, the stop at the previous core's index, the slice end;
+    an accumulator of 0 rows is stored too); a padding run adds nothing and flushes nothing."""
+    n, nw, pad = tiling.n_rows, tiling.num_weights, tiling.padding_idx
+    flushes = pad_rows = 0
+    q, rem = divmod(n, max(nw, 1))
+    p = a
+    while p < b:
+        e = min(b, _run_end(p, n, nw))
+        length, key = e - p, _run_key(p, n, nw)
+        if e < b and p == _run_start(p, n, nw) and q > 0:   # whole runs of one length at once
+            size = q + 1 if p < rem * (q + 1) else q
+            stop = min(b, rem * (q + 1)) if p < rem * (q + 1) else b
+            k = (stop - p) // size
+            if k > 1:
+                keys = range(key, key + k)
+                pads = 1 if pad in keys else 0
+                flushes += (k - pads) * (size // LIMIT_COUNT_NUM + 1)
+                pad_rows += pads * size
+                p += k * size
+                continue
+        if key == pad:
+            pad_rows += length
+        else:
+            flushes += length // LIMIT_COUNT_NUM + 1
+        p = e
+    return flushes, pad_rows
+
+
+def _det_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int] | None:
+    """(rows, flushes, padding rows, lone index loads) of block ``b`` in one e-chunk pass of
+    :func:`_det_kernel` on the assumed indices, None when it owns no row. Lone index loads: the
+    previous core's last index (InitStandIndice), the row the backward walk stops at, this
+    core's last index (ContinueCompute) and the row the forward walk stops at."""
+    n, nw = tiling.n_rows, tiling.num_weights
+    lo, hi = _slice(n, tiling.block_dim, b)
+    if lo >= hi:
+        return None
+    olo = min(hi, _run_end(lo - 1, n, nw)) if lo > 0 else lo
+    if olo >= hi:
+        return None
+    ohi = max(hi, _run_end(hi - 1, n, nw))
+    back, bpad = _det_piece_flushes(olo, hi, tiling)
+    fwd, fpad = _det_piece_flushes(hi, ohi, tiling)
+    lone = (1 if lo > 0 else 0) + (1 if olo > lo else 0) + 1 + (1 if ohi < n else 0)
+    return ohi - olo, back + fwd, bpad + fpad, lone
+
+
+def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
+    """:func:`_det_kernel` on its slowest core, every step in the order the kernel issues it. A
+    row: the 4 B position load and the scalar's read of it, the grad row's load, then its Add
+    beside the next row's 4 B index load and compare (the next position load waits for the Add:
+    gradQue_'s one buffer). A flush (CopyOut): the atomic store of the accumulator, then
+    PipeBarrier<PIPE_ALL> -- nothing else moves while it stores, and the next index load waits
+    for the store instead of overlapping the Add (the 4 B count add with scale); its Duplicate
+    overlaps the next loads. The lone index loads of the stand indices and the rows the walks
+    stop at. Loads: every core has its row's load in flight at about the same time (their
+    pool's rate among ``block_dim`` copies, or the L2's); stores: their pool's share among the
+    stores the cores keep in flight on average (the cores drift apart: a flush is about one
+    row in nine into 512 rows, atlas-a2 4096 x 2048: ~800 cycles a 8 KiB store, not the 817
+    beside a load nor the 1,295 of 48 at once). The MTE2 head comes with the first index load,
+    the MTE3 head with the first store (A-10)."""
+    bd, emb, ec = tiling.block_dim, tiling.emb_dim, tiling.e_chunk
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    cpo = spec.scalar.cycles_per_op
+    passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
+    work = [w for w in (_det_core_work(tiling, b) for b in range(bd)) if w is not None]
+    small = dma_cycles(st2, 4, shared_rates(spec, bd, 0)[0])
+    s1, s2 = math.ceil(cpo), math.ceil(2 * cpo)
+    count = (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8)) if tiling.scale else 0
+    head = float(head_cycles(spec, "MTE2", bd, max(passes) * 4) + head_cycles(spec, "MTE3", bd)) if work else 0.0
+    in_flight = 1.0
+    for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
+        rs = shared_rates(spec, 0, in_flight)[1]
+        total, busy, storing = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
+        for rows, flushes, pads, lone in work:
+            cyc, b_busy, b_store = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
+            for n in passes:
+                grad = st2 + lockstep_copy_cycles(spec, n * 4, 0, bd, grad_from_l2)[2]
+                add = vector_cycles(spec, "Add", "fp32", n)
+                dup = vector_cycles(spec, "Duplicate", "fp32", n)
+                store = dma_cycles(st3, n * 4, rs)
+                if tiling.scale and n == passes[0]:
+                    store += max(0, count - store) + dma_cycles(st3, 4, rs)
+                added = rows - pads
+                cyc += (rows * (small + s2 + grad) + added * max(small + s1, add) + pads * (small + s1)
+                        + flushes * (store + min(add, small + s1)) + lone * (small + s1) + dup)
+                b_busy["MTE2"] += (2 * rows + lone) * small + rows * (grad - small)
+                b_busy["VECTOR"] += added * add + flushes * dup
+                b_busy["MTE3"] += flushes * store
+                b_busy["SCALAR"] += rows * (s1 + 2 * s2) + lone * s1
+                b_store += flushes * n * 4 / rs
+            if cyc > total:
+                total, busy, storing = cyc, b_busy, b_store
+        need = bd * storing / max(total, 1.0)
+        if shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9):
+            break           # the link carries what the cores store at this rate
+        in_flight = max(need, in_flight * 1.01)
+    read = tiling.n_rows * (emb * 4 + 8)
+    written = int(_assumed_flushes(tiling) * emb * 4)
+    return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
+
+
 def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
     """EmbeddingDenseGradV2, the busiest core's slice of the sorted rows per e-chunk pass: each
     row gathered (one-deep row queue: the next gather waits for this row's Copy/Add), summed
@@ -2684,7 +2810,8 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         if not grad_l2:         # its grad rows' loads allocate in the L2: priced with what they evict
             loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
     else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
-        parts.append(_into_acc(_with_scale(spec, tiling, _est_v2(spec, tiling, grad_l2))))
+        est = _est_det(spec, tiling, grad_l2) if tiling.det_kernel else _est_v2(spec, tiling, grad_l2)
+        parts.append(_into_acc(_with_scale(spec, tiling, est)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(spec, parts, tiling, loads_evict)
