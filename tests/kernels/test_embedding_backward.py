@@ -837,9 +837,11 @@ def test_a2_scale_on_wide_rows_in_full_mode_is_the_scaled_sum_with_the_padding_r
     assert ok, info
 
 
+@pytest.mark.slow
 def test_a2_small_dim_scale_with_many_weights_frees_the_counts_zero_buffer_before_the_scale_stage():
     # numWeights / 48 cores > 2560 counts per core: InitWorkspace's zero buffer (over 10 KiB)
-    # and the scale kernel's buffers do not fit together
+    # and the scale kernel's buffers do not fit together (slow: the scale stage steps each of
+    # the 130,000 rows, ~50 s)
     res = _run(mode="timing", grad=opsim.TensorSpec((64, 8), "fp32"), indices=opsim.TensorSpec((64,), "int32"),
                num_weights=130000, scale_grad_by_freq=True)
     assert res.tiling.small_dim_kernel and res.cycles > 0

@@ -81,7 +81,8 @@ def test_embedding_estimate_prices_the_same_launches_as_the_simulator():
 
 @pytest.mark.parametrize("rows,dim,num_weights", [
     (4096, 64, 512),        # small-dim kernel, 11 rows per core of one 64-element chunk
-    (8192, 32, 20000),      # small-dim kernel, 417 rows per core: the scale stage is most of the call
+    # small-dim kernel, 417 rows per core: the scale stage is most of the call (slow: ~9 s)
+    pytest.param(8192, 32, 20000, marks=pytest.mark.slow),
     (2048, 100, 3000),      # small-dim kernel, a chunk that is not whole 64-element repeats
     (4096, 520, 512),       # the per-row kernel
 ])
