@@ -394,6 +394,16 @@ def test_a_write_back_waits_for_the_stores_that_evict_it():
     assert abs(cycles - simulated) / simulated < 0.02, (cycles, simulated)
 
 
+def _scatter_launch(des, est) -> tuple[int, int]:
+    """The scatter launch (EmbeddingDenseGradV2, the call's last) of an atlas-a2 embedding call:
+    the estimate's cycles and the simulator's, launch overhead included as the estimate counts it."""
+    scatter = des.launch_records[-1]
+    assert scatter.name == "EmbeddingDenseGradV2"
+    label, cycles = est.stats["launch_cycles"][-1]
+    assert label.startswith("EmbeddingDenseGradV2")
+    return cycles, scatter.end - scatter.start + opsim.device_spec("atlas-a2").launch.overhead
+
+
 def test_a_scatter_rewrites_the_slice_ends_a_parallel_fill_left_in_the_l2():
     # atlas-a2 at 50 GB/s: MemSet's 48 blocks store their slices of the 262 MB output at once, so
     # the 192 MB L2 holds the end of every slice, not the output's end. The scatter into the first
@@ -401,11 +411,7 @@ def test_a_scatter_rewrites_the_slice_ends_a_parallel_fill_left_in_the_l2():
     # timing mode. Taking the resident lines for the output's end priced all 33.5 MB of its
     # stores as new lines, 67 MB of write-back: +29 % on the scatter launch.
     des, est = _both(EMB, "atlas-a2", overrides={"gm.bandwidth": 50e9}, **_emb(4096, 2048, 32000))
-    scatter = des.launch_records[-1]
-    assert scatter.name == "EmbeddingDenseGradV2"
-    label, cycles = est.stats["launch_cycles"][-1]
-    assert label.startswith("EmbeddingDenseGradV2")
-    simulated = scatter.end - scatter.start + opsim.device_spec("atlas-a2").launch.overhead
+    cycles, simulated = _scatter_launch(des, est)
     assert abs(cycles - simulated) / simulated < 0.03, (cycles, simulated)
 
 
@@ -417,11 +423,7 @@ def test_the_scatter_loads_wait_for_the_dirty_lines_they_evict(gm_scale):
     # at once and split the store pool. One launch-wide write-back bound and a store alone priced
     # the scatter -21 % at the device's links, -12 % with twice the HBM, -13 % with half of it.
     des, est = _both(EMB, "atlas-a2", overrides={"gm.bandwidth": gm_scale * 1.3824e12}, **_emb(4096, 2048, 32000))
-    scatter = des.launch_records[-1]
-    assert scatter.name == "EmbeddingDenseGradV2"
-    label, cycles = est.stats["launch_cycles"][-1]
-    assert label.startswith("EmbeddingDenseGradV2")
-    simulated = scatter.end - scatter.start + opsim.device_spec("atlas-a2").launch.overhead
+    cycles, simulated = _scatter_launch(des, est)
     assert abs(cycles - simulated) / simulated < 0.03, (cycles, simulated)
 
 
@@ -435,9 +437,5 @@ def test_the_scatter_flushes_overlap_the_other_cores_loads_on_a_slow_hbm(rows, d
     # (now +4 to +5 %: the cores drift apart a little, and the link idles less than in lockstep).
     des, est = _both(EMB, "atlas-a2", overrides={"gm.bandwidth": 0.5 * 1.3824e12},
                      **_emb(rows, dim, num_weights))
-    scatter = des.launch_records[-1]
-    assert scatter.name == "EmbeddingDenseGradV2"
-    label, cycles = est.stats["launch_cycles"][-1]
-    assert label.startswith("EmbeddingDenseGradV2")
-    simulated = scatter.end - scatter.start + opsim.device_spec("atlas-a2").launch.overhead
+    cycles, simulated = _scatter_launch(des, est)
     assert abs(cycles - simulated) / simulated < 0.06, (cycles, simulated)
