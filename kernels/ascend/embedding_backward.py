@@ -2269,14 +2269,22 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
     s1, s2 = math.ceil(cpo), math.ceil(2 * cpo)
     count = (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8)) if tiling.scale else 0
     head = float(head_cycles(spec, "MTE2", bd, max(passes) * 4) + head_cycles(spec, "MTE3", bd)) if work else 0.0
-    in_flight = 1.0
-    for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
+    in_flight, loaders = 1.0, float(bd)
+    # the stores (and L2 loads) in flight on average, from their share of the time: grad rows
+    # CastGrad left in the L2 are hits on the L2 link, which the flushes' barriers spread apart
+    # in time (as _est_row_kernel)
+    for _ in range(8):
         rs = shared_rates(spec, 0, in_flight)[1]
+        rg = l2_read_rate(spec, loaders) if grad_from_l2 else 0.0
         total, busy, storing = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
+        loading = 0.0
         for rows, flushes, pads, lone in work:
             cyc, b_busy, b_store = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
+            b_load = 0.0
             for n in passes:
-                grad = st2 + lockstep_copy_cycles(spec, n * 4, 0, bd, grad_from_l2)[2]
+                grad = st2 + (math.ceil(n * 4 / rg) if grad_from_l2
+                              else lockstep_copy_cycles(spec, n * 4, 0, bd, False)[2])
+                b_load += rows * (grad - st2)
                 add = vector_cycles(spec, "Add", "fp32", n)
                 dup = vector_cycles(spec, "Duplicate", "fp32", n)
                 store = dma_cycles(st3, n * 4, rs)
@@ -2291,11 +2299,14 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
                 b_busy["SCALAR"] += rows * (s1 + 2 * s2) + lone * s1
                 b_store += flushes * n * 4 / rs
             if cyc > total:
-                total, busy, storing = cyc, b_busy, b_store
+                total, busy, storing, loading = cyc, b_busy, b_store, b_load
         need = bd * storing / max(total, 1.0)
-        if shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9):
-            break           # the link carries what the cores store at this rate
-        in_flight = max(need, in_flight * 1.01)
+        loaders = max(1.0, bd * loading / max(total, 1.0))
+        stores_fit = shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9)
+        if stores_fit and (not grad_from_l2 or l2_read_rate(spec, loaders) == rg):
+            break           # the links carry what the cores move at these rates
+        if not stores_fit:
+            in_flight = max(need, in_flight * 1.01)
     read = tiling.n_rows * (emb * 4 + 8)
     written = int(_assumed_flushes(tiling) * emb * 4)
     return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
@@ -2553,7 +2564,8 @@ def _est_tik_sort(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     return _est_launch(spec, total, busy, n * 4, n * 8, 1, _tik_sort_ub(nb), "Sort")
 
 
-def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.0) -> Any:
+def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.0,
+                    grad_from_l2: bool = False) -> Any:
     """:func:`_row_kernel`: the busiest core's rows one after the other. A row: two 4 B loads,
     the scalar's reads, the grad row's load, the Add (and the scalar's bookkeeping); a flush:
     the atomic store (and the 4 B count add with scale), the barrier, the Duplicate. All cores
@@ -2583,7 +2595,14 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     # a load's pool rate among the cores' loads (the GM link is priced on its own below)
     rl = spec.mte2.base + spec.mte2.shared / bd
-    cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+    # grad rows CastGrad left in the L2: hits at the L2's read rate over the L2 link, shared
+    # among the loads the cores keep in flight on average -- the flushes (~850 cycles, at
+    # different rows on different cores) spread the cores' loads apart, so they rarely meet
+    # (atlas-a2 4096 x 2048 rows into 512: ~113 cycles an 8 KiB row, about its rate alone, not
+    # the 176 of 48 loads at once)
+    assert not grad_from_l2 or spec.l2 is not None      # grad_from_l2 needs an L2 (_fits_l2)
+    cap = spec.bytes_per_cycle(spec.l2.bandwidth if grad_from_l2 and spec.l2 is not None else spec.gm.bandwidth)
+    loaders = float(bd)
     coincide = min(1.0, flushes / max(rows, 1))   # the other cores flushing beside a core's flush
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
@@ -2591,15 +2610,16 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     if tiling.emb_dim % tiling.e_chunk:
         passes.append(tiling.emb_dim % tiling.e_chunk)
     in_flight = 1.0
-    for _ in range(8):      # the stores in flight on average, from the flushes' share of the time
+    for _ in range(8):      # the stores (and L2 loads) in flight on average, from their share of the time
         rs = shared_rates(spec, 0, in_flight)[1]
+        rg = l2_read_rate(spec, loaders) if grad_from_l2 else rl
         # the largest load (a grad row chunk) prices the MTE2 head (A-10)
         head = float(sum(head_cycles(spec, p, bd, max(passes) * 4 if p == "MTE2" else 0)
                          for p in ("MTE2", "VECTOR", "MTE3")))
         head += 2 * vector_cycles(spec, "Duplicate", "fp32", passes[0])        # InitQue
         busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
         program = link = head
-        storing = off_mte2 = 0.0        # the core's cycles on its other pipes (its steps are serial)
+        storing = off_mte2 = loading = 0.0  # the core's cycles on its other pipes (its steps are serial)
         for j, n in enumerate(passes):
             small = 2 * dma_cycles(st2, 4, rl)
             add = vector_cycles(spec, "Add", "fp32", n)
@@ -2607,7 +2627,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
             flush = dma_cycles(st3, n * 4, rs) + vector_cycles(spec, "Duplicate", "fp32", n)
             if tiling.scale and j == 0:
                 flush += math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8) + dma_cycles(st3, 4, rs)
-            program += rows * (small + dma_cycles(st2, n * 4, rl) + scal + add) + flushes * flush
+            program += rows * (small + dma_cycles(st2, n * 4, rg) + scal + add) + flushes * flush
             off_mte2 += rows * (scal + add) + flushes * flush
             link += (rows * (small + st2 + scal + add) + tiling.n_rows * n * 4 * (1 + dirty) / cap
                      + coincide * flushes * flush)
@@ -2615,12 +2635,16 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
             busy["MTE3"] += flushes * dma_cycles(st3, n * 4, rs)
             busy["SCALAR"] += rows * scal
             storing += flushes * n * 4 / rs
+            loading += rows * n * 4 / rg
         total = max(program, link)
         busy["MTE2"] = total - head - off_mte2      # the loads take what the other steps leave
         need = bd * storing / total
-        if shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9):
-            break           # the link carries what the cores store at this rate
-        in_flight = max(need, in_flight * 1.01)
+        loaders = max(1.0, bd * loading / total)
+        stores_fit = shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9)
+        if stores_fit and (not grad_from_l2 or l2_read_rate(spec, loaders) == rg):
+            break           # the links carry what the cores move at these rates
+        if not stores_fit:
+            in_flight = max(need, in_flight * 1.01)
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
                       int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
                       "EmbeddingDenseGradV2")
@@ -2806,7 +2830,7 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
     acc_l2 = _fits_l2(spec, acc_bytes + read_bytes + (grad_bytes if tiling.cast_grad else 0))
     loads_evict = None
     if tiling.row_kernel:
-        parts.append(_into_acc(_est_row_kernel(spec, tiling)))
+        parts.append(_into_acc(_est_row_kernel(spec, tiling, grad_from_l2=grad_l2)))
         if not grad_l2:         # its grad rows' loads allocate in the L2: priced with what they evict
             loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
     else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf

@@ -117,6 +117,26 @@ def test_embedding_estimate_prices_the_deterministic_kernel_per_launch(rows, dim
     assert len(sim) == len(priced) == 1
     assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.06, (priced, sim, overhead)
 
+@pytest.mark.parametrize("rows,dim,dtype,deterministic", [
+    (4096, 2048, "fp16", False),    # the per-row kernel: +181 % of the launch
+    (1024, 8192, "bf16", False),    # wide rows: +106 %
+    (4096, 2048, "fp16", True),     # the deterministic kernel: +17 %
+])
+def test_embedding_estimate_prices_cast_grad_rows_read_back_from_the_l2(rows, dim, dtype, deterministic):
+    # fp16/bf16 grad cast to fp32 by CastGrad, whose rows the accumulation kernel reads back from
+    # the L2: hits on the L2 link, which the cores' loads (spread apart by the flushes) rarely
+    # share -- the estimate priced them from HBM (per-row kernel) or as 48 loads at once on the
+    # L2 link (deterministic kernel)
+    des, est = _both(EMB, "atlas-a2", **_emb(rows, dim, 512, dtype, deterministic=deterministic))
+    assert des.tiling.cast_grad and (des.tiling.det_kernel if deterministic else des.tiling.row_kernel)
+    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
+    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
+    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
+    assert len(sim) == len(priced) == 1
+    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.08, (priced, sim, overhead)
+    assert abs(est.cycles - des.cycles) / des.cycles < 0.03, (est.cycles, des.cycles)
+
+
 def test_embedding_estimate_counts_one_flush_per_distinct_index():
     # the same rows and dim: all-distinct indices flush every row, 8 rows per index flush 8x less
     # (sort path: embeddingDim 520 is past the A2 small-dim branch)
