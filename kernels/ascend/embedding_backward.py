@@ -2245,6 +2245,22 @@ def _det_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int]
     return ohi - olo, back + fwd, bpad + fpad, lone
 
 
+def _e_passes(emb: int, e_chunk: int) -> list[int]:
+    """The elements of each e-chunk pass over a row of ``emb`` (the last one shorter)."""
+    return [e_chunk] * (emb // e_chunk) + ([emb % e_chunk] if emb % e_chunk else [])
+
+
+def _in_flight_step(spec: DeviceSpec, need: float, rs: float, in_flight: float, grad_from_l2: bool,
+                    loaders: float, rg: float) -> tuple[bool, float]:
+    """One step of the row kernels' fixed point on the transfers in flight: whether the store
+    pool carries the ``need`` stores in flight at their rate ``rs`` and (rows read back from the
+    L2) the L2 serves ``loaders`` loads at ``rg``; else the stores in flight to price next."""
+    stores_fit = shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9)
+    if stores_fit and (not grad_from_l2 or l2_read_rate(spec, loaders) == rg):
+        return True, in_flight
+    return False, in_flight if stores_fit else max(need, in_flight * 1.01)
+
+
 def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
     """:func:`_det_kernel` on its slowest core, every step in the order the kernel issues it. A
     row: the 4 B position load and the scalar's read of it, the grad row's load, then its Add
@@ -2263,7 +2279,7 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
-    passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
+    passes = _e_passes(emb, ec)
     work = [w for w in (_det_core_work(tiling, b) for b in range(bd)) if w is not None]
     small = dma_cycles(st2, 4, shared_rates(spec, bd, 0)[0])
     s1, s2 = math.ceil(cpo), math.ceil(2 * cpo)
@@ -2302,11 +2318,9 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
                 total, busy, storing, loading = cyc, b_busy, b_store, b_load
         need = bd * storing / max(total, 1.0)
         loaders = max(1.0, bd * loading / max(total, 1.0))
-        stores_fit = shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9)
-        if stores_fit and (not grad_from_l2 or l2_read_rate(spec, loaders) == rg):
+        settled, in_flight = _in_flight_step(spec, need, rs, in_flight, grad_from_l2, loaders, rg)
+        if settled:
             break           # the links carry what the cores move at these rates
-        if not stores_fit:
-            in_flight = max(need, in_flight * 1.01)
     read = tiling.n_rows * (emb * 4 + 8)
     written = int(_assumed_flushes(tiling) * emb * 4)
     return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
@@ -2328,9 +2342,7 @@ def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> An
     half = tiling.acc_dtype != "fp32"
     kdt = tiling.acc_dtype if half else "fp32"
     kitem = nx.dtype(kdt).itemsize
-    passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
-    if tiling.emb_dim % tiling.e_chunk:
-        passes.append(tiling.emb_dim % tiling.e_chunk)
+    passes = _e_passes(tiling.emb_dim, tiling.e_chunk)
     if rows <= 0:
         passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
@@ -2445,7 +2457,7 @@ def _est_v1(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, idx_i
     n_rows, nw = tiling.n_rows, max(tiling.num_weights, 1)
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
-    passes = [ec] * (emb // ec) + ([emb % ec] if emb % ec else [])
+    passes = _e_passes(emb, ec)
     rl, _ = shared_rates(spec, bd, 0)
     _, rs = shared_rates(spec, 0, bd)
     rate = l2_read_rate(spec, bd) if grad_from_l2 else rl
@@ -2606,9 +2618,7 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
     coincide = min(1.0, flushes / max(rows, 1))   # the other cores flushing beside a core's flush
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
-    passes = [tiling.e_chunk] * (tiling.emb_dim // tiling.e_chunk)
-    if tiling.emb_dim % tiling.e_chunk:
-        passes.append(tiling.emb_dim % tiling.e_chunk)
+    passes = _e_passes(tiling.emb_dim, tiling.e_chunk)
     in_flight = 1.0
     for _ in range(8):      # the stores (and L2 loads) in flight on average, from their share of the time
         rs = shared_rates(spec, 0, in_flight)[1]
@@ -2640,11 +2650,9 @@ def _est_row_kernel(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.
         busy["MTE2"] = total - head - off_mte2      # the loads take what the other steps leave
         need = bd * storing / total
         loaders = max(1.0, bd * loading / total)
-        stores_fit = shared_rates(spec, 0, need)[1] >= rs * (1 - 1e-9)
-        if stores_fit and (not grad_from_l2 or l2_read_rate(spec, loaders) == rg):
+        settled, in_flight = _in_flight_step(spec, need, rs, in_flight, grad_from_l2, loaders, rg)
+        if settled:
             break           # the links carry what the cores move at these rates
-        if not stores_fit:
-            in_flight = max(need, in_flight * 1.01)
     est = _est_launch(spec, total, busy, tiling.n_rows * (tiling.emb_dim * 4 + 8),
                       int(_row_kernel_flushes(tiling) * tiling.emb_dim * 4), bd, tiling.ub_bytes,
                       "EmbeddingDenseGradV2")
