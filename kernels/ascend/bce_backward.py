@@ -3,7 +3,8 @@
 Seed: seeds/aclnnBinaryCrossEntropyBackward.txt. Checks and host flow: docs/sources.md#bce-checks
 (ops-nn ``op_api/aclnn_binary_cross_entropy_backward.cpp``); compute order: docs/sources.md#bce-kernel (the
 TBE kernel: fp16/bf16 cast to fp32, ``x − y``, ``(−1)·x + 1``, ``· x``, ``Maxs(1e-12)``, ``Div``,
-``· weight``, ``· grad``, ``· cof`` with ``cof = 1/numel`` computed on the host, Cast RINT back).
+``· weight``, ``· grad``, ``· cof`` with the host's ``cof = 1.0f / d0 / d1 / …`` over self's shape
+in fp32, Cast RINT back).
 Numerics: docs/sources.md#ref-bce.
 
 Host flow as the vendor's: a missing weight becomes ``OnesLike(self)`` (a fill kernel into the
@@ -184,10 +185,18 @@ def workspace(tiling: BceTiling) -> int:
     return tiling.workspace
 
 
-def cof_of(reduction: int, n: int) -> float:
-    """1/N for mean (N = numel(self)), computed in double and embedded as an fp32 constant; the
-    kernel multiplies by it (reciprocal-multiply, docs/sources.md#bce-kernel); None/sum do not scale."""
-    return float(np.float32(1.0 / n)) if reduction == 1 else 1.0
+def cof_of(reduction: int, shape: tuple[int, ...]) -> float:
+    """The mean factor as the TBE host tiling computes it (docs/sources.md#bce-kernel): 1.0f
+    divided by each dimension of self's shape in turn, in fp32 (each dimension converted to
+    float first, as C does) -- not fp32(1/numel): the chain is an ulp off for about a fifth of
+    2-D shapes, e.g. (3, 41). The kernel multiplies by it (reciprocal-multiply); None/sum do not
+    scale, and neither does an empty self (no work; the tiling refuses a 0 dimension)."""
+    if reduction != 1 or 0 in shape:
+        return 1.0
+    cof = np.float32(1.0)
+    for d in shape:
+        cof = np.float32(cof / np.float32(d))
+    return float(cof)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +226,7 @@ def kernel(ctx: KernelContext, tiling: ElementwiseTiling, x: GlobalTensor, y: Gl
             yield Mul(o, o, wl, count=n)                  # × weight
             yield Mul(o, o, gl, count=n)                  # × grad
             if cof is not None:
-                yield Muls(o, o, scalar=cof, count=n)     # × 1/numel (mean)
+                yield Muls(o, o, scalar=cof, count=n)     # × cof (mean)
             return
         yield Cast(xf, xl, "none", n)
         yield Cast(yf, yl, "none", n)
@@ -312,7 +321,7 @@ def launch(device: Any, stream: Any, tensors: Mapping[str, GlobalTensor], tiling
     if tiling.result_offset >= 0:
         result = in_workspace(tiling.result_offset, x_shape)
     reduction = reduction_code(attrs.get("reduction", 1))
-    cof = cof_of(reduction, max(1, tensors["self"].numel)) if reduction == 1 else None
+    cof = cof_of(reduction, tuple(x_shape)) if reduction == 1 else None
     b = {}
     for n in (*INPUTS, "weight"):
         op = ops[n]
@@ -375,7 +384,11 @@ def golden(a: Mapping[str, np.ndarray | None], attrs: Mapping[str, Any],
         r = r * wf
         r = r * gf
         if reduction_code(attrs.get("reduction", 1)) == 1:
-            r = r * f32(1.0 / max(1, int(np.prod(shape, dtype=np.int64))))
+            # the host's factor: 1.0f / d0 / d1 / ... in fp32 over self's shape
+            cof = f32(1.0)
+            for dim in (shape if 0 not in shape else ()):
+                cof = f32(cof / f32(dim))
+            r = r * cof
     res = np.asarray(r, dtype=f32).astype(p)
     if out_dtype is not None:
         od = nx.dtype(out_dtype).np_dtype

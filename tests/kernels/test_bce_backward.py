@@ -110,6 +110,22 @@ def test_mean_multiplies_by_a_host_computed_reciprocal_not_a_divide():
     assert not np.array_equal(r * f(1.0 / 3), r / f(3))
 
 
+
+@pytest.mark.parametrize("mode", ["full", "numeric"])
+def test_mean_cof_is_one_divided_by_each_dimension_in_fp32_as_the_tbe_tiling_does(mode):
+    # The TBE tiling divides 1.0f by each dimension of self's shape in turn, in float; for
+    # (3, 41) that chain is 1 ulp above fp32(1/123), so the outputs differ from x * fp32(1/N)
+    shape = (3, 41)
+    a = operands(shape, np.float32, seed=11, endpoints=False)
+    f = np.float32
+    cof = f(f(f(1.0) / f(3)) / f(41))
+    assert cof != f(1.0 / 123)
+    x, y, g, w = a["self"], a["target"], a["grad_output"], a["weight"]
+    r = (x - y) / np.maximum((x * f(-1) + f(1)) * x, f(1e-12)) * w * g
+    out = opsim.run(OP, device="atlas-a2", mode=mode, reduction=1, **a).outputs["out"]
+    np.testing.assert_array_equal(bits(out), bits(r * cof))
+    assert not np.array_equal(r * cof, r * f(1.0 / 123))
+
 def test_a_missing_weight_is_ones_from_an_oneslike_kernel():
     a = operands((4, 100), np.float16, weight=False)
     res = run("atlas-a2", 2, **a)
