@@ -225,13 +225,17 @@ class Select(VectorOp):
 # ---------------------------------------------------------------------------------------------
 
 def tree_sum(x: np.ndarray) -> np.float32:
-    """fp32 pairwise sum: pad to a power of two with zeros, add adjacent pairs level by level."""
+    """fp32 pairwise sum: pad to a power of two with -0.0, add adjacent pairs level by level.
+
+    -0.0 is the additive identity of IEEE addition (x + -0.0 is x for every x, +0.0 included),
+    so the padding changes nothing; +0.0 padding would turn a sum of negative zeros into +0.0
+    whenever the count is not a power of two."""
     a = np.asarray(x, dtype=np.float32)
     if a.size == 0:
         return np.float32(0.0)
     size = 1 << (a.size - 1).bit_length()
     if size != a.size:
-        a = np.concatenate([a, np.zeros(size - a.size, dtype=np.float32)])
+        a = np.concatenate([a, np.full(size - a.size, -0.0, dtype=np.float32)])
     while a.size > 1:
         a = a[0::2] + a[1::2]
     return np.float32(a[0])

@@ -180,6 +180,21 @@ def test_reductions_follow_the_documented_order():
     assert np.array_equal(idx, x.reshape(rows, 64).argmax(axis=1))
 
 
+@pytest.mark.parametrize("n", [88, 120])
+def test_a_sum_of_negative_zeros_is_negative_zero_whatever_the_count(n):
+    # IEEE: -0 + -0 = -0, so every order of the given elements sums them to -0.0; the tree's
+    # padding of a repeat whose count is not a power of two must not bring in a +0.0
+    x = np.full(n, -0.0, np.float32)
+    z = np.ones(64, np.float32)
+    reduce_kernel[1, None](x, z, n, 1)
+    golden = np.float32(-0.0)
+    for v in x:
+        golden = np.float32(golden + v)
+    assert np.signbit(golden)
+    assert z[0] == 0 and np.signbit(z[0])                       # ReduceSum
+    assert np.signbit(tree_sum(x[:24]))                         # a WholeReduceSum repeat of mask 24
+
+
 @asc.jit
 def masked_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, mode: str):
     xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
