@@ -310,14 +310,36 @@ def copy(dst: LocalTensor, src: LocalTensor, mask: Any, repeat_time: int, repeat
     state.emit(isa.Copy(dst.sim, src.sim, n))
 
 
-def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode = RoundMode.CAST_NONE, *args: Any,
-         **kwargs: Any) -> None:
-    """``Cast(dst, src, round_mode, count)``: dtype conversion with an Ascend round mode."""
+def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode, *args: Any, **kwargs: Any) -> None:
+    """``Cast(dst, src, round_mode, count)``: dtype conversion with an Ascend round mode. As in
+    pyasc the round mode is required and comes before the count (or the repeat form's mask)."""
     state = _core.current()
+    if isinstance(round_mode, bool) or not isinstance(round_mode, int) or round_mode not in set(RoundMode):
+        # a port that left the round mode out passes its count here
+        raise TypeError(f"cast(dst, src, round_mode, count): round_mode must be an asc.RoundMode "
+                        f"({', '.join(m.name for m in RoundMode)}), got {round_mode!r} (at "
+                        f"{_core.call_site()}); pyasc's cast takes the round mode before the count")
     n = _count_of("cast", dst, args, kwargs)
     if src.sim.dtype != dst.sim.dtype:
-        _precheck(state, f"Cast_{src.sim.dtype.name}_{dst.sim.dtype.name}", src.sim.dtype, arithmetic=False)
+        _check_cast(state, src.sim.dtype, dst.sim.dtype)
     state.emit(isa.Cast(dst.sim, src.sim, ROUND_MODE_NAME[RoundMode(round_mode)], n))
+
+
+def _check_cast(state: _core.BlockState, src: Any, dst: Any) -> None:
+    """Refuse at the call a conversion the device's vector unit has no Cast entry for, listing
+    those it has from the source dtype (the usual fix is a chain of two of them)."""
+    spec = state.core.device.spec
+    entry = spec.vector.cost.get(f"Cast_{src.name}_{dst.name}")
+    if entry is not None and src.name in entry:
+        return
+    prefix = f"Cast_{src.name}_"
+    have = sorted(f"{src.name} -> {k[len(prefix):]}" for k, v in spec.vector.cost.items()
+                  if k.startswith(prefix) and src.name in v)
+    raise _core.unsupported(f"cast {src.name} -> {dst.name} on {spec.name}",
+                            f"its vector unit has no such conversion (no Cast_{src.name}_{dst.name} entry in its "
+                            f"cost table); from {src.name} it converts "
+                            + (", ".join(have) if have else "to nothing")
+                            + ": chain two casts through one of those")
 
 
 def compare(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, cmp_mode: CMPMODE, *args: Any,

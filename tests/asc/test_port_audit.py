@@ -1,0 +1,54 @@
+"""Findings of porting pyasc-style kernels to opsim.asc (seventeenth session): the cast call's
+round mode, the refusal of a cast the device lacks, and the sanitizer's report of a queue
+consumer that never deques, in a tile loop."""
+import numpy as np
+import pytest
+
+import opsim.asc as asc
+from opsim.simulator.errors import UnsupportedInstruction
+
+N = 1024
+
+
+@asc.jit
+def cast_kernel(x: asc.GlobalAddress, n: int, form: str):
+    a = asc.LocalTensor(asc.half, asc.TPosition.VECIN, 0, n)
+    f = asc.LocalTensor(asc.float32, asc.TPosition.VECCALC, n * 2, n)
+    asc.duplicate(a, 1.0, n)
+    asc.pipe_barrier(asc.PipeID.PIPE_ALL)
+    if form == "count_as_round_mode":
+        asc.cast(f, a, n)                                            # LINE cast
+    elif form == "no_round_mode":
+        asc.cast(f, a, count=n)
+    elif form == "fp32_to_int8":
+        b = asc.LocalTensor(asc.int8, asc.TPosition.VECOUT, n * 8, n)
+        asc.cast(b, f, asc.RoundMode.CAST_RINT, n)
+
+
+def _line(marker: str) -> int:
+    import inspect
+    src, first = inspect.getsourcelines(cast_kernel.fn)
+    return first + next(i for i, s in enumerate(src) if f"# LINE {marker}" in s)
+
+
+def test_a_count_where_pyasc_puts_the_round_mode_is_refused_naming_the_value_and_the_order() -> None:
+    # pyasc: cast(dst, src, round_mode, count); a port that drops the round mode passes the
+    # count in its place -- the refusal names the value, what a round mode is and the line
+    with pytest.raises(TypeError) as exc:
+        cast_kernel[1, None](np.zeros(8, np.float32), N, "count_as_round_mode")
+    msg = str(exc.value)
+    assert "round_mode" in msg and "1024" in msg and "CAST_RINT" in msg and "(dst, src, round_mode" in msg
+    assert f"test_port_audit.py:{_line('cast')}" in msg
+
+
+def test_cast_without_a_round_mode_is_refused_as_pyasc_does() -> None:
+    # pyasc's cast has no default round mode: opsim.asc's must not invent one
+    with pytest.raises(TypeError, match="round_mode"):
+        cast_kernel[1, None](np.zeros(8, np.float32), N, "no_round_mode")
+
+
+def test_a_cast_the_device_lacks_lists_the_casts_it_has_from_that_dtype() -> None:
+    with pytest.raises(UnsupportedInstruction) as exc:
+        cast_kernel[1, None](np.zeros(8, np.float32), N, "fp32_to_int8")
+    msg = str(exc.value)
+    assert "fp32 -> int8" in msg and "fp32 -> fp16" in msg and "test_port_audit.py" in msg
