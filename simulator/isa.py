@@ -95,7 +95,9 @@ class Instruction(metaclass=_InstructionType):
     # ``origin``: "file.py:line" of the kernel source that issued it, stamped by the dispatcher
     # when the device records source lines (sanitizer, hot-spot tables) or set by a front-end
     # such as opsim.asc; read it with ``getattr(instr, "origin", None)``.
-    __slots__ = ("tile", "origin")
+    # ``program_index``: the instruction's position in its block's program, stamped by a
+    # front-end that knows it (opsim.asc); unset otherwise -- read it with getattr too.
+    __slots__ = ("tile", "origin", "program_index")
     # the pipe that executes the instruction; classes whose pipe follows the operands override it
     # with a property (each with an ignore[override]: mypy rejects a property over a ClassVar)
     pipe: ClassVar[str] = "SCALAR"
@@ -238,14 +240,18 @@ class QueueFreeFlag(SetFlag):
 
     ``buffer`` is the buffer it releases, (memory, address, bytes, name) with memory the core's
     region name ("UB"), set by the queue that emits it: the sanitizer reports any access of
-    those bytes ordered after the release and not after the buffer's next allocation."""
+    those bytes ordered after the release and not after the buffer's next allocation.
+    ``realloc_index`` is the program index of that next allocation, set by a queue that knows
+    it (opsim.asc): an access issued after it in the program uses the new allocation, whatever
+    the flags order."""
 
-    __slots__ = ("buffer",)
+    __slots__ = ("buffer", "realloc_index")
 
     def __init__(self, src: str, dst: str, event_id: int,
                  buffer: tuple[str, int, int, str] | None = None) -> None:
         super().__init__(src, dst, event_id)
         self.buffer = buffer
+        self.realloc_index: int | None = None
 
 
 class WaitFlag(Instruction):

@@ -435,6 +435,11 @@ class Sanitizer:
                 continue            # other bytes, or not ordered after the release
             if rpid is not None and vc.get(rpid, 0) >= rclock:
                 continue            # after the buffer's next alloc_tensor
+            realloc, index = getattr(free, "realloc_index", None), getattr(acc.instr, "program_index", None)
+            if realloc is not None and index is not None and index > realloc:
+                # issued after that alloc_tensor in the program: a use of the new allocation;
+                # what is missing is an order (a deque), which racecheck reports
+                continue
             self._add(("use-after-free", acc.origin, acc.instr.name, name), check="memcheck",
                       kind="use-after-free",
                       message=(f"{acc.pipe} {acc.verb()}s {name} ({acc.memory.rpartition('/')[2]} "

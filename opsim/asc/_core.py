@@ -78,6 +78,7 @@ class BlockState:
         self.role = role                # "aiv" | "aic" | "aicore"
         self.group = group              # mixed launches: the block's AIC/AIV message group
         self.buffer: list = []
+        self.emitted = 0                # instructions emitted so far: the next one's program index
         self._event_ids: dict[tuple[str, str], int] = {}
         self.matmuls: list = []
         self.on_finish: list[Callable[[], None]] = []   # run when the kernel function returns
@@ -95,6 +96,10 @@ class BlockState:
         origin = origin or call_site()
         instr.origin = origin
         instr.tile = self.core.tile
+        # program order, which the sanitizer cannot read off the pipes (they run in parallel):
+        # it tells a use of a re-allocated queue buffer from a use after free (QueueFreeFlag)
+        instr.program_index = self.emitted
+        self.emitted += 1
         buf = self.buffer
         if self.autosync is not None:
             for flag in self.autosync.before(instr):

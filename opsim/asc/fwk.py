@@ -101,6 +101,7 @@ class TQue:
         self._out: dict[int, int] = {}
         self._alloc_site: dict[int, str] = {}
         self._freed_site: dict[int, str] = {}   # buffer -> its free_tensor line, until allocated again
+        self._free_flags: dict[int, QueueFreeFlag] = {}   # buffer -> its free's flag, until allocated again
         state.on_finish.append(self._drain)
         state.ctx.queues.append(self)          # the sanitizer reports buffers never freed
 
@@ -120,6 +121,9 @@ class TQue:
                              f"buffers in use; free_tensor one first (at {_core.call_site()})")
         i = self._free.popleft()
         if self._used[i]:
+            freed = self._free_flags.pop(i, None)
+            if freed is not None:
+                freed.realloc_index = state.emitted   # the WaitFlag's: the sanitizer's program order
             state.emit(WaitFlag(self.consumer, self.producer, self.event_ids[i]))
             self._pending_free[i] = False
         self._used[i] = True
@@ -174,7 +178,9 @@ class TQue:
         self._freed_site[tensor.sim.addr] = _core.call_site()
         # a QueueFreeFlag names the bytes it releases: the sanitizer reports a use after free
         released = (self.region.name, self.buffers[i], self.nbytes, f"TQue({self.position.name}) buffer {i}")
-        state.emit(QueueFreeFlag(self.consumer, self.producer, self.event_ids[i], released))
+        flag = QueueFreeFlag(self.consumer, self.producer, self.event_ids[i], released)
+        self._free_flags[i] = flag
+        state.emit(flag)
         self._pending_free[i] = True
         self._free.append(i)
 

@@ -52,3 +52,62 @@ def test_a_cast_the_device_lacks_lists_the_casts_it_has_from_that_dtype() -> Non
         cast_kernel[1, None](np.zeros(8, np.float32), N, "fp32_to_int8")
     msg = str(exc.value)
     assert "fp32 -> int8" in msg and "fp32 -> fp16" in msg and "test_port_audit.py" in msg
+
+
+TILE = 256
+
+
+@asc.jit
+def scale_loop(x: asc.GlobalAddress, z: asc.GlobalAddress, tiles: int, bug: str):
+    # a TQue-framed y = 2x, double buffered, over several tiles (tutorial 02's loop)
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x, tiles * TILE)
+    zg.set_global_buffer(z, tiles * TILE)
+    pipe = asc.TPipe()
+    qx, qz = asc.TQue(asc.TPosition.VECIN, 2), asc.TQue(asc.TPosition.VECOUT, 2)
+    pipe.init_buffer(qx, 2, TILE * 4)
+    pipe.init_buffer(qz, 2, TILE * 4)
+    for i in range(tiles):
+        a = qx.alloc_tensor(asc.float32)
+        asc.data_copy(a, xg[i * TILE:], TILE)
+        qx.enque(a)
+        if bug != "no_deque":
+            a = qx.deque(asc.float32)
+        c = qz.alloc_tensor(asc.float32)
+        if bug == "use_after_free":
+            qx.free_tensor(a)
+        asc.muls(c, a, 2.0, TILE)
+        if bug != "use_after_free":
+            qx.free_tensor(a)
+        qz.enque(c)
+        c = qz.deque(asc.float32)
+        asc.data_copy(zg[i * TILE:], c, TILE)
+        qz.free_tensor(c)
+
+
+def _scale_report(bug: str):
+    x = np.arange(8 * TILE, dtype=np.float32)
+    z = np.zeros_like(x)
+    res = scale_loop[1, None](x, z, 8, bug, sanitize=True)
+    return res.sanitizer
+
+
+def test_a_consumer_that_never_deques_in_a_tile_loop_is_a_race_not_a_use_after_free() -> None:
+    # without the deque nothing orders the muls after the load of its tile: a race (and the
+    # enque flags left set). The buffer was allocated again before the muls in the program, so
+    # the free_tensor of two tiles earlier is no use after free -- it was reported as one, for
+    # every buffer, naming that earlier free_tensor
+    report = _scale_report("no_deque")
+    kinds = {f.kind for f in report.findings}
+    assert "race" in kinds and "flag-left-set" in kinds
+    assert "use-after-free" not in kinds, str(report)
+
+
+def test_a_use_after_free_in_a_tile_loop_is_still_reported() -> None:
+    report = _scale_report("use_after_free")
+    assert "use-after-free" in {f.kind for f in report.findings}, str(report)
+
+
+def test_the_fixed_loop_is_clean() -> None:
+    report = _scale_report("")
+    assert report.ok, str(report)
