@@ -13,12 +13,14 @@ from typing import Any
 
 from opsim.asc import _core
 from opsim.asc.dtype import sim_dtype
-from opsim.asc.enums import TPosition
+from opsim.asc.enums import HardEvent, TPosition
 from opsim.asc.tensor import LocalTensor, memory_of
 from opsim.simulator.errors import MemoryFault, QueueError, SimulatorError
 from opsim.simulator.isa import QueueFreeFlag, SetFlag, WaitFlag
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import LocalTensor as SimLocal
+
+_USER_EVENT_IDS = 8        # event ids 0..7 of a pipe pair are the kernel's (HardEvent flags)
 
 # position -> (producer pipe, consumer pipe); "LOAD"/"STORE" resolve per core
 _QUEUE_PIPES = {
@@ -31,6 +33,34 @@ _QUEUE_PIPES = {
     TPosition.B2: ("MTE1", "CUBE"),
     TPosition.CO1: ("CUBE", "FIXP"),
 }
+
+
+# pyasc methods of the queue framework opsim.asc does not model -> how to do without them
+_UNMODELLED: dict[str, dict[str, str]] = {
+    "TPipe": {"get_base_addr": "", "init_buf_pool": "TBufPool is not modelled either",
+              "destroy_pipe": ""},
+    "TQue": {"free_all_event": "free_tensor each buffer", "init_buf_handle": "", "init_start_buf_handle": ""},
+    "TBuf": {"free_all_event": "", "init_buf_handle": "", "init_start_buf_handle": ""},
+}
+
+
+def _refuse_method(obj: Any, name: str) -> AttributeError:
+    """The error for a missing attribute of a framework object: an UnsupportedAPI naming the
+    call and the kernel line for a pyasc method opsim.asc does not model, else Python's own."""
+    from opsim.asc.pyasc_names import refuse
+    cls = type(obj).__name__
+    table = _UNMODELLED.get(cls, {})
+    if name in table:
+        return refuse(cls, name, table)
+    return AttributeError(f"{cls!r} object has no attribute {name!r}")
+
+
+def _not_in_place(call: str, arg: Any) -> None:
+    """pyasc's in-place overloads (``alloc_tensor(tensor)``, ``deque(tensor)``) fill a tensor
+    the kernel declared; opsim.asc models the forms that return the tensor."""
+    if isinstance(arg, LocalTensor):
+        raise _core.unsupported(f"TQue.{call}(tensor) (the in-place form)",
+                                f"write t = que.{call}(dtype); docs/writing-kernels.md §3")
 
 
 def _absent(state: _core.BlockState, pos: TPosition) -> bool:
@@ -65,6 +95,35 @@ class TPipe:
 
     def reset(self) -> None:
         pass
+
+    def init(self) -> None:
+        """``TPipe.init()``: nothing to do (the constructor set the pipe up)."""
+
+    # -- event ids for hand-placed flags (Ascend C's AllocEventID / FetchEventID / ReleaseEventID)
+    def _event_ids(self, event: HardEvent) -> set[int]:
+        held = self.__dict__.setdefault("_held_events", {})
+        return held.setdefault(HardEvent(event), set())
+
+    def fetch_event_id(self, event: HardEvent = HardEvent.V_S) -> int:
+        """An event id of ``event`` that no ``alloc_event_id`` holds, without taking it."""
+        held = self._event_ids(event)
+        for i in range(_USER_EVENT_IDS):
+            if i not in held:
+                return i
+        raise SimulatorError(f"TPipe: all {_USER_EVENT_IDS} event ids of {HardEvent(event).name} are allocated; "
+                             f"release_event_id one first (at {_core.call_site()})")
+
+    def alloc_event_id(self, event: HardEvent = HardEvent.V_S) -> int:
+        """Take an event id of ``event`` until ``release_event_id`` gives it back."""
+        i = self.fetch_event_id(event)
+        self._event_ids(event).add(i)
+        return i
+
+    def release_event_id(self, id: int, event: HardEvent = HardEvent.V_S) -> None:  # noqa: A002 - pyasc's name
+        self._event_ids(event).discard(int(id))
+
+    def __getattr__(self, name: str) -> Any:
+        raise _refuse_method(self, name)
 
 
 class TQue:
@@ -115,6 +174,7 @@ class TQue:
         return self._state
 
     def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
+        _not_in_place("alloc_tensor", dtype)
         state = self._ready()
         if not self._free:
             raise QueueError(f"TQue({self.position.name}).alloc_tensor with all {len(self.buffers)} "
@@ -155,6 +215,7 @@ class TQue:
         return True
 
     def deque(self, dtype: Any = None) -> LocalTensor:
+        _not_in_place("deque", dtype)
         state = self._ready()
         if not self._fifo:
             raise QueueError(f"TQue({self.position.name}).deque on an empty queue: enque a tensor "
@@ -199,6 +260,17 @@ class TQue:
     def has_tensor_in_que(self) -> bool:
         return bool(self._fifo)
 
+    def has_idle_buffer(self) -> bool:
+        """Whether ``alloc_tensor`` has a buffer to give (as ``vacant_in_que``)."""
+        return bool(self._free)
+
+    def get_tensor_count_in_que(self) -> int:
+        """How many tensors are enqueued and not yet dequeued."""
+        return len(self._fifo)
+
+    def __getattr__(self, name: str) -> Any:
+        raise _refuse_method(self, name)
+
 
 class TQueBind(TQue):
     def __init__(self, src: TPosition, dst: TPosition, depth: int = 1, *args: Any) -> None:
@@ -221,11 +293,13 @@ class TBuf:
         self.nbytes = align_up(nbytes, self.region.alignment)
         self.addr = state.ctx.allocate(self.region, self.nbytes, f"TBuf({self.position.name})")
 
-    def get(self, dtype: Any = None, length: int | None = None) -> LocalTensor:
+    def get(self, dtype: Any = None, len: int | None = None, shape: Any = None) -> LocalTensor:  # noqa: A002
+        """``get(dtype, len=None, shape=None)``, pyasc's signature: ``len`` elements (the whole
+        buffer by default); ``shape`` is pyasc's metadata and changes nothing here."""
         if self._state is None:
             raise SimulatorError(f"TBuf.get before TPipe.init_buffer (at {_core.call_site()})")
         dt = sim_dtype(dtype if dtype is not None else "fp32")
-        n = self.nbytes // dt.itemsize if length is None else int(length)
+        n = self.nbytes // dt.itemsize if not len else int(len)
         self._check_span("get", 0, n, dt)
         return LocalTensor.wrap(SimLocal(self._state.core, self.region, self.addr, dt, n), self.position)
 
@@ -240,12 +314,20 @@ class TBuf:
     def alloc_tensor(self, dtype: Any = None) -> LocalTensor:
         """pyasc's TBuf is a TQueBind: ``alloc_tensor`` gives the whole buffer, as ``get`` does
         (a calculation buffer has no producer and consumer pipes, so no flags)."""
+        _not_in_place("alloc_tensor", dtype)
         return self.get(dtype)
 
     def free_tensor(self, tensor: LocalTensor) -> None:
         """Nothing to hand back: the buffer stays the TBuf's."""
 
+    def __getattr__(self, name: str) -> Any:
+        raise _refuse_method(self, name)
+
     def get_with_offset(self, size: int, buf_offset: int, dtype: Any = None) -> LocalTensor:
+        if int(buf_offset) % 32:
+            # pyasc refuses it here; the tensor would fault only at its first use
+            raise ValueError(f"TBuf.get_with_offset: buf_offset must be a multiple of 32 B, got {buf_offset} "
+                             f"(at {_core.call_site()})")
         dt = sim_dtype(dtype if dtype is not None else "fp32")
         t = self.get(dt)
         self._check_span("get_with_offset", int(buf_offset), int(size), dt)

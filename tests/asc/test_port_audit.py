@@ -111,3 +111,76 @@ def test_a_use_after_free_in_a_tile_loop_is_still_reported() -> None:
 def test_the_fixed_loop_is_clean() -> None:
     report = _scale_report("")
     assert report.ok, str(report)
+
+
+@asc.jit
+def fwk_kernel(x: asc.GlobalAddress, case: str):
+    xg = asc.GlobalTensor()
+    xg.set_global_buffer(x, 64)
+    pipe = asc.TPipe()
+    q = asc.TQue(asc.TPosition.VECIN, 2)
+    pipe.init_buffer(q, 2, 256)
+    tb = asc.TBuf(asc.TPosition.VECCALC)
+    pipe.init_buffer(tb, 1024)
+    if case == "get_len":
+        t = tb.get(asc.float32, len=64)                      # pyasc's keyword
+        asc.duplicate(t, 3.0, 64)
+        e = pipe.fetch_event_id(asc.HardEvent.V_MTE3)
+        asc.set_flag(asc.HardEvent.V_MTE3, e)
+        asc.wait_flag(asc.HardEvent.V_MTE3, e)
+        asc.data_copy(xg, t, 64)
+    elif case == "offset_unaligned":
+        tb.get_with_offset(8, 16, asc.float32)               # LINE offset
+    elif case == "queue_state":
+        assert q.has_idle_buffer() and q.get_tensor_count_in_que() == 0
+        a = q.alloc_tensor(asc.float32)
+        asc.duplicate(a, 1.0, 64)
+        q.enque(a)
+        assert q.get_tensor_count_in_que() == 1
+        a = q.deque(asc.float32)
+        q.free_tensor(a)
+    elif case == "event_ids":
+        e0 = pipe.alloc_event_id(asc.HardEvent.MTE2_V)
+        e1 = pipe.alloc_event_id(asc.HardEvent.MTE2_V)
+        assert e0 != e1 and pipe.fetch_event_id(asc.HardEvent.MTE2_V) not in (e0, e1)
+        pipe.release_event_id(e0, asc.HardEvent.MTE2_V)
+        assert pipe.alloc_event_id(asc.HardEvent.MTE2_V) == e0
+    elif case == "free_all_event":
+        q.free_all_event()                                  # LINE free_all_event
+    elif case == "alloc_in_place":
+        q.alloc_tensor(tb.get(asc.float32))                 # LINE alloc_in_place
+
+
+def _fwk_line(marker: str) -> int:
+    import inspect
+    src, first = inspect.getsourcelines(fwk_kernel.fn)
+    return first + next(i for i, s in enumerate(src) if f"# LINE {marker}" in s)
+
+
+def test_tbuf_get_takes_pyasc_len_keyword_and_pipe_event_ids_work() -> None:
+    x = np.zeros(64, np.float32)
+    fwk_kernel[1, None](x, "get_len")
+    assert np.array_equal(x, np.full(64, 3.0, np.float32))
+
+
+def test_get_with_offset_refuses_an_offset_not_32_byte_aligned_at_the_call() -> None:
+    # pyasc raises at the call; opsim faulted later, at the first use, naming that line
+    with pytest.raises(ValueError) as exc:
+        fwk_kernel[1, None](np.zeros(64, np.float32), "offset_unaligned")
+    msg = str(exc.value)
+    assert "buf_offset" in msg and "16" in msg and "32" in msg
+    assert f"test_port_audit.py:{_fwk_line('offset')}" in msg
+
+
+@pytest.mark.parametrize("case", ["queue_state", "event_ids"])
+def test_queue_state_and_event_id_calls_of_pyasc(case: str) -> None:
+    fwk_kernel[1, None](np.zeros(64, np.float32), case, sanitize=True)
+
+
+@pytest.mark.parametrize("case,what", [("free_all_event", "TQue.free_all_event"),
+                                       ("alloc_in_place", "alloc_tensor(tensor)")])
+def test_unmodelled_queue_calls_are_refused_naming_the_call_and_the_line(case: str, what: str) -> None:
+    with pytest.raises(UnsupportedInstruction) as exc:
+        fwk_kernel[1, None](np.zeros(64, np.float32), case)
+    msg = str(exc.value)
+    assert what in msg and f"test_port_audit.py:{_fwk_line(case)}" in msg and "writing-kernels.md" in msg
