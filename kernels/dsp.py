@@ -555,24 +555,27 @@ def check_call(spec: DeviceSpec, *, prefix: str, storage: str, input_size: Any, 
     windows = _windows(spec, storage, tiling, cidx)
     assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     align = max(item, spec.gm.alignment if storage == "shared" else spec.private.alignment)
+    allowed = " or ".join(f"{label} [{lo:#x}, {hi:#x})" for label, lo, hi in windows)
     ranges: dict[str, tuple[int, int]] = {}
     for name in POINTERS:
         if name == "weight" and not wd:
             continue                            # weight_defined = 0: the pointer is never read
         addr = pointers[name]
         nbytes = sizes[name] * item
+        # what a valid pointer is: said by every pointer message, so a null or non-address one too
+        count = f"{sizes[name]} element{'' if sizes[name] == 1 else 's'}"
+        where = f"it must be the address of {count} of {dtype} in {allowed}"
         if addr is None or (isinstance(addr, (int, np.integer)) and not isinstance(addr, bool) and addr == 0):
-            extra = "; weight_defined is non-zero, so weight must be given" if name == "weight" else ""
-            raise _err(DspStatus.ERR_POINTER, f"{name} is a null pointer{extra}")
+            extra = " (weight_defined is non-zero, so weight must be given)" if name == "weight" else ""
+            raise _err(DspStatus.ERR_POINTER, f"{name} is a null pointer{extra}; {where}")
         if isinstance(addr, bool) or not isinstance(addr, (int, np.integer)) or addr < 0:
-            raise _err(DspStatus.ERR_POINTER, f"{name} is {addr!r}; it must be a device address")
+            raise _err(DspStatus.ERR_POINTER, f"{name} is {addr!r}, not a device address; {where}")
         addr = int(addr)
         if addr % align:
             raise _err(DspStatus.ERR_POINTER,
                        f"{name} {addr:#x} is not {align}-byte aligned (off by {addr % align}); "
                        f"{'half' if item == 2 else 'float'} operands need {align}-byte alignment")
         if not any(lo <= addr and addr + nbytes <= hi for _, lo, hi in windows):
-            allowed = " or ".join(f"{label} [{lo:#x}, {hi:#x})" for label, lo, hi in windows)
             raise _err(DspStatus.ERR_POINTER,
                        f"{name} [{addr:#x}, {addr + nbytes:#x}) ({sizes[name]} elements of {dtype}) is outside "
                        f"{allowed}")

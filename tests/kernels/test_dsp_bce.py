@@ -259,6 +259,25 @@ def test_bad_input_gets_its_code_and_message_and_changes_nothing_outside_dx(case
     assert (rt.device.bytes_read, rt.device.bytes_written) == (read0, written0)
 
 
+@pytest.mark.parametrize("storage,name,value", [("s", "input_x", 0), ("s", "dloss", None), ("s", "weight", 0),
+                                                ("s", "dx", -4), ("p", "input_y", 0), ("p", "dx", 1.5)])
+def test_a_null_or_non_address_pointer_is_told_where_it_must_point(storage, name, value):
+    # the message names the parameter, its value and what is allowed: how many elements of which
+    # dtype, in which memory window(s) -- the same windows a pointer outside them is shown
+    rt, lib = open_rt("mt7004")
+    addrs = dict(SHARED if storage == "s" else PRIVATE, **{name: value})
+    n = 100
+    ret = call_s(lib, np.float16, n, 0, addrs, 1, 0xF) if storage == "s" else \
+        call_p(lib, np.float16, n, 0, addrs, 1)
+    assert ret == DspStatus.ERR_POINTER
+    msg = rt.get_recent_err_msg()
+    assert f"{name} is " in msg and f"{n} elements of fp16" in msg, msg
+    if storage == "s":
+        assert "DDR [0x80000000, 0x100000000)" in msg and "SMC [0xc000000, 0xc600000)" in msg, msg
+    else:
+        assert "dsp.core0's private memory" in msg and "[0x10000000, 0x17fa0000)" in msg, msg
+
+
 def test_a_successful_s_call_writes_dx_and_only_the_working_areas():
     rt, lib = open_rt("ft78ne")
     data = make_data(1024, np.float32, 0)
