@@ -1,7 +1,8 @@
 """DSP binarycrossentropygrad on FT78NE (fp32) and MT7004 (fp16, fp32): the ``fp_``/``hp_``
 ``binarycrossentropygrad_s``/``_p`` library functions and the ``binarycrossentropygrad`` OpDef.
 
-Seed: seeds/dsp_binarycrossentropygrad.txt. Semantics (docs/sources.md#dsp-bce-semantics):
+Seed: seeds/dsp_binarycrossentropygrad.txt. Semantics (docs/sources.md#dsp-bce-semantics; where
+the seed is silent, docs/sources.md#dsp-bce-seed-readings):
 
     dx = dL' · w · (x − y) / (x(1 − x) + ε),   ε = 1e-12 (the seed's "+ ε", not a max)
 

@@ -170,6 +170,55 @@ def test_the_seeds_mean_divides_dloss0_by_n_in_fp32():
     assert (get_dx(rt, SHARED["dx"], n, np.float32) == value * (f(7.0) / f(n))).all()
 
 
+def test_hp_special_values_follow_fp32_compute_and_one_rne_rounding():
+    # docs/sources.md#dsp-bce-seed-readings: half in, fp32 chain, one RNE rounding. The golden is
+    # written out here, element by element in Python floats rounded to fp32 after every step
+    f32 = np.float32
+    xs = [0.0, 1.0, 0.5, 6e-8, 0.99951171875, -0.5, 2.0, 65504.0, np.inf, -np.inf, np.nan]
+    ys = [0.0, 1.0, 0.25, np.nan, np.inf]
+    x = np.array([a for a in xs for _ in ys], np.float16)
+    y = np.array([b for _ in xs for b in ys], np.float16)
+    w = np.resize(np.array([1.0, 3.0, -2.0, 1000.0], np.float16), x.size)
+    dl = np.resize(np.array([1.0, 60000.0, -0.001, 0.0, 7.5], np.float16), x.size)
+    rt, lib = open_rt("mt7004")
+    put(rt, {"input_x": x, "input_y": y, "weight": w, "dloss": dl}, SHARED)
+    assert call_s(lib, np.float16, x.size, 0, SHARED, 1, 0xF) == 0
+    dx = get_dx(rt, SHARED["dx"], x.size, np.float16)
+    with np.errstate(all="ignore"):
+        for i in range(x.size):
+            xi, yi = f32(x[i]), f32(y[i])
+            den = f32(f32(xi * f32(f32(-1.0) * xi + f32(1.0))) + f32(1e-12))
+            want = np.float16(f32(f32(f32(w[i]) * f32(xi - yi)) / den) * f32(dl[i]))
+            assert (np.isnan(want) and np.isnan(dx[i])) or bits(dx[i:i + 1]).tobytes() == \
+                bits(np.array([want])).tobytes(), (x[i], y[i], w[i], dl[i], dx[i], want)
+    # x = y in {0, 1}: 0 (eps survives in fp32); x = 0, y = 1: -1e12 in fp32, -inf in half
+    assert dx[0] == 0 and dx[len(ys) + 1] == 0 and dx[1] == -np.inf
+
+
+def test_mean_converts_a_large_input_size_to_float_before_dividing():
+    # dloss[0] / (float)N: N = 2^24 + 1 becomes 2^24 in fp32, so the scale is 3 / 2^24 exactly,
+    # not the fp32 rounding of 3 / (2^24 + 1)
+    n = 2 ** 24 + 1
+    rt, lib = open_rt("ft78ne")
+    put(rt, {"input_x": np.full(n, 0.25, np.float32), "input_y": np.zeros(n, np.float32),
+             "dloss": np.array([3.0], np.float32)}, SHARED)
+    assert call_s(lib, np.float32, n, 1, SHARED, 0, 0xFF) == 0
+    f = np.float32
+    value = f(0.25) / (f(0.25) * f(0.75) + f(1e-12))
+    dx = get_dx(rt, SHARED["dx"], 64, np.float32)
+    assert (dx == value * f(3.0 / 2 ** 24)).all() and value * f(3.0 / 2 ** 24) != value * f(3.0 / n)
+
+
+@pytest.mark.parametrize("wd", [2, -1])
+def test_any_non_zero_weight_defined_means_a_weight_is_given(wd):
+    rt, lib = open_rt("ft78ne")
+    data = make_data(100, np.float32, 2)
+    put(rt, data, SHARED)
+    assert call_s(lib, np.float32, 100, 2, SHARED, wd, 0xFF) == 0
+    np.testing.assert_array_equal(bits(get_dx(rt, SHARED["dx"], 100, np.float32)), bits(golden(data, 2, 1)))
+    assert call_s(lib, np.float32, 100, 2, dict(SHARED, weight=0), wd, 0xFF) == DspStatus.ERR_POINTER
+
+
 # ---------------------------------------------------------------------------------------------
 # bad input: a status code, a message naming parameter, value and what is allowed; no memory change
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +277,15 @@ BAD_CASES = [
      ["weight_defined is 'yes'"]),
     ("p-over-capacity", "ft78ne", "p", np.float32, {"n": 60000}, DspStatus.ERR_CAPACITY,
      ["private memory", "capacity is 524288 B"]),
+    # docs/sources.md#dsp-bce-seed-readings
+    ("size-beyond-int", "ft78ne", "s", np.float32, {"n": 2 ** 31}, DspStatus.ERR_INPUT_SIZE,
+     ["input_size is 2147483648", "1..2147483647"]),
+    ("mask-negative", "ft78ne", "s", np.float32, {"mask": -1}, DspStatus.ERR_CORE_MASK,
+     ["core_mask -0x1", "beyond the 8 DSP cores", "0x1..0xff"]),
+    ("half-on-2-bytes", "mt7004", "s", np.float16, {"weight": 0xC0000002}, DspStatus.ERR_POINTER,
+     ["weight 0xc0000002 is not 4-byte aligned", "half operands"]),
+    ("dx-in-place", "mt7004", "p", np.float16, {"dx": 0x10000000}, DspStatus.ERR_POINTER,
+     ["dx [0x10000000", "overlaps input_x"]),
 ]
 
 
