@@ -89,6 +89,14 @@ def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize
                 f"UB has {ub} B on {spec.name}")
     else:
         tile = max(ALIGN_ELEMENTS, (ub // per_element(buffer_num)) // ALIGN_ELEMENTS * ALIGN_ELEMENTS)
+        need = tile * per_element(buffer_num)
+        if max_tile > 0 and need > ub:
+            # a what-if UB holding one aligned tile with one buffer but not with two: refused here,
+            # not as a CapacityError on a core once the run has started
+            raise tiling_error(
+                f"tile_length {ALIGN_ELEMENTS} (the smallest tile) does not fit the UB with buffer_num "
+                f"{buffer_num}: needs {need} B ({per_element(buffer_num)} B per element), UB has {ub} B on "
+                f"{spec.name}; buffer_num 1 needs {tile * per_element(1)} B")
     if max_tile <= 0:
         raise tiling_error(f"UB of {ub} B cannot hold one {ALIGN_ELEMENTS}-element tile "
                            f"({per_element(1)} B per element)")

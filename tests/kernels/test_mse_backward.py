@@ -307,6 +307,27 @@ def test_forced_tile_that_does_not_fit_ub_gives_561002_with_bytes():
     assert "needs 640000 B" in e.message and "UB has 196608 B" in e.message
 
 
+@pytest.mark.parametrize("op, device, ub, buffer_num", [
+    ("mse_loss_backward", "atlas-a2", 512, None),       # the default double buffering: 1024 B
+    ("mse_loss_backward", "atlas-a2", 768, 2),          # forced double buffering, default tile
+    ("binary_cross_entropy_backward", "atlas-inference", 1024, None),
+])
+def test_what_if_ub_too_small_for_one_aligned_tile_is_refused_at_plan_time(op, device, ub, buffer_num):
+    # a what-if UB that holds one 32-element tile with one buffer but not with two: the plan used
+    # to take the 32-element tile anyway and the run died mid-way with a CapacityError on a core
+    x = np.ones(1 << 17, np.float32)
+    operands = {"grad_output": x, "self": x, "target": x}
+    if op == "binary_cross_entropy_backward":
+        operands["weight"] = x
+    tiling = {} if buffer_num is None else {"buffer_num": buffer_num}
+    with pytest.raises(opsim.OpError) as ei:
+        opsim.run(op, device=device, mode="timing", device_overrides={"ub.size": ub}, tiling=tiling,
+                  **{k: opsim.TensorSpec(v.shape, "fp32") for k, v in operands.items()})
+    e = ei.value
+    assert e.code == 561002
+    assert f"UB has {ub} B" in e.message and "buffer_num 2" in e.message and "tile_length" in e.message
+
+
 def _overlaps(a, b):
     return a.start < b.end and b.start < a.end
 
