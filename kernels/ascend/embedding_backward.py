@@ -2326,64 +2326,152 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
     return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
 
 
-def _est_v2(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
-    """EmbeddingDenseGradV2, the busiest core's slice of the sorted rows per e-chunk pass: each
-    row gathered (one-deep row queue: the next gather waits for this row's Copy/Add), summed
-    into an accumulator, flushed by an atomic add at the end of a run and every LIMIT_COUNT_NUM
-    rows; the flush overlaps the next gathers (two fp32 accumulators, or one output buffer for
-    fp16/bf16 sums). The cores run the same work in lockstep, so the first gather after a
-    flush shares the link with every core's flush."""
-    bd = tiling.block_dim
-    rows = _det_rows(tiling) if tiling.deterministic else -(-tiling.n_rows // bd)
-    if 0 <= tiling.padding_idx < tiling.num_weights:   # padding rows are skipped
-        rows -= rows // max(tiling.num_weights, 1)
-    flushes = max(1.0, rows * _assumed_flushes(tiling) / max(tiling.n_rows, 1))
-    group = rows / flushes
-    half = tiling.acc_dtype != "fp32"
-    kdt = tiling.acc_dtype if half else "fp32"
+def _half_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int, int, int] | None:
+    """(rows, padding rows, accumulator-to-cache adds, stores to out, stores to the stage, cache
+    resets of a padding run) of block ``b`` in one e-chunk pass of :func:`_half_kernel`'s row
+    phase on the assumed indices, None when its slice is empty. Each run piece of the slice not
+    under the padding index adds its rows, moves its accumulator to the cache after every
+    LIMIT_COUNT_NUM + 1 rows and once at its end (the switch, the padding row or the slice end),
+    then stores its cache: the slice's first and last index to the stage (both there when the
+    slice is one index), the others to out; a padding index equal to the slice's first (last)
+    index stores the cache to the stage at every row (the source quirk :func:`_half_kernel`
+    keeps)."""
+    n, nw, pad = tiling.n_rows, max(tiling.num_weights, 1), tiling.padding_idx
+    lo, hi = _slice(n, tiling.block_dim, b)
+    if lo >= hi:
+        return None
+    q, rem = divmod(n, nw)
+    length = lambda k: q + 1 if k < rem else q      # noqa: E731 - rows of index k's run
+    first, end = _run_key(lo, n, nw), _run_key(hi - 1, n, nw)
+    rows = hi - lo
+    pieces = [(first, min(hi, _run_end(lo, n, nw)) - lo)]
+    if end != first:
+        pieces.append((end, hi - max(lo, _run_start(hi - 1, n, nw))))
+    caches = outs = pad_rows = resets = 0
+    stages = rows * ((pad == first) + (pad == end))
+    for i, (key, size) in enumerate(pieces):
+        if key == pad:
+            pad_rows += size
+            resets += int(i == len(pieces) - 1)       # the slice ends in the padding run
+        else:
+            caches += size // (LIMIT_COUNT_NUM + 1) + 1
+            stages += 2 if first == end else 1
+    # the whole runs between: keys first + 1 .. end - 1, rem of them or fewer one row longer
+    mid = max(0, end - first - 1)
+    longer = max(0, min(end, rem) - (first + 1))
+    caches += longer * ((q + 1) // (LIMIT_COUNT_NUM + 1) + 1) + (mid - longer) * (q // (LIMIT_COUNT_NUM + 1) + 1)
+    outs += mid
+    if first < pad < end:                             # the padding run is one of them
+        pad_rows += length(pad)
+        caches -= length(pad) // (LIMIT_COUNT_NUM + 1) + 1
+        outs -= 1
+    return rows, pad_rows, caches, outs, stages, resets
+
+
+def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+    """:func:`_half_kernel` (ProcessForHalf, uncast fp16/bf16 rows) per e-chunk pass: the row
+    phase on the slowest core, SyncAll, the stage groups, SyncAll. Nothing in the kernel runs
+    beside anything else -- every step waits for the one before through a flag (PIPE_MTE2_S,
+    PIPE_MTE2_V, PIPE_V_S, PIPE_ALL, PIPE_V_MTE3, PIPE_MTE3_S) -- so a core's time is the sum of
+    its steps (atlas-a2 4096 x 2048 fp16 into 32000, per row: the 4 B position and index loads,
+    2 scalar cycles, the 4 KiB row load, its Cast and Add, the accumulator's Add into the cache
+    and its Duplicate, the Cast to fp16, the 4 KiB store, the cache's Duplicate: 28 + 28 + 2 +
+    428 + 51 + 66 + 66 + 49 + 39 + 421 + 49 = 1227 cycles in the simulator). With every run one
+    row long the cores take the same steps at the same time: each load (store) at its pool's
+    share among ``block_dim``; longer runs end at different rows on different cores, which then
+    drift apart: a load (store) at its share among the loads (stores) the cores keep in flight on
+    average (a fixed point, as :func:`_est_det`; atlas-a2 with 7 blocks into 512 rows: ~330
+    cycles a 4 KiB row load in timing mode, not the 363 of 7 at once). The cores that finish the
+    row phase last read their stage rows from the L2 together; the others have done the
+    scalar's 2 x coreNum outIndex reads while they waited at SyncAll. The MTE2 head comes with
+    the first load, the MTE3 head with the first store (A-10). The grad rows are the caller's
+    fp16/bf16 tensor (no CastGrad): loads from HBM."""
+    bd, emb, ec = tiling.block_dim, tiling.emb_dim, tiling.e_chunk
+    kdt = tiling.acc_dtype
     kitem = nx.dtype(kdt).itemsize
-    passes = _e_passes(tiling.emb_dim, tiling.e_chunk)
-    if rows <= 0:
-        passes = []         # every row is padding (numWeights 1, paddingIdx 0): nothing to gather
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
-    # the largest load (an index batch or a gathered row chunk) prices the MTE2 head (A-10)
-    largest = max([min(rows, INDEX_BATCH) * 4] + [n * kitem for n in passes]) if passes else 0
-    total = float(head_cycles(spec, "MTE2", bd, largest) + head_cycles(spec, "VECTOR", bd)
-                  + head_cycles(spec, "MTE3", bd))
-    busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0}
-    batches = -(-rows // INDEX_BATCH)
-    for n in passes:
-        if half:
-            first = vector_cycles(spec, f"Cast_{kdt}_fp32", kdt, n)
-            other = first + vector_cycles(spec, "Add", "fp32", n)
-            flush_vec = vector_cycles(spec, f"Cast_fp32_{kdt}", "fp32", n)
-        else:
-            first = vector_cycles(spec, "Copy", "fp32", n)
-            other = vector_cycles(spec, "Add", "fp32", n)
-            flush_vec = 0
-        # gathers from the L2 drift apart (the runs end at different rows on different cores):
-        # the cores share the L2 link by the fraction of the time their gathers move data
-        sharing = float(bd)
-        for _ in range(3 if grad_from_l2 else 1):
-            beside, store, alone = lockstep_copy_cycles(spec, n * kitem, n * kitem, max(1, round(sharing)),
-                                                  grad_from_l2)
-            sharing = bd * alone / (st2 + alone + other)
-        load = st2 + (beside + (group - 1) * alone) / group
-        store += st3
-        work = group * load + first + (group - 1) * other
-        if half:    # one output buffer: a flush's cast waits for the previous flush's store
-            period = max(work, flush_vec + store)
-        else:       # two accumulators: a group waits for the flush before the previous one
-            period = max(work, store, (work + store) / 2)
-        lone = lockstep_copy_cycles(spec, min(rows, INDEX_BATCH) * 4, 0, bd, False)[0]
-        feed = batches * 2 * (st2 + lone)
-        total += feed + flushes * period + flush_vec + store
-        busy["MTE2"] += feed + rows * load
-        busy["VECTOR"] += flushes * (first + flush_vec) + (rows - flushes) * other
-        busy["MTE3"] += flushes * store
-    read = tiling.n_rows * (tiling.emb_dim * kitem + 8)
-    written = int(_assumed_flushes(tiling) * tiling.emb_dim * kitem)
+    cpo = spec.scalar.cycles_per_op
+    s1, s2, s_all = math.ceil(cpo), math.ceil(2 * cpo), math.ceil(2 * bd * cpo)
+    passes = _e_passes(emb, ec)
+    work = {b: w for b in range(bd) if (w := _half_core_work(tiling, b)) is not None}
+    # the stage groups of ProcessGmData: the slices' first and last indices, cut into groups
+    ends = [_slice(tiling.n_rows, bd, b) for b in work]
+    first_end = [_run_key(x, tiling.n_rows, tiling.num_weights) for lo, hi in ends for x in (lo, hi - 1)]
+    groups: dict[int, list[int]] = {}
+    for core, g0, g1, _key in half_stage_groups(first_end, bd) if first_end else []:
+        groups.setdefault(core, []).append(g1 - g0)
+    most = max((w[0] for w in work.values()), default=0)
+    last = [b for b, w in work.items() if w[0] == most]        # the cores SyncAll waits for
+    small = dma_cycles(st2, 4, shared_rates(spec, bd, 0)[0])
+    largest = max([n * kitem for n in passes] + [n * 4 for n in passes if groups]) if work else 0
+    head = float(head_cycles(spec, "MTE2", bd, largest) + head_cycles(spec, "MTE3", bd)) if work else 0.0
+    # every run one row long: every row of every core takes the same steps (a store each), so
+    # the cores stay in step and each load (store) meets every core's; longer runs store at
+    # different rows on different cores, which drift apart: a load (store) meets the loads
+    # (stores) in flight on average, the fixed point below
+    in_step = tiling.n_rows <= max(tiling.num_weights, 1)
+    loaders = in_flight = float(bd) if in_step else 1.0
+    for _ in range(8):
+        rl, rs = shared_rates(spec, loaders, 0)[0], shared_rates(spec, 0, in_flight)[1]
+        total, storing, loading = head, 0.0, 0.0
+        busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
+        for n in passes:
+            cast_in = vector_cycles(spec, f"Cast_{kdt}_fp32", kdt, n)
+            cast_out = vector_cycles(spec, f"Cast_fp32_{kdt}", "fp32", n)
+            add = vector_cycles(spec, "Add", "fp32", n)
+            dup = vector_cycles(spec, "Duplicate", "fp32", n)
+            dup8 = vector_cycles(spec, "Duplicate", "fp32", 8)   # int32 priced as fp32 (_cost_dtype)
+            load = dma_cycles(st2, n * kitem, rl)
+            out = dma_cycles(st3, n * kitem, rs)
+            stage = dma_cycles(st3, n * 4, rs) + dma_cycles(st3, 4, rs)
+            to_out = cast_out + out + dup
+            to_stage = s1 + dup8 + stage + dup
+            phase: dict[int, float] = {}
+            for b, (rows, pads, caches, outs, stages, resets) in work.items():
+                phase[b] = (rows * (2 * small + s2 + load + cast_in) + (rows - pads) * add
+                            + caches * (add + dup) + outs * to_out + stages * to_stage + resets * dup)
+            slowest = max(phase, key=lambda b: phase[b])
+            for w in work.values():           # (rows, _, _, outs, stages, _)
+                storing += w[3] * (out - st3) + w[4] * (stage - 2 * st3)
+                loading += w[0] * (load - st2)
+            rows, pads, caches, outs, stages, resets = work[slowest]
+            busy["MTE2"] += rows * (2 * small + load)
+            busy["VECTOR"] += (rows * cast_in + (rows - pads) * add + caches * (add + dup)
+                               + outs * (cast_out + dup) + stages * (dup8 + dup) + resets * dup)
+            busy["MTE3"] += outs * out + stages * stage
+            busy["SCALAR"] += rows * s2 + stages * s1
+            # ProcessGmData: a group's stage rows loaded from the L2 and added (an accumulator to
+            # the cache after LIMIT_COUNT_NUM + 1 of them and at the group's end), then stored to out
+            done = phase[slowest]
+            end = done
+            for b in work:
+                late = b in last
+                together = len(last) if late else bd - len(last)
+                sload = dma_cycles(st2, n * 4, l2_read_rate(spec, together))
+                t = sum(m * (sload + add) + (m // (LIMIT_COUNT_NUM + 1) + 1) * (add + dup) + to_out
+                        for m in groups.get(b, []))
+                end = max(end, done + (s_all if late else 0) + t)
+                storing += len(groups.get(b, [])) * (out - st3)
+                if b == slowest:
+                    m_all = groups.get(b, [])
+                    busy["MTE2"] += sum(m * sload for m in m_all)
+                    busy["VECTOR"] += sum(m * add + (m // (LIMIT_COUNT_NUM + 1) + 1) * (add + dup)
+                                          + cast_out + dup for m in m_all)
+                    busy["MTE3"] += len(m_all) * out
+                    busy["SCALAR"] += s_all
+            total += end
+        if in_step:
+            break
+        # every core's stores (loads) over the launch: their number in flight on average
+        stores_fit, in_flight = _in_flight_step(spec, storing / max(total, 1.0), rs, in_flight, False, 0.0, 0.0)
+        need = loading / max(total, 1.0)
+        loads_fit = need <= loaders * (1 + 1e-9)
+        loaders = loaders if loads_fit else max(need, loaders * 1.01)
+        if stores_fit and loads_fit:
+            break           # the pools carry what the cores move at these rates
+    read = tiling.n_rows * (emb * kitem + 8)
+    written = int(_assumed_flushes(tiling) * emb * kitem)
     return _est_launch(spec, total, busy, read, written, bd, tiling.ub_bytes, "EmbeddingDenseGradV2")
 
 
@@ -2842,7 +2930,7 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         if not grad_l2:         # its grad rows' loads allocate in the L2: priced with what they evict
             loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
     else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
-        est = _est_det(spec, tiling, grad_l2) if tiling.det_kernel else _est_v2(spec, tiling, grad_l2)
+        est = _est_det(spec, tiling, grad_l2) if tiling.det_kernel else _est_half(spec, tiling)
         parts.append(_into_acc(_with_scale(spec, tiling, est)))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
