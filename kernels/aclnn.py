@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from opsim.kernels.common import (ACLNN_ERR_INNER, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR,
                             ACLNN_ERR_RUNTIME_ERROR, ACLNN_SUCCESS, OpDef, OpError, TensorDesc)
+from opsim.kernels.ascend.flce_grad import PARAM as FLCE_PARAM
 from opsim.kernels.registry import get as get_op
 from opsim.simulator.acl import AclRuntime, AclStream, AclTensor, is_int
 from opsim.simulator.errors import SimulatorError
@@ -43,6 +44,7 @@ class AclOpExecutor:
     used: bool = False
     launches: list = field(default_factory=list)
     generation: int = 0          # the runtime's device generation at GetWorkspaceSize
+    names: Mapping[str, str] = field(default_factory=dict)   # operand key -> C parameter name
 
 
 def _runtime_of(tensors: Mapping[str, Any]) -> AclRuntime | None:
@@ -58,14 +60,17 @@ def _desc(t: AclTensor) -> TensorDesc:
 
 
 def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], attrs: Mapping[str, Any],
-                       api: str) -> tuple[int, AclOpExecutor | None, int]:
+                       api: str, names: Mapping[str, str] | None = None) -> tuple[int, AclOpExecutor | None, int]:
+    """``names``: the documented C parameter name of each operand key that differs from it
+    (``grad_output`` is ``gradOutput``), so that a message names the argument the caller passed."""
     op = get_op(op_name)
     rt = _runtime_of(tensors)
+    names = dict(names or {})
     try:
         if rt is None:
             raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no tensor operand is set: nothing to run")
         for name, t in tensors.items():
-            if t is not None and (why := rt.tensor_problem(t, name)) is not None:
+            if t is not None and (why := rt.tensor_problem(t, names.get(name, name))) is not None:
                 raise OpError(ACLNN_ERR_PARAM_INVALID, why)
         if rt.device is None:
             raise OpError(ACLNN_ERR_PARAM_NULLPTR, "no device is set: call aclrtSetDevice first")
@@ -77,7 +82,8 @@ def get_workspace_size(op_name: str, tensors: Mapping[str, AclTensor | None], at
         empty = op.empty(descs)
         tiling = None if empty else op.plan(rt.spec, descs, all_attrs, None)
         ws = 0 if empty else int(op.workspace(tiling))
-        ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty, generation=rt.generation)
+        ex = AclOpExecutor(op, rt, dict(tensors), all_attrs, tiling, ws, empty, generation=rt.generation,
+                           names=names)
         if op.check_data is not None and not empty and rt.device.functional:
             op.check_data(rt.device, {n: t.global_tensor() for n, t in tensors.items() if t is not None}, all_attrs)
         return ws, ex, ACLNN_SUCCESS
@@ -111,7 +117,8 @@ def execute(workspace: int, workspace_size: int, executor: AclOpExecutor | None,
             raise OpError(ACLNN_ERR_PARAM_INVALID, f"{why} (the executor's runtime owns its tensors)"
                           if "another AclRuntime" in why else why)
         for name, t in executor.tensors.items():
-            if t is not None and (why := rt.tensor_problem(t, name, destroyed_ok=True)) is not None:
+            if t is not None and (why := rt.tensor_problem(t, executor.names.get(name, name),
+                                                          destroyed_ok=True)) is not None:
                 raise OpError(ACLNN_ERR_PARAM_INVALID, why)
         if executor.workspace_size > 0:
             if not is_int(workspace_size) or workspace_size < executor.workspace_size:
@@ -159,7 +166,8 @@ def aclnnMseLossBackwardGetWorkspaceSize(gradOutput: AclTensor | None, self: Acl
                                          out: AclTensor | None) -> tuple[int, AclOpExecutor | None, int]:
     return get_workspace_size("mse_loss_backward",
                               {"grad_output": gradOutput, "self": self, "target": target, "out": out},
-                              {"reduction": reduction}, "aclnnMseLossBackwardGetWorkspaceSize")
+                              {"reduction": reduction}, "aclnnMseLossBackwardGetWorkspaceSize",
+                              {"grad_output": "gradOutput"})
 
 
 def aclnnMseLossBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
@@ -174,7 +182,8 @@ def aclnnBinaryCrossEntropyBackwardGetWorkspaceSize(gradOutput: AclTensor | None
     return get_workspace_size("binary_cross_entropy_backward",
                               {"grad_output": gradOutput, "self": self, "target": target,
                                "weight": weightOptional, "out": out},
-                              {"reduction": reduction}, "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize")
+                              {"reduction": reduction}, "aclnnBinaryCrossEntropyBackwardGetWorkspaceSize",
+                              {"grad_output": "gradOutput", "weight": "weightOptional"})
 
 
 def aclnnBinaryCrossEntropyBackward(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
@@ -213,7 +222,7 @@ def aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize(
                                "sum_exp_logits": sumExpLogitsOptional, "softmax": softmaxOptional,
                                "input_grad": inputGradOut, "weight_grad": weightGradOut},
                               {"label_smoothing": labelSmoothing},
-                              "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize")
+                              "aclnnFusedLinearCrossEntropyLossGradGetWorkspaceSize", FLCE_PARAM)
 
 
 def aclnnFusedLinearCrossEntropyLossGrad(workspace: int, workspaceSize: int, executor: AclOpExecutor | None,
