@@ -27,8 +27,14 @@ ACLNN_ERR_INNER_TILING_ERROR = 561002
 ACLNN_ERR_INNER_NULLPTR = 561103
 
 ACL_FORMAT_ND = 2
+# aclFormat values (docs/sources.md#acl-enums)
 FORMAT_NAMES = {-1: "UNDEFINED", 0: "NCHW", 1: "NHWC", 2: "ND", 3: "NC1HWC0", 4: "FRACTAL_Z",
-                29: "FRACTAL_NZ", 30: "NCDHW", 35: "NC"}
+                12: "NC1HWC0_C04", 16: "HWCN", 27: "NDHWC", 29: "FRACTAL_NZ", 30: "NCDHW",
+                32: "NDC1HWC0", 33: "FRACTAL_Z_3D", 35: "NC", 47: "NCL", 50: "FRACTAL_NZ_C0_16",
+                51: "FRACTAL_NZ_C0_32", 52: "FRACTAL_NZ_C0_2", 53: "FRACTAL_NZ_C0_4", 54: "FRACTAL_NZ_C0_8"}
+# the private (device-tiled) formats of op::IsPrivateFormat (docs/sources.md#private-formats); every
+# other format (NCHW, NHWC, NCL, NCDHW, ...) is a plain row-major layout like ND
+PRIVATE_FORMATS = frozenset({3, 4, 12, 29, 32, 33, 50, 51, 52, 53, 54})
 
 # product series names used in device files, and how the seeds name them
 SERIES_NAMES = {
@@ -130,6 +136,17 @@ def check_format_nd(**tensors: TensorDesc | None) -> None:
         if t is not None and t.format != ACL_FORMAT_ND:
             raise OpError(ACLNN_ERR_PARAM_INVALID,
                           f"{name} has format {FORMAT_NAMES.get(t.format, t.format)}; only ND is supported")
+
+
+def check_format_not_private(**tensors: TensorDesc | None) -> None:
+    """The library's ``IsPrivateFormat`` check: a plain layout (ND, NCHW, NCL, ...) passes, a
+    private tiled one is refused ("Format only support ND")."""
+    for name, t in tensors.items():
+        if t is not None and t.format in PRIVATE_FORMATS:
+            raise OpError(ACLNN_ERR_PARAM_INVALID,
+                          f"{name} has format {FORMAT_NAMES.get(t.format, t.format)}, a private format; only "
+                          f"ND and the other plain formats ({', '.join(FORMAT_NAMES[f] for f in (0, 1, 30, 35, 47))}"
+                          f", ...) are supported")
 
 
 def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:

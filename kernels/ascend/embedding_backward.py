@@ -65,7 +65,7 @@ from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, d
                               vector_cycles, with_writebacks)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
-                            check_format_nd, check_max_dims, check_not_null,
+                            check_format_not_private, check_max_dims, check_not_null,
                             check_product, check_same_dtype, tiling_error)
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import MemoryFault
@@ -253,7 +253,9 @@ def validate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
         raise OpError(ACLNN_ERR_PARAM_INVALID,
                       f"out shape {list(out.shape)} must be 2-D [numWeights, embeddingDim] = [{nw}, {emb}]")
     check_same_dtype("grad", g, out=out)
-    check_format_nd(grad=g, indices=idx, out=out)
+    # private formats only: the plain ones torch_npu tags 3-D/4-D/5-D tensors with (NCL, NCHW,
+    # NCDHW) are row-major like ND (docs/sources.md#embedding-checks)
+    check_format_not_private(grad=g, indices=idx, out=out)
     check_product(spec, API, PRODUCTS)
     if spec.series == "training" and _flag(attrs, "scale_grad_by_freq") and emb > 0:
         limit = scale_limit(spec, nw, idx.dtype)

@@ -571,7 +571,7 @@ CASES = {
     "out shape": ("atlas-a2", ((6, 8), "fp32"), ((6,), "int32"), 4, ((5, 8), "fp32"), {}, 161002,
                   "out shape [5, 8] must be 2-D [numWeights, embeddingDim] = [4, 8]"),
     "format": ("atlas-a2", ((6, 8), "fp32"), ((6,), "int32"), 4, ((4, 8), "fp32"), {"fmt": 29}, 161002,
-               "has format FRACTAL_NZ; only ND"),
+               "has format FRACTAL_NZ, a private format; only ND"),
     "product a3": ("atlas-a3", ((6, 8), "fp32"), ((6,), "int32"), 4, ((4, 8), "fp32"), {}, 361001,
                    "aclnnEmbeddingDenseBackward is not supported on Atlas A3"),
     "product inference": ("atlas-inference", ((6, 8), "fp32"), ((6,), "int32"), 4, ((4, 8), "fp32"), {}, 361001,
@@ -631,6 +631,42 @@ def test_bad_input_is_refused_with_its_code_and_message_and_nothing_is_written(c
         with pytest.raises(opsim.OpError) as e:
             _run(device, **kwargs)
         assert e.value.code == code and fragment in e.value.message
+
+
+@pytest.mark.parametrize("device", ["atlas-a2", "atlas-training"])
+def test_plain_formats_such_as_torch_npus_ncl_are_accepted_and_private_ones_refused(device):
+    """The library refuses only private formats (IsPrivateFormat: NC1HWC0, FRACTAL_Z, NZ, ...;
+    docs/sources.md#embedding-checks). torch_npu tags a 3-D tensor NCL (47), a 4-D one NCHW (0):
+    a [B, T, E] grad from it must run, and give the same sums as an ND one."""
+    rng = np.random.default_rng(64)
+    g = _grad(rng, (2, 3, 8))
+    i = np.array([[0, 1, 3], [1, 1, 0]], np.int64)
+    expect = np.zeros((4, 8), np.float64)
+    np.add.at(expect, i.reshape(-1), g.reshape(6, 8).astype(np.float64))
+    for fmt, nd in ((47, 3), (0, 4), (1, 4), (30, 5)):
+        rt, stream, mk = _acl_setup(device)
+        gt = mk(g.reshape((1,) * (nd - 3) + g.shape), fmt=fmt)[1]
+        it = mk(i)[1]                     # 2-D: torch_npu tags it ND
+        o_ptr, ot = mk(np.full((4, 8), 7, np.float32))
+        ws, ex, ret = aclnnEmbeddingDenseBackwardGetWorkspaceSize(gt, it, 4, -1, False, ot)
+        assert ret == 0, (fmt, rt.aclGetRecentErrMsg())
+        w = rt.aclrtMalloc(ws)[0] if ws else 0
+        assert aclnnEmbeddingDenseBackward(w, ws, ex, stream) == 0
+        assert rt.aclrtSynchronizeStream(stream) == 0
+        out = np.zeros((4, 8), np.float32)
+        assert rt.aclrtMemcpy(out, out.nbytes, o_ptr, out.nbytes, ACL_MEMCPY_DEVICE_TO_HOST) == 0
+        np.testing.assert_allclose(out, expect, rtol=1e-6, atol=1e-6)
+    for fmt, name in ((3, "NC1HWC0"), (4, "FRACTAL_Z"), (29, "FRACTAL_NZ"), (32, "NDC1HWC0"),
+                      (33, "FRACTAL_Z_3D"), (12, "NC1HWC0_C04"), (50, "FRACTAL_NZ_C0_16")):
+        for which in ("grad", "indices", "out"):
+            rt, stream, mk = _acl_setup(device)
+            gt = mk(g, fmt=fmt if which == "grad" else 2)[1]
+            it = mk(i, fmt=fmt if which == "indices" else 2)[1]
+            ot = mk(np.zeros((4, 8), np.float32), fmt=fmt if which == "out" else 2)[1]
+            _, ex, ret = aclnnEmbeddingDenseBackwardGetWorkspaceSize(gt, it, 4, -1, False, ot)
+            assert (ret, ex) == (161002, None), (fmt, which)
+            msg = rt.aclGetRecentErrMsg()
+            assert f"{which} has format {name}" in msg and "private" in msg and "ND" in msg, msg
 
 
 def test_bad_index_written_after_get_workspace_size_is_refused_at_execute_before_any_write():
