@@ -13,6 +13,7 @@ of :mod:`traces.tables` are built from; the traces layer never sees simulator ob
 from __future__ import annotations
 
 from array import array
+from dataclasses import fields, is_dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -146,7 +147,10 @@ class Profiler:
 
 
 def _tensors(args: Any, depth: int = 0) -> Iterator[Any]:
-    """GM tensors among a launch's arguments (inside tuples, lists and dicts too)."""
+    """GM tensors among a launch's arguments (inside tuples, lists, dicts and dataclass instances
+    too). A dataclass field with ``metadata={"workspace": True}`` is the kernel's scratch, not an
+    operand of the operator: it is left out, and so is any other field's view into it (FLCE's
+    ``rows`` are the workspace logits in memory-saving mode, the softmax operand otherwise)."""
     if isinstance(args, (GlobalTensor, GmMatrix)):
         yield args
     elif depth < 3 and isinstance(args, (tuple, list)):
@@ -155,6 +159,16 @@ def _tensors(args: Any, depth: int = 0) -> Iterator[Any]:
     elif depth < 3 and isinstance(args, dict):
         for a in args.values():
             yield from _tensors(a, depth + 1)
+    elif depth < 3 and is_dataclass(args) and not isinstance(args, type):
+        scratch = [_span(t) for f in fields(args) if f.metadata.get("workspace")
+                   for t in _tensors(getattr(args, f.name), depth + 1)]
+        for f in fields(args):
+            if f.metadata.get("workspace"):
+                continue
+            for t in _tensors(getattr(args, f.name), depth + 1):
+                lo, hi = _span(t)
+                if not any(lo < w_hi and w_lo < hi for w_lo, w_hi in scratch):
+                    yield t
 
 
 def _span(t: Any) -> tuple[int, int]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator, Iterator, Mapping
 
 import numpy as np
@@ -655,8 +655,9 @@ class FlceOperands:
     rows: GlobalTensor                  # softmax (HP) or the workspace logits (MS), [BT, V] fp32
     input: GmMatrix
     weight: GmMatrix
-    s_nz: GmMatrix                      # workspace: the logit gradient, NZ
-    logits: GmMatrix | None             # workspace: the recomputed logits, ND fp32
+    # workspace (not operands of the operator: the profiler's op_summary leaves them out)
+    s_nz: GmMatrix = field(metadata={"workspace": True})             # the logit gradient, NZ
+    logits: GmMatrix | None = field(metadata={"workspace": True})    # the recomputed logits, ND fp32
     input_grad: GmMatrix
     weight_grad: GmMatrix
     packed_mask: bool = False

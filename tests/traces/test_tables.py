@@ -137,6 +137,27 @@ def test_a_mixed_launch_is_one_mix_aic_row_with_cube_and_vector_columns():
     assert 0 < mix[0]["aic_cube_ratio"] <= 1 and 0 < mix[0]["aiv_vec_ratio"] <= 1
 
 
+@pytest.mark.parametrize("mode", ["memory_saving", "high_performance"])
+def test_a_mixed_launch_lists_the_operators_tensors_and_not_its_workspace(mode):
+    # FLCE hands its programs one dataclass of operands: the row once had empty shape columns
+    op = registry.get("fused_linear_cross_entropy_loss_grad")
+    kw = op.example(np.random.default_rng(0), opsim.device_spec("atlas-a2"), "fp16", mode=mode)
+    res = opsim.run("fused_linear_cross_entropy_loss_grad", **kw)
+    head, rows = res.tables()["op_summary"]
+    row = dict(zip(head, rows[0]))
+    bt, h = kw["input"].shape
+    v = kw["weight"].shape[0]
+    stats = ("logits_max", "sum_exp_logits") if mode == "memory_saving" else ("softmax",)
+    ins = [kw[n] for n in ("grad", "target_mask", "masked_target", *stats, "input", "weight")]
+    assert row["Input Shapes"] == ";".join(",".join(map(str, a.shape)) for a in ins)
+    names = {"float32": "FLOAT", "float16": "FLOAT16", "bool": "BOOL", "int64": "INT64"}
+    assert row["Input Data Types"] == ";".join(names[str(a.dtype)] for a in ins)
+    assert row["Input Formats"] == ";".join("ND" for _ in ins)
+    # the two gradients; the workspace (logit gradient in NZ, recomputed logits) is not listed
+    assert row["Output Shapes"] == f"{bt},{h};{v},{h}"
+    assert row["Output Data Types"] == "FLOAT16;FLOAT16" and row["Output Formats"] == "ND;ND"
+
+
 def test_the_trace_gives_the_same_op_summary_and_per_core_tables(tmp_path):
     op = registry.get("embedding_dense_backward")
     kw = op.example(np.random.default_rng(0), opsim.device_spec("atlas-a2"), "fp32")
