@@ -763,7 +763,9 @@ class Device:
         launch.end = cast(int, env.now)
         if self.trace is not None and self.trace.enabled:
             t = self.trace.track("host", launch.stream.name if launch.stream else "stream")
-            self.trace.add_slice(t, launch.name, launch.issue, launch.end,
+            # the task's row begins after the gap behind the previous task of its stream: the
+            # timeline shows the gap between the tasks, as msprof's task rows do
+            self.trace.add_slice(t, launch.name, launch.issue + launch.gap, launch.end,
                                  detail=f"block_dim={launch.block_dim}")
 
     def _run_block(self, launch: Launch, b: int) -> Process:

@@ -211,7 +211,10 @@ def launch_records(device: Any, profiler: Profiler | None, launches: list | None
             written = i < len(stores) and stores[i] < hi
             (outputs if written else inputs).append(_info(t))
         stream = launch.stream.index if launch.stream is not None else 0
-        wait = launch.issue - prev_end[stream] if stream in prev_end else 0
+        # a task queued behind the previous one of its stream begins launch.gap cycles after that
+        # one ends: the gap is the task's wait time (msprof's Task Wait Time), not its duration
+        begin = launch.issue + launch.gap
+        wait = begin - prev_end[stream] if stream in prev_end else 0
         prev_end[stream] = launch.end
         cores: dict[str, int] = {}
         for _, core, start, end in launch.blocks:
@@ -220,7 +223,7 @@ def launch_records(device: Any, profiler: Profiler | None, launches: list | None
         out.append(LaunchRecord(
             name=launch.name, op_type=launch.name, unit=launch.unit,
             architecture=spec.cores.architecture, block_dim=launch.block_dim,
-            mix_block_dim=launch.block_dim * ratio, stream=stream, issue=launch.issue,
+            mix_block_dim=launch.block_dim * ratio, stream=stream, issue=begin,
             start=launch.start, end=launch.end, wait=wait, clock_hz=spec.clock_hz,
             inputs=tuple(inputs), outputs=tuple(outputs), core_cycles=cores,
             busy=profiler.busy(launch) if profiler is not None else {},

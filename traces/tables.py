@@ -58,7 +58,8 @@ class LaunchRecord:
     block_dim: int
     mix_block_dim: int
     stream: int
-    issue: int                         # the stream reached the launch
+    issue: int                         # the task began (the stream reached it; after launch.gap
+                                       # when queued behind the previous task of the stream)
     start: int                         # blocks may start (after the launch overhead)
     end: int
     wait: int                          # cycles since the previous launch on the stream ended

@@ -77,6 +77,35 @@ def test_a_default_embedding_call_has_one_op_summary_row_per_kernel_launch():
     assert rows[-1][head.index("Output Shapes")] == ",".join(str(d) for d in out.shape)
 
 
+def test_the_gap_between_back_to_back_launches_is_task_wait_time_not_task_duration(tmp_path):
+    # the device file's launch.gap is the idle time msprof's task rows show between the tasks of
+    # one call: op_summary once folded it into the second task's duration (wait time 0, its
+    # bandwidths diluted) and the timeline drew the tasks back to back
+    op = registry.get("embedding_dense_backward")
+    spec = opsim.device_spec("atlas-a2")
+    kw = op.example(np.random.default_rng(0), spec, "fp32")
+    res = opsim.run("embedding_dense_backward", device="atlas-a2", **kw)
+    head, rows = res.tables()["op_summary"]
+    rows = [dict(zip(head, r)) for r in rows]
+    assert len(rows) >= 2
+    gap_us = spec.launch.gap * 1e6 / spec.clock_hz
+    assert gap_us > 0
+    assert rows[0]["Task Wait Time(us)"] == 0.0
+    for prev, row in zip(rows, rows[1:]):
+        assert row["Task Wait Time(us)"] == pytest.approx(gap_us, abs=1e-5)
+        assert row["Task Start Time(us)"] == pytest.approx(
+            prev["Task Start Time(us)"] + prev["Task Duration(us)"] + gap_us, abs=1e-5)
+    # the run is its tasks and the gaps between them
+    assert sum(r["Task Duration(us)"] + r["Task Wait Time(us)"] for r in rows) == pytest.approx(res.time_us,
+                                                                                                  abs=1e-4)
+    # the host rows of the timeline show the same gaps, and the trace gives the same table
+    host = sorted((s.start, s.end) for s in res.trace.slices(process="host"))
+    assert [b[0] - a[1] for a, b in zip(host, host[1:])] == [spec.launch.gap] * (len(host) - 1)
+    res.trace.to_chrome_json(str(tmp_path / "t.json"))
+    assert op_summary(records_from_trace(load_chrome(str(tmp_path / "t.json"))))[1] == \
+        res.tables()["op_summary"][1]
+
+
 def test_per_core_ratios_are_busy_cycles_over_block_cycles():
     rng = np.random.default_rng(1)
     x, y, g = (rng.standard_normal((64, 4096)).astype(np.float32) for _ in range(3))
