@@ -302,8 +302,11 @@ def _trace(level: str, spec: Any, name: str) -> Any:
         return None
     if level not in LEVELS:
         raise ValueError(f"trace level {level!r} is not one of {', '.join(LEVELS)}")
+    from opsim.api import _version
+    # shapes and dtypes: of the kernel's array arguments, by parameter name (filled by launch)
     return Trace(level, spec.clock_hz, metadata={"device": spec.name, "product": spec.product,
-                                                  "operator": name, "mode": "full", "frontend": "opsim.asc"})
+                                                  "operator": name, "mode": "full", "frontend": "opsim.asc",
+                                                  "shapes": {}, "dtypes": {}, "opsim_version": _version()})
 
 
 def _sanitizer(device: Device) -> Any:
@@ -405,6 +408,9 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
                     dev.write(addr, arr)
                     host.append((pname, arr, addr, arr.nbytes))
                 gm_tensors.append(SimGlobalTensor.contiguous(dev, addr, dt, arr.shape))
+                if trace is not None:     # the run facts every exported trace carries (traces.schema)
+                    trace.metadata["shapes"][pname] = list(arr.shape)
+                    trace.metadata["dtypes"][pname] = dt.name
                 value = GlobalAddress(dev, addr, dt, arr.size)
             if params[pname].kind == inspect.Parameter.KEYWORD_ONLY:
                 call_kwargs[pname] = value

@@ -50,6 +50,22 @@ def test_same_inputs_give_identical_results_and_traces():
     assert runs[0][2] == runs[1][2]
 
 
+def test_a_kernel_trace_passes_the_trace_schema_and_names_its_arrays(tmp_path):
+    # the trace of an opsim.asc launch once lacked the shapes, dtypes and opsim version that
+    # traces.schema (and the HTML report's run facts) expect of every exported trace
+    import json
+
+    from opsim.traces.schema import check_chrome
+    x, z = _arrays()
+    r = scale_kernel[4, None](x, z, 512)
+    r.trace.to_chrome_json(str(tmp_path / "k.json"))
+    with open(tmp_path / "k.json", encoding="utf-8") as f:
+        doc = json.load(f)
+    assert check_chrome(doc) == []
+    assert doc["otherData"]["shapes"] == {"x": [2048], "z": [2048]}
+    assert doc["otherData"]["dtypes"] == {"x": "fp32", "z": "fp32"}
+
+
 def test_inputs_are_left_alone_and_outputs_copied_back_in_place():
     x, z = _arrays()
     x0 = x.copy()
