@@ -541,6 +541,7 @@ class TQue:
         flag.dst = self.producer
         flag.event_id = self.event_ids[i]
         flag.buffer = (self.region.name, addr, self.nbytes, f"{self.position} queue buffer {i}")
+        flag.realloc_index = None              # this queue does not stamp program order (opsim.asc does)
         self._pending.append(flag)
         self._free.append(i)
 
