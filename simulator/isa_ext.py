@@ -252,11 +252,15 @@ def repeat_tree_sum(x: np.ndarray, per_repeat: int) -> np.float32:
 
 class ReduceOp(VectorOp):
     """``ReduceSum/ReduceMax/ReduceMin(dst, src, work, count)``: dst[0] = reduction of src[:count]
-    (fp32 accumulation, one rounding). ``work`` is the scratch the API requires; it is checked
-    for bounds, its contents are not modelled."""
+    (fp32 accumulation, one rounding). ``work`` is the scratch the API requires (pyasc's
+    ``shared_tmp_buffer``): it must hold at least :meth:`work_elements` elements -- Ascend C's
+    documented minimum, docs/sources.md#reduce-work -- and lie inside its memory, or the call
+    faults; what the API writes into it is not modelled (no bytes, no race or read checks)."""
 
     __slots__ = ("work",)
     kind: ClassVar[str] = "sum"
+    # elements the first round writes per repeat: a sum; a max/min writes its value and index
+    outputs_per_repeat: ClassVar[int] = 1
 
     def __init__(self, dst: LocalTensor, src: LocalTensor, work: LocalTensor | None, count: int) -> None:
         super().__init__(dst, src, count=count)
@@ -270,7 +274,34 @@ class ReduceOp(VectorOp):
         _require_compute(pipe, self.name, dt)
         src.check(self.count, write=False)
         self.dst.check(1, write=True)
+        self._check_work()
         return _vector_cycles(pipe, self.name, dt.name, self.count)
+
+    def work_elements(self) -> int:
+        """The least ``work`` Ascend C documents for this call, in elements of the operands'
+        dtype: the first round's outputs -- ``count / elementsPerRepeat`` repeats of 256 B (C
+        division; 1 below one repeat), times :attr:`outputs_per_repeat` -- rounded up to whole
+        32 B blocks. Later rounds reuse that space."""
+        item = self.dst.dtype.itemsize
+        per_repeat, per_block = 256 // item, 32 // item
+        first = max(1, self.count // per_repeat) * self.outputs_per_repeat
+        return -(-first // per_block) * per_block
+
+    def _check_work(self) -> None:
+        work = self.work
+        if work is None:        # a front-end that passes no scratch: nothing to check
+            return
+        dt = self.dst.dtype
+        need = self.work_elements()
+        need_bytes = need * dt.itemsize
+        if work.count * work.dtype.itemsize < need_bytes:
+            repeats = max(1, self.count // (256 // dt.itemsize))
+            each = "1 result" if self.outputs_per_repeat == 1 else f"{self.outputs_per_repeat} results"
+            raise MemoryFault(f"{self.name}'s work (shared_tmp_buffer) {work!r} holds {work.count} elements; "
+                              f"{self.count} {dt} elements need at least {need} ({need_bytes} B: {repeats} "
+                              f"repeat(s) of 256 B, {each} each, rounded up to a multiple of 32 B -- the minimum "
+                              f"Ascend C documents for {self.name})", address=work.addr)
+        work.check(-(-need_bytes // work.dtype.itemsize), write=True)
 
     def complete(self, pipe: "Pipe") -> None:
         if not pipe.core.device.functional:
@@ -305,12 +336,14 @@ class ReduceMax(ReduceOp):
     __slots__ = ()
     name = "ReduceMax"
     kind = "max"
+    outputs_per_repeat = 2
 
 
 class ReduceMin(ReduceOp):
     __slots__ = ()
     name = "ReduceMin"
     kind = "min"
+    outputs_per_repeat = 2
 
 
 class WholeReduce(VectorOp):

@@ -28,12 +28,15 @@ def sum_squares_kernel(x: asc.GlobalAddress, out: asc.GlobalAddress, block_lengt
     pipe = asc.TPipe()
     in_x = asc.TQue(asc.TPosition.VECIN, 2)
     pipe.init_buffer(in_x, 2, tile_length * 4)
+    # reduce_sum's scratch: one fp32 per 256 B repeat (64 elements), in whole 32 B blocks of 8 --
+    # the minimum Ascend C documents for ReduceSum's work (docs/sources.md#reduce-work)
+    work_length = (max(1, tile_length // 64) + 7) // 8 * 8
     calc = asc.TBuf(asc.TPosition.VECCALC)
-    pipe.init_buffer(calc, tile_length * 4 + 3 * 32)
+    pipe.init_buffer(calc, tile_length * 4 + 64 + work_length * 4)
     square = calc.get_with_offset(tile_length, 0, asc.float32)
     part = calc.get_with_offset(8, tile_length * 4, asc.float32)          # this tile's sum
     acc = calc.get_with_offset(8, tile_length * 4 + 32, asc.float32)      # the core's running sum
-    work = calc.get_with_offset(8, tile_length * 4 + 64, asc.float32)
+    work = calc.get_with_offset(work_length, tile_length * 4 + 64, asc.float32)
     asc.duplicate(acc, 0.0, 8)
     for i in range(block_length // tile_length):
         x_local = in_x.alloc_tensor(asc.float32)
@@ -73,7 +76,7 @@ def run(n: int = 16 * 8192, block_dim: int = 16, tile_length: int = 2048, **laun
 def main() -> None:
     res, x, out = run(sanitize=True)
     assert within_bound(float(out[0]), x), f"sum_squares: {out[0]} vs {golden(x)}"
-    assert res.sanitizer.ok, res.sanitizer.text()
+    assert res.sanitizer.ok, str(res.sanitizer)
     rel = abs(float(out[0]) - golden(x)) / golden(x)
     print(f"sum_squares fp32: {x.size} elements on {res.stats['block_dim']} blocks: {res.cycles} cycles, "
           f"{res.time_us:.2f} us, bound {res.stats['bound']}; {out[0]:.6g} vs float64 {golden(x):.9g} "

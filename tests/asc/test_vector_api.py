@@ -327,3 +327,48 @@ def test_a_tbuf_tensor_must_lie_inside_its_buffer(n, offset, how, ok):
         return
     with pytest.raises(MemoryFault, match=r"TBuf\.get\w* of .* the buffer holds 256 B \(at .*test_vector_api.py"):
         tbuf_span_kernel[1, None](x, n, offset, how)
+
+
+@asc.jit
+def reduce_work_kernel(x: asc.GlobalAddress, z: asc.GlobalAddress, n: asc.ConstExpr[int], op: str,
+                       work_len: asc.ConstExpr[int]):
+    xg, zg = asc.GlobalTensor(), asc.GlobalTensor()
+    xg.set_global_buffer(x)
+    zg.set_global_buffer(z)
+    xl = asc.LocalTensorAuto(x.dtype, n)
+    out = asc.LocalTensorAuto(x.dtype, 16)
+    work = asc.LocalTensorAuto(x.dtype, work_len)
+    asc.data_copy(xl, xg, count=n)
+    asc.duplicate(out, 0.0, 16)
+    getattr(asc, op)(out, xl, work, n)
+    asc.data_copy(zg, out, count=16)
+
+
+def _documented_work(op: str, n: int, itemsize: int) -> int:
+    # Ascend C ReduceSum / ReduceMax / ReduceMin (docs/sources.md#reduce-work): the first round's
+    # outputs -- one per repeat of 256 B (count / elementsPerRepeat, at least 1), two for max/min
+    # (value and index) -- rounded up to whole 32 B blocks, in elements of the operands' dtype
+    per_repeat, per_block = 256 // itemsize, 32 // itemsize
+    first = max(1, n // per_repeat) * (1 if op == "reduce_sum" else 2)
+    return -(-first // per_block) * per_block
+
+
+@pytest.mark.parametrize("op, n, dtype", [("reduce_sum", 2048, np.float32), ("reduce_max", 2048, np.float32),
+                                          ("reduce_min", 4096, np.float16), ("reduce_sum", 64, np.float16)])
+def test_a_reduce_work_below_the_documented_minimum_is_refused_naming_it(op, n, dtype):
+    x = np.ones(n, dtype)
+    need = _documented_work(op, n, np.dtype(dtype).itemsize)
+    z = np.zeros(16, dtype)
+    res = reduce_work_kernel[1, None](x, z, n, op, need, sanitize=True)        # the minimum runs clean
+    assert res.sanitizer.ok and z[0] == (n if op == "reduce_sum" else 1)
+    short = need - 32 // np.dtype(dtype).itemsize                                 # one 32 B block less
+    if short < 1:
+        short = need - 1
+    fp = "fp32" if dtype == np.float32 else "fp16"
+    name = {"reduce_sum": "ReduceSum", "reduce_max": "ReduceMax", "reduce_min": "ReduceMin"}[op]
+    with pytest.raises(MemoryFault, match=rf"{name}'s work \(shared_tmp_buffer\) .* holds {short} elements; "
+                                          rf"{n} {fp} elements need at least {need} \({need * np.dtype(dtype).itemsize} B: .* "
+                                          rf"the minimum Ascend C documents for {name}\).*test_vector_api.py:\d+") as err:
+        reduce_work_kernel[1, None](x, np.zeros(16, dtype), n, op, short, sanitize=True)
+    (finding,) = err.value.sanitizer.findings                                   # the sanitizer's kind
+    assert (finding.check, finding.kind) == ("memcheck", "out-of-bounds")
