@@ -214,7 +214,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
 
     if mode == "estimate":
         from opsim.estimate import estimate
-        return estimate(opdef, spec, descs, attrs, tiling_obj)
+        return estimate(opdef, spec, descs, attrs, tiling_obj, op=op)
 
     if mode == "full":
         check_host_memory(op, mode, descs, out_descs, opdef.workspace(tiling_obj))

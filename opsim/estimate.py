@@ -65,13 +65,16 @@ def closed_form(opdef: OpDef) -> Any:
 
 
 def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | None],
-             attrs: Mapping[str, Any], tiling: Any) -> Any:
-    """The RunResult of an analytical estimate of ``opdef`` with this tiling on ``spec``."""
+             attrs: Mapping[str, Any], tiling: Any, op: str | None = None) -> Any:
+    """The RunResult of an analytical estimate of ``opdef`` with this tiling on ``spec``.
+    ``op`` is the name the caller gave (``path/file.py:name`` for an operator from a file), which
+    the result and its errors carry as the other modes' do; default: the operator's own name."""
     from opsim.api import RunResult, _check_gm_capacity  # api imports this module lazily
+    name = op if op is not None else opdef.name
     if opdef.place is None:
         # a call whose operands, outputs and workspace exceed device memory is refused with the
         # numbers, as the simulator refuses it (capacity studies find the limit in either mode)
-        _check_gm_capacity(opdef.name, spec, {n: d.nbytes for n, d in descs.items() if d is not None},
+        _check_gm_capacity(name, spec, {n: d.nbytes for n, d in descs.items() if d is not None},
                            int(opdef.workspace(tiling) or 0))
     # the operator's own model, else one kept here for operators whose module has none
     hook = closed_form(opdef)
@@ -88,7 +91,7 @@ def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | No
         # launch.gap cycles after the previous one ends, as in the simulator (simulator/device.py)
         est = dataclasses.replace(est, cycles=int(est.cycles) + spec.launch.gap * (est.launches - 1))
     stats = stats_of(spec, est, tiling)
-    return RunResult(opdef.name, spec.name, "estimate", {}, stats["cycles"], stats["time_us"], stats,
+    return RunResult(name, spec.name, "estimate", {}, stats["cycles"], stats["time_us"], stats,
                      None, tiling)
 
 

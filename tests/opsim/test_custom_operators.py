@@ -162,6 +162,16 @@ def test_opsim_run_kernel_on_the_command_line(capsys: pytest.CaptureFixture[str]
     assert cli.main(["run"]) == 2
 
 
+@pytest.mark.parametrize("mode", ["full", "timing", "numeric", "estimate"])
+def test_every_mode_names_a_file_operator_as_it_was_given(mode: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # estimate mode named `FILE.py:add` by the operator's bare name `add`; the other modes by the
+    # name given
+    x = np.ones(16384, np.float32)
+    assert opsim.run(ADD, mode=mode, x=x, y=x).op == ADD
+    assert cli.main(["run", "--kernel", ADD, "--shape", "16384", "--mode", mode]) == 0
+    assert f"operator      {ADD} on atlas-a2 ({mode} mode)" in capsys.readouterr().out
+
+
 def test_a_study_names_a_custom_operator(tmp_path: Path) -> None:
     study = {"study": {"name": "custom", "mode": "timing"},
              "axes": {"operator": [ADD], "device": ["atlas-a2"], "shape": [[8192], [16384]], "dtype": ["fp32"]}}
