@@ -99,6 +99,9 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
     if set(inputs) & set(outputs):
         raise ValueError(f"register_operator({op_name!r}): {sorted(set(inputs) & set(outputs))} are both inputs "
                          f"and outputs")
+    _check_host_function(op_name, "tiling", tiling)
+    if infer is not None:
+        _check_host_function(op_name, "infer", infer)
     attrs = dict(attrs or {})
     dtypes = tuple(nx.dtype(d).name for d in dtypes)
     products = tuple(products) if products is not None else _ASCEND_SERIES
@@ -125,7 +128,11 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
     def out_descs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
         if infer is not None:
             got = infer(spec, {n: descs[n] for n in inputs}, dict(at))
-            return {n: TensorDesc(tuple(int(s) for s in got[n][0]), nx.dtype(got[n][1])) for n in outputs}
+            try:
+                return {n: TensorDesc(tuple(int(s) for s in got[n][0]), nx.dtype(got[n][1])) for n in outputs}
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise TypeError(f"{op_name}: infer= returned {got!r}; it must return {{output: (shape, dtype)}} "
+                                f"for every output ({', '.join(outputs)}): {type(exc).__name__}: {exc}") from None
         first = descs[inputs[0]]
         assert first is not None            # validated, or inferred only when every input is given
         return {n: TensorDesc(first.shape, first.dtype) for n in outputs}
@@ -181,6 +188,25 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
     except (AttributeError, TypeError):  # pragma: no cover - objects without a __dict__
         pass
     return kernel
+
+
+def _check_host_function(op_name: str, what: str, fn: Any) -> None:
+    """Refuse, when the operator is registered, a ``tiling=`` or ``infer=`` that cannot be called
+    as opsim calls it -- ``fn(spec, inputs, attrs)`` -- naming it and the form, rather than a
+    bare "takes 1 positional argument" TypeError at its first run."""
+    form = f"{what}(spec, inputs, attrs)"
+    if not callable(fn):
+        raise TypeError(f"register_operator({op_name!r}): {what}= must be a callable {form}; got {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):     # a callable Python cannot introspect: its first call tells
+        return
+    try:
+        sig.bind(None, None, None)
+    except TypeError as exc:
+        shown = f"{getattr(fn, '__name__', type(fn).__name__)}{sig}"
+        raise TypeError(f"register_operator({op_name!r}): {what}= must be called as {form}; "
+                        f"{shown} does not take those 3 arguments ({exc})") from None
 
 
 def _is_jit(kernel: Any) -> bool:

@@ -97,6 +97,46 @@ def test_register_operator_names_a_missing_kernel_parameter() -> None:
         opsim.register_operator(k, inputs=("a",), outputs=("b",), tiling=lambda *a: {"block_dim": 1})
 
 
+def _k_x_y(ctx, x, y):      # pragma: no cover - never launched
+    yield None
+
+
+@pytest.mark.parametrize("what", ["infer", "tiling"])
+def test_a_host_function_of_the_wrong_signature_is_refused_naming_it(what: str) -> None:
+    # infer=lambda inputs: ... failed at the first run with "TypeError: <lambda>() takes 1
+    # positional argument but 3 were given", naming neither infer nor the signature it needs
+    ok = {"tiling": lambda spec, inputs, attrs: {"block_dim": 1}}
+    bad = {what: lambda inputs: {"y": ((64,), "fp32")}}
+    with pytest.raises(TypeError, match=rf"register_operator\('k_bad'\): {what}= must be called as "
+                                        rf"{what}\(spec, inputs, attrs\); <lambda>\(inputs\) does not take those 3 "
+                                        rf"arguments \(too many positional arguments\)"):
+        opsim.register_operator(_k_x_y, name="k_bad", inputs=("x",), outputs=("y",), **{**ok, **bad})
+    with pytest.raises(TypeError, match=rf"register_operator\('k_bad'\): {what}= must be a callable "
+                                        rf"{what}\(spec, inputs, attrs\); got dict"):
+        opsim.register_operator(_k_x_y, name="k_bad", inputs=("x",), outputs=("y",), **{**ok, what: {}})
+    assert "k_bad" not in registry.names()
+
+
+def test_an_infer_result_without_an_output_is_refused_naming_infer() -> None:
+    opsim.register_operator(_k_x_y, name="k_infer", inputs=("x",), outputs=("y",),
+                            tiling=lambda spec, inputs, attrs: {"block_dim": 1},
+                            infer=lambda spec, inputs, attrs: {"z": ((64,), "fp32")})
+    with pytest.raises(TypeError, match=r"k_infer: infer= returned \{'z': \(\(64,\), 'fp32'\)\}; it must return "
+                                        r"\{output: \(shape, dtype\)\} for every output \(y\)"):
+        opsim.run("k_infer", x=np.zeros(64, np.float32))
+
+
+def test_opsim_run_kernel_names_the_wrong_infer_of_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "inferbad.py"
+    path.write_text("import opsim\n\n\ndef k(ctx, x, y):\n    yield None\n\n\n"
+                    "opsim.register_operator(k, inputs=('x',), outputs=('y',),\n"
+                    "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1},\n"
+                    "                        infer=lambda inputs: {'y': (inputs['x'].shape, 'fp32')})\n")
+    assert cli.main(["run", "--kernel", f"{path}:k", "--shape", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "infer= must be called as infer(spec, inputs, attrs); <lambda>(inputs) does not take" in err, err
+
+
 def test_a_builtin_operator_cannot_be_replaced() -> None:
     def k(ctx, x, out):       # pragma: no cover - never launched
         yield None
