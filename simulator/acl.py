@@ -8,7 +8,12 @@ available from ``aclGetRecentErrMsg()``.
 State lives in an :class:`AclRuntime` object (one per simulated host process), not in module
 globals: ``rt = AclRuntime("atlas-a2"); rt.aclInit(); rt.aclrtSetDevice(0); ...``.
 
-Host↔device copies are functional but not timed: the simulator times operators, not PCIe.
+``aclrtMemcpy`` host↔device copies are timed on the product's host link (``[host]`` of the
+device file): the host waits that long while queued device work runs on, and the bytes move
+when the copy ends, so a copy that fails -- a refused address, or device work that faults while
+the copy holds the host -- moves no byte. opsim keeps a fault of device work until
+``aclrtResetDevice`` (its model: it releases the device and the fault), so synchronizing and
+host↔device copies return ``ACL_ERROR_RT_AICORE_EXCEPTION`` from then on and copy nothing.
 
 Handles belong to their runtime and to the device they were made on: a tensor, stream or
 executor of another ``AclRuntime``, or one made before ``aclFinalize`` / ``aclrtResetDevice``
@@ -477,26 +482,36 @@ class AclRuntime:
                                                       f"address")
         if count == 0:
             return ACL_SUCCESS
+        # every device range is checked before time passes or a byte moves
         try:
-            if kind == ACL_MEMCPY_HOST_TO_DEVICE:
-                assert data is not None     # a host source: checked above
-                dev.write(int(dst), data[:count])
-            elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
-                assert out is not None      # a host destination: checked above
-                out[:count] = dev.read(int(src), count, copy=False)   # one copy, into the host's array
-            elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
+            if not src_host:
+                dev.check_global(int(src), count, write=False)
+            if not dst_host:
                 dev.check_global(int(dst), count, write=True)
-                dev.write(int(dst), dev.read(int(src), count))
-            else:
-                assert data is not None and out is not None   # host to host: both checked above
-                out[:count] = data[:count]
         except SimulatorError as exc:
             return self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMemcpy: {exc}")
         if kind in (ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST):
+            if dev.faulted is not None:     # kept until aclrtResetDevice: nothing is copied
+                return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                                 f"aclrtMemcpy: device work faulted earlier, nothing was copied (aclrtResetDevice "
+                                 f"releases the device and the fault): {dev.faulted}")
             try:
                 self._time_host_copy("H2D" if kind == ACL_MEMCPY_HOST_TO_DEVICE else "D2H", int(count))
-            except SimulatorError as exc:   # work queued on a stream faulted while the copy ran
-                return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION, f"aclrtMemcpy: {exc}")
+            except SimulatorError as exc:   # work queued on a stream faulted while the copy held the host
+                return self.fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                                 f"aclrtMemcpy: device work faulted during the copy, nothing was copied: {exc}")
+        # the bytes move when the copy ends (a synchronous copy: the host sees them on return)
+        if kind == ACL_MEMCPY_HOST_TO_DEVICE:
+            assert data is not None     # a host source: checked above
+            dev.write(int(dst), data[:count])
+        elif kind == ACL_MEMCPY_DEVICE_TO_HOST:
+            assert out is not None      # a host destination: checked above
+            out[:count] = dev.read(int(src), count, copy=False)   # one copy, into the host's array
+        elif kind == ACL_MEMCPY_DEVICE_TO_DEVICE:
+            dev.write(int(dst), dev.read(int(src), count))       # read first: overlapping ranges move
+        else:
+            assert data is not None and out is not None   # host to host: both checked above
+            out[:count] = data[:count]
         return ACL_SUCCESS
 
     def _time_host_copy(self, kind: str, nbytes: int) -> None:
@@ -504,7 +519,7 @@ class AclRuntime:
         link (``[host]`` of the device file); simulated time advances by that much, so kernels
         already queued keep running meanwhile. Devices without a host link copy in no time."""
         dev = self.device
-        assert dev is not None          # called after a successful copy on a live device
+        assert dev is not None          # called by aclrtMemcpy, on a live device, before the bytes move
         link = dev.spec.host
         if link is None or nbytes <= 0:
             return

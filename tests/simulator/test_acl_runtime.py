@@ -1,0 +1,79 @@
+"""The ACL runtime around the operators, called as a framework calls CANN: copies on a device
+whose work has faulted, lifecycle codes and allocation policies."""
+from __future__ import annotations
+
+import numpy as np
+
+from opsim.kernels import aclnn
+from opsim.simulator import acl
+from opsim.simulator.acl import AclRuntime
+
+
+def _rt() -> AclRuntime:
+    rt = AclRuntime("atlas-a2", trace_level="off")
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    return rt
+
+
+def _queue_a_faulting_launch(rt: AclRuntime):
+    """A launch whose operands reach far past their 64 B allocation, queued on a stream: it
+    faults as soon as simulated time lets it run."""
+    ptr, _ = rt.aclrtMalloc(64)
+    big = [64, 64]
+    ts = [rt.aclCreateTensor(big, acl.ACL_FLOAT, None, 0, 2, big, ptr) for _ in range(4)]
+    stream, _ = rt.aclrtCreateStream()
+    ws, ex, ret = aclnn.aclnnMseLossBackwardGetWorkspaceSize(*ts[:3], 1, ts[3])
+    assert ret == 0 and aclnn.aclnnMseLossBackward(0, ws, ex, stream) == 0
+    return stream
+
+
+def test_a_host_copy_on_a_faulted_device_moves_no_byte():
+    rt = _rt()
+    dev_buf, _ = rt.aclrtMalloc(64)
+    assert rt.aclrtMemcpy(dev_buf, 64, np.full(64, 1, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    stream = _queue_a_faulting_launch(rt)
+    assert rt.aclrtSynchronizeStream(stream) == acl.ACL_ERROR_RT_AICORE_EXCEPTION
+    # the device keeps the fault: a host copy fails and changes nothing on either side
+    assert rt.aclrtMemcpy(dev_buf, 64, np.full(64, 9, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == \
+        acl.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert np.all(rt.device.read(dev_buf, 64) == 1)            # the device memory is untouched
+    host = np.full(64, 5, np.uint8)
+    assert rt.aclrtMemcpy(host, 64, dev_buf, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == \
+        acl.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert np.all(host == 5)                                   # the host array too
+    msg = rt.aclGetRecentErrMsg()
+    assert "aclrtMemcpy" in msg and "nothing was copied" in msg and "aclrtResetDevice" in msg
+
+
+def test_a_host_copy_during_which_queued_work_faults_moves_no_byte():
+    # the copy holds the host for its time on the host link; the queued launch runs and faults
+    # meanwhile, so the copy reports the fault -- and must then not have copied
+    rt = _rt()
+    dev_buf, _ = rt.aclrtMalloc(64)
+    _queue_a_faulting_launch(rt)
+    assert rt.aclrtMemcpy(dev_buf, 64, np.full(64, 9, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == \
+        acl.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert np.all(rt.device.read(dev_buf, 64) == 0)
+    assert "during the copy" in rt.aclGetRecentErrMsg()
+    rt2 = _rt()
+    src, _ = rt2.aclrtMalloc(64)
+    assert rt2.aclrtMemcpy(src, 64, np.full(64, 7, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    _queue_a_faulting_launch(rt2)
+    host = np.full(64, 5, np.uint8)
+    assert rt2.aclrtMemcpy(host, 64, src, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == acl.ACL_ERROR_RT_AICORE_EXCEPTION
+    assert np.all(host == 5)
+    # aclrtResetDevice releases the device and the fault
+    assert rt.aclrtResetDevice(0) == 0 and rt.aclrtSetDevice(0) == 0
+    fresh, _ = rt.aclrtMalloc(64)
+    assert rt.aclrtMemcpy(fresh, 64, np.full(64, 9, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    assert np.all(rt.device.read(fresh, 64) == 9)
+
+
+def test_a_refused_device_address_advances_no_simulated_time():
+    rt = _rt()
+    t0, copies = rt.elapsed_cycles, rt.host_copy_count
+    assert rt.aclrtMemcpy(12345, 64, np.zeros(64, np.uint8), 64, acl.ACL_MEMCPY_HOST_TO_DEVICE) == \
+        acl.ACL_ERROR_INVALID_PARAM
+    assert rt.aclrtMemcpy(np.zeros(64, np.uint8), 64, 12345, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == \
+        acl.ACL_ERROR_INVALID_PARAM
+    assert (rt.elapsed_cycles, rt.host_copy_count) == (t0, copies)
