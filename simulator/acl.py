@@ -45,11 +45,12 @@ from opsim.traces.trace import Trace
 
 log = logging.getLogger("opsim.acl")
 
-# Status codes (docs/sources.md#aclnn-status-codes; CANN acl_base.h and rt_error_codes.h)
+# Status codes (docs/sources.md#aclnn-status-codes and #acl-runtime-codes)
 ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000
 ACL_ERROR_UNINITIALIZE = 100001
 ACL_ERROR_REPEAT_INITIALIZE = 100002
+ACL_ERROR_REPEAT_FINALIZE = 100037
 ACL_ERROR_BAD_ALLOC = 200000
 ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003
 ACL_ERROR_RT_PARAM_INVALID = 107000
@@ -159,6 +160,7 @@ class AclRuntime:
     seed: int = 0
     functional: bool = True
     initialized: bool = False
+    finalized: bool = False        # aclFinalize succeeded and no aclInit came since
     device: Device | None = None
     trace: Trace | None = None
     deterministic: bool = False
@@ -244,14 +246,17 @@ class AclRuntime:
     def aclInit(self, config_path: str | None = None) -> int:
         if self.initialized:
             return self.fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: already initialized")
-        self.initialized = True
+        self.initialized, self.finalized = True, False
         return ACL_SUCCESS
 
     @_boundary()
     def aclFinalize(self) -> int:
         if not self.initialized:
+            if self.finalized:      # CANN: a repeated aclFinalize (docs/sources.md#acl-runtime-codes)
+                return self.fail(ACL_ERROR_REPEAT_FINALIZE, "aclFinalize: already finalized; call "
+                                                            "aclInit before finalizing again")
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: aclInit was not called")
-        self.initialized = False
+        self.initialized, self.finalized = False, True
         if self.device is not None:
             self.device.close()
         self.device = None

@@ -25,7 +25,7 @@ from opsim.simulator.acl import AclRuntime, AclTensor
 
 from fuzz_harness import COUNTS, _python_text, c_int, changed_outside, fuzz_settings, garbage, record, snapshot
 
-ACL_CODES = {0, 100000, 100001, 100002, 200000, 200003, 107000, 107001, 507015}
+ACL_CODES = {0, 100000, 100001, 100002, 100037, 200000, 200003, 107000, 107001, 507015}
 ACLNN_CODES = {0, 161001, 161002, 361001, 561002}
 BUF = 512            # bytes of each buffer the session starts with
 SHAPE = [4, 8]       # 32 fp32 elements = 128 B

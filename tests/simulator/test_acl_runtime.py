@@ -77,3 +77,16 @@ def test_a_refused_device_address_advances_no_simulated_time():
     assert rt.aclrtMemcpy(np.zeros(64, np.uint8), 64, 12345, 64, acl.ACL_MEMCPY_DEVICE_TO_HOST) == \
         acl.ACL_ERROR_INVALID_PARAM
     assert (rt.elapsed_cycles, rt.host_copy_count) == (t0, copies)
+
+
+def test_finalize_twice_is_repeat_finalize():
+    # CANN's aclError table: ACL_ERROR_REPEAT_FINALIZE 100037 is a repeated aclFinalize
+    rt = _rt()
+    assert rt.aclFinalize() == 0
+    assert rt.aclFinalize() == 100037                          # ACL_ERROR_REPEAT_FINALIZE
+    assert "aclFinalize" in rt.aclGetRecentErrMsg() and "already finalized" in rt.aclGetRecentErrMsg()
+    assert rt.aclInit() == 0 and rt.aclFinalize() == 0          # init / finalize may repeat in order
+    assert rt.aclFinalize() == 100037
+    never = AclRuntime("atlas-a2", trace_level="off")
+    assert never.aclFinalize() == acl.ACL_ERROR_UNINITIALIZE
+    assert getattr(acl, "ACL_ERROR_REPEAT_FINALIZE", None) == 100037
