@@ -62,7 +62,13 @@ ACL_MEMCPY_HOST_TO_HOST = 0
 ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_HOST = 2
 ACL_MEMCPY_DEVICE_TO_DEVICE = 3
+# aclrtMemMallocPolicy (docs/sources.md#acl-enums): a page policy, optionally or-ed with a
+# bandwidth flag; opsim has one kind of device memory, so every policy allocates the same way
 ACL_MEM_MALLOC_HUGE_FIRST = 0
+ACL_MEM_MALLOC_HUGE_ONLY = 1
+ACL_MEM_MALLOC_NORMAL_ONLY = 2
+ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100
+ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000
 ACL_OPT_DETERMINISTIC = 0
 ACL_FORMAT_ND = 2
 
@@ -419,6 +425,12 @@ class AclRuntime:
             return 0, ret
         if not is_int(size) or size <= 0:
             return 0, self.fail(ACL_ERROR_INVALID_PARAM, f"aclrtMalloc: size {size!r} must be a positive byte count")
+        if not is_int(policy):
+            # any integer is a policy: CANN picks the page size from the size for one outside the enum
+            return 0, self.fail(ACL_ERROR_INVALID_PARAM,
+                                f"aclrtMalloc: policy {policy!r} must be an aclrtMemMallocPolicy integer "
+                                f"(ACL_MEM_MALLOC_HUGE_FIRST = 0, HUGE_ONLY = 1, NORMAL_ONLY = 2, optionally "
+                                f"or-ed with ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x100 or HIGH_BAND_WIDTH = 0x1000)")
         assert self.device is not None  # _need_device checked it
         try:
             addr = self.device.malloc(int(size))

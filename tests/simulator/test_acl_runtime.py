@@ -90,3 +90,20 @@ def test_finalize_twice_is_repeat_finalize():
     never = AclRuntime("atlas-a2", trace_level="off")
     assert never.aclFinalize() == acl.ACL_ERROR_UNINITIALIZE
     assert getattr(acl, "ACL_ERROR_REPEAT_FINALIZE", None) == 100037
+
+
+def test_malloc_takes_any_integer_policy_and_refuses_other_types():
+    # aclrtMemMallocPolicy: the page policies combine with the bandwidth flags by bitwise or, and
+    # a value outside the enum is no error (CANN picks the page size from the size)
+    rt = _rt()
+    for policy in (0, 1, 2, 2 | 0x1000, 0 | 0x0100, 99, np.int32(1)):
+        ptr, ret = rt.aclrtMalloc(64, policy)
+        assert ret == 0 and ptr, policy
+    used = rt.device.gm.allocated_bytes
+    for policy in ("x", None, 1.0, True):
+        assert rt.aclrtMalloc(64, policy) == (0, acl.ACL_ERROR_INVALID_PARAM), policy
+        msg = rt.aclGetRecentErrMsg()
+        assert "aclrtMalloc: policy" in msg and repr(policy) in msg
+    assert rt.device.gm.allocated_bytes == used                 # a refused call allocates nothing
+    assert (acl.ACL_MEM_MALLOC_HUGE_FIRST, acl.ACL_MEM_MALLOC_HUGE_ONLY, acl.ACL_MEM_MALLOC_NORMAL_ONLY,
+            acl.ACL_MEM_TYPE_LOW_BAND_WIDTH, acl.ACL_MEM_TYPE_HIGH_BAND_WIDTH) == (0, 1, 2, 0x0100, 0x1000)
