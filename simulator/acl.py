@@ -277,7 +277,7 @@ class AclRuntime:
             return self.fail(ACL_ERROR_UNINITIALIZE, "aclrtSetDevice: call aclInit first")
         if not is_int(device_id) or device_id != 0:
             return self.fail(ACL_ERROR_RT_INVALID_DEVICEID,
-                             f"aclrtSetDevice: device id {device_id} is invalid; the simulator has one device, id 0")
+                             f"aclrtSetDevice: device id {device_id!r} is invalid; the simulator has one device, id 0")
         if self.device is None:
             try:
                 spec = (self.device_name if isinstance(self.device_name, DeviceSpec)

@@ -107,3 +107,13 @@ def test_malloc_takes_any_integer_policy_and_refuses_other_types():
     assert rt.device.gm.allocated_bytes == used                 # a refused call allocates nothing
     assert (acl.ACL_MEM_MALLOC_HUGE_FIRST, acl.ACL_MEM_MALLOC_HUGE_ONLY, acl.ACL_MEM_MALLOC_NORMAL_ONLY,
             acl.ACL_MEM_TYPE_LOW_BAND_WIDTH, acl.ACL_MEM_TYPE_HIGH_BAND_WIDTH) == (0, 1, 2, 0x0100, 0x1000)
+
+
+def test_set_device_names_the_value_it_refused():
+    # the string "0" printed as 0 gave "device id 0 is invalid; ... one device, id 0"
+    rt = AclRuntime("atlas-a2", trace_level="off")
+    assert rt.aclInit() == 0
+    assert rt.aclrtSetDevice("0") == acl.ACL_ERROR_RT_INVALID_DEVICEID
+    assert "device id '0' is invalid" in rt.aclGetRecentErrMsg()
+    assert rt.aclrtSetDevice(1) == acl.ACL_ERROR_RT_INVALID_DEVICEID
+    assert "device id 1 is invalid" in rt.aclGetRecentErrMsg()
