@@ -112,11 +112,27 @@ def _check_operator(args: argparse.Namespace, attrs: dict, tiling: dict) -> tupl
         res = opsim.run(args.target, device=args.device, tiling=tiling or None, seed=args.seed,
                         sanitize=True, trace="off", **kwargs)
     except SimulatorError as exc:
+        bug = _python_bug(exc)
+        if bug is not None:
+            # the kernel's Python raised (the device wrapped it as "internal error in a kernel"):
+            # a call that could not run, as for an @asc.jit kernel -- not a finding
+            raise KernelRaised(bug) from exc
         report = getattr(exc, "sanitizer", None)
         if report is None:
             raise
         return report, exc
     return res.sanitizer, None
+
+
+def _python_bug(exc: Any) -> str | None:
+    """"the kernel raised NameError: ... (at kernel line F:N)" when ``exc`` is the device's
+    wrapper of an exception the kernel's own code raised, else None."""
+    from opsim.simulator.errors import chain_kernel_line_note
+    cause = getattr(exc, "kernel_exception", None)
+    note = chain_kernel_line_note(cause) if cause is not None else None
+    if note is None:        # not an opsim.asc kernel's line: leave it to the report
+        return None
+    return f"the kernel raised {type(cause).__name__}: {cause} ({note})"
 
 
 class KernelRaised(Exception):

@@ -902,6 +902,7 @@ class Device:
                 note = chain_kernel_line_note(exc)
                 where = f" ({note})" if note is not None else ""
                 err = SimulatorError(f"internal error in a kernel: {type(cause).__name__}: {cause}{where}")
+                err.kernel_exception = cause
             self.faulted = err
             raise err from exc
         finally:

@@ -61,6 +61,10 @@ class SimulatorError(Exception):
     # the sanitizer's report of the run (opsim.api.attach_report); None until then.
     origin: str | None = None
     sanitizer: Any = None
+    # the exception a kernel program's own code raised (a Python bug in it: a NameError, ...),
+    # which the device wrapped as this fault ("internal error in a kernel"); None for a fault of
+    # the machine. Kept as a field: opsim.run re-raises the fault without its cause chain
+    kernel_exception: BaseException | None = None
 
     def __init__(
         self,

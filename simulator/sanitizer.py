@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
-from opsim.simulator.errors import CapacityError, DeadlockError, MemoryFault, QueueError, SimulatorError
+from opsim.simulator.errors import (KERNEL_LINE_NOTE, CapacityError, DeadlockError, MemoryFault, QueueError,
+                                    SimulatorError, chain_kernel_line_note)
 from opsim.simulator.isa import BlockEnd, DataCopy, QueueFreeFlag, SetFlag, WaitFlag
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -649,7 +650,11 @@ class Sanitizer:
         if isinstance(fault, DeadlockError):
             self._deadlock(fault)
             return
-        line = getattr(fault, "origin", None) or _traceback_line(fault)
+        # a kernel's Python bug reaches here wrapped (Device: "internal error in a kernel"), its
+        # traceback ending where the launch waited: the kernel line is the note on its cause
+        note = chain_kernel_line_note(fault)
+        line = (getattr(fault, "origin", None) or (note[len(KERNEL_LINE_NOTE):] if note else None)
+                or _traceback_line(fault))
         if isinstance(fault, MemoryFault):
             reason = fault.reason
             # a DataCopy of a length that is not whole 32 B blocks breaks the DMA's alignment rule
@@ -747,9 +752,10 @@ def _cores(cores: list[str]) -> str:
 
 def _without_line(reason: str, line: str | None) -> str:
     """``reason`` without a trailing mention of ``line``: " (kernel line L)", which opsim.asc's
-    launch appends to a fault's reason, or " (at L)", which the front-end's own checks end with."""
+    launch appends to a fault's reason, " (at L)", which the front-end's own checks end with, or
+    " (at kernel line L)", which the device gives a kernel's Python bug."""
     if line:
-        for suffix in (f" (kernel line {line})", f" (at {line})"):
+        for suffix in (f" (kernel line {line})", f" (at {line})", f" ({KERNEL_LINE_NOTE}{line})"):
             if reason.endswith(suffix):
                 return reason[:-len(suffix)]
     return reason

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from opsim.cli import main
 
 
@@ -227,25 +229,53 @@ def test_check_of_a_kernel_with_a_python_bug_is_one_line_naming_the_kernel_line(
                    f"(at kernel line {path}:6)\n"), err
 
 
-def test_check_summary_counts_a_fault_that_is_no_memcheck_finding(tmp_path, capsys, monkeypatch):
-    # a registered operator's kernel with a Python bug: the fault was one finding, under check
-    # "fault", but the summary said "1 finding(s): racecheck 0, memcheck 0, synccheck 0"
+def _own_registry(monkeypatch):
     from opsim.kernels import registry
     registry.names()
     monkeypatch.setattr(registry, "_OPS", dict(registry._OPS))
     monkeypatch.setattr(registry, "_FILES", dict(registry._FILES))
-    path = tmp_path / "bugop.py"
+
+
+def _operator_file(path, body: str) -> None:
     path.write_text("import opsim\nimport opsim.asc as asc\n\n\n@asc.jit\n"
                     "def bad(x: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):\n"
-                    "    asc.no_such_api(x)\n\n\n"
+                    f"    {body}\n\n\n"
                     "opsim.register_operator(bad, inputs=('x',), outputs=('z',),\n"
                     "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1, 'block_length': 64},\n"
                     "                        golden=lambda x: {'z': x}, example_shape=(64,))\n")
+
+
+def test_check_summary_counts_a_fault_that_is_no_memcheck_finding(tmp_path, capsys, monkeypatch):
+    # a registered operator's kernel that calls what opsim.asc does not model: the fault was one
+    # finding, under check "fault", but the summary said "1 finding(s): racecheck 0, memcheck 0,
+    # synccheck 0"
+    _own_registry(monkeypatch)
+    path = tmp_path / "bugop.py"
+    _operator_file(path, "asc.axpy(x, x, 2.0, 64)")
     assert main(["check", f"{path}:bad"]) == 1
     out = capsys.readouterr().out
-    assert "\nfault: fault: SimulatorError: internal error in a kernel: AttributeError" in out, out
+    assert "\nfault: fault on core0.veccore0: UnsupportedAPI: asc.axpy" in out, out
+    assert f"    SCALAR  __getattr__  at {path}:7\n" in out, out
     last = out.splitlines()[-1]
     assert last == f"opsim check {path}:bad: 1 finding(s): racecheck 0, memcheck 0, synccheck 0, fault 1", last
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_check_of_a_python_bug_is_status_2_naming_the_kernel_line_either_way(registered, tmp_path, capsys,
+                                                                            monkeypatch):
+    # a registered operator's kernel with a NameError printed a report whose row was opsim/api.py:264
+    # and exited 1 ("findings"); the same kernel as a plain @asc.jit kernel exited 2 naming its line
+    _own_registry(monkeypatch)
+    path = tmp_path / "bugop.py"
+    _operator_file(path, "asc.muls(x, x, undefined_scale, 64)")
+    extra = [] if registered else ["--arg", "block_length=64"]
+    if not registered:
+        path.write_text(path.read_text().split("\n\n\nopsim.register_operator")[0] + "\n")
+    assert main(["check", f"{path}:bad", *extra]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == (f"opsim check: the kernel raised NameError: name 'undefined_scale' is not defined "
+                       f"(at kernel line {path}:7)\n"), cap.err
+    assert cap.out == ""
 
 
 def test_check_refuses_an_arg_that_is_not_of_its_parameter_type(capsys):

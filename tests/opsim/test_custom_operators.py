@@ -2,6 +2,7 @@
 built-in operator does (opsim.run, opsim run --kernel, studies, the demo report)."""
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -267,6 +268,30 @@ def test_op_summary_of_an_asc_operator_lists_its_gm_tensors() -> None:
     assert (got["Input Shapes"], got["Input Data Types"], got["Input Formats"]) == ("16,1024;16,1024",
                                                                                    "FLOAT;FLOAT", "ND;ND")
     assert (got["Output Shapes"], got["Output Data Types"], got["Output Formats"]) == ("16,1024", "FLOAT", "ND")
+
+
+def test_the_sanitizer_row_of_a_python_bug_in_a_registered_kernel_is_the_kernel_line(tmp_path: Path) -> None:
+    # opsim.run(sanitize=True): the fault's finding named opsim/api.py:264 (Device.synchronize),
+    # where the launch waited, not the kernel line that raised
+    from opsim.simulator.errors import SimulatorError
+    path = tmp_path / "bugop.py"
+    path.write_text("import opsim\nimport opsim.asc as asc\n\n\n@asc.jit\n"
+                    "def bad(x: asc.GlobalAddress, z: asc.GlobalAddress, block_length: int):\n"
+                    "    asc.muls(x, x, undefined_scale, 64)\n\n\n"
+                    "opsim.register_operator(bad, inputs=('x',), outputs=('z',),\n"
+                    "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1, 'block_length': 64},\n"
+                    "                        golden=lambda x: {'z': x}, example_shape=(64,))\n")
+    with pytest.raises(SimulatorError, match="internal error in a kernel: NameError") as err:
+        opsim.run(f"{path}:bad", x=np.zeros(64, np.float32), sanitize=True)
+    (finding,) = err.value.sanitizer.findings
+    assert finding.lines == (f"{path}:7",), finding.lines
+    assert finding.message.endswith("NameError: name 'undefined_scale' is not defined (the run fails here)"), \
+        finding.message
+    # the wrapped exception rides on the fault, which still pickles (sweeps' process pools) to the
+    # same message, without it
+    assert isinstance(err.value.kernel_exception, NameError)
+    clone = pickle.loads(pickle.dumps(err.value))
+    assert (str(clone), clone.kernel_exception) == (str(err.value), None)
 
 
 def test_a_python_bug_in_a_registered_asc_kernel_names_its_kernel_line(tmp_path: Path,
