@@ -731,10 +731,15 @@ class Device:
         if block_dim < 1:
             raise SimulatorError(f"block_dim must be >= 1, got {block_dim}")
         if core_mask is not None:
+            allowed = f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})"
+            # a float or a string failed the comparison below as a bare TypeError, and True ran
+            # as mask 1: a mask is an integer, bit i for core i
+            if isinstance(core_mask, bool) or not isinstance(core_mask, (int, np.integer)):
+                raise SimulatorError(f"core_mask {core_mask!r} is not an integer; it selects {unit} cores "
+                                     f"of {self.spec.name} by bit {allowed}")
             if core_mask <= 0 or core_mask >> len(cores):
                 raise SimulatorError(f"core_mask {core_mask:#x} selects no core or cores beyond the "
-                                     f"{len(cores)} {unit} cores of {self.spec.name} "
-                                     f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})")
+                                     f"{len(cores)} {unit} cores of {self.spec.name} {allowed}")
         launch = Launch(str(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")),
                         kernel, block_dim, unit, core_mask, args, stream,
                         l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None,
