@@ -190,6 +190,9 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
                          RunStats(mode="numeric", empty=True))
     if mode == "numeric":
         check_host_memory(op, mode, descs, out_descs)
+        # the golden needs no tiling, but the call is planned all the same: a tiling (or a what-if
+        # device) that the other modes refuse with 561002 is refused here too, not answered
+        opdef.plan(spec, descs, attrs, tiling)
         arrays = {n: operands.get(n) for n in (*opdef.inputs, *opdef.optional)}
         # a golden of 0-d operands may produce numpy scalars: outputs are always arrays
         outs = {n: np.asarray(v) for n, v in opdef.golden(arrays, attrs).items()}

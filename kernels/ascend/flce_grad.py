@@ -279,12 +279,158 @@ def _check_overrides(ov: Mapping[str, Any] | None) -> dict[str, Any]:
     return ov
 
 
-def _matmul(name: str, m: int, n: int, k: int, ov: Mapping[str, Any], swap: bool) -> MatmulTiling:
+def _requested_tiles(ov: Mapping[str, Any], swap: bool) -> dict[str, int]:
+    """The base tiles and step_k a tiling asks for (a matmul caps a base tile at its dimension)."""
     bm, bn = (BASE_N, BASE_M) if swap else (BASE_M, BASE_N)
-    bm, bn, bk = ov.get("base_m", bm), ov.get("base_n", bn), ov.get("base_k", BASE_K)
-    return MatmulTiling(name, m, n, k, min(bm, align16(m)), min(bn, align16(n)), min(bk, align16(k)),
-                        ov.get("step_k", STEP_K))
+    return {"base_m": ov.get("base_m", bm), "base_n": ov.get("base_n", bn), "base_k": ov.get("base_k", BASE_K),
+            "step_k": ov.get("step_k", STEP_K)}
 
+
+def _matmul(name: str, m: int, n: int, k: int, ov: Mapping[str, Any], swap: bool) -> MatmulTiling:
+    t = _requested_tiles(ov, swap)
+    return MatmulTiling(name, m, n, k, min(t["base_m"], align16(m)), min(t["base_n"], align16(n)),
+                        min(t["base_k"], align16(k)), t["step_k"])
+
+
+# ---------------------------------------------------------------------------------------------
+# local buffers: what a cube core and a vector core allocate, for the plan and the kernel alike
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LocalBuffers:
+    """``depth`` buffers of ``nbytes`` each that one core allocates in its local ``memory``
+    (one queue or TBuf set). The plan checks them against the memories and the kernel
+    allocates exactly these, so an accepted tiling cannot run out of room on a core."""
+
+    memory: str          # L1 | L0A | L0B | L0C | UB
+    name: str            # the queue position (A1, B1, A2, B2, CO1, VECIN) or TBuf
+    depth: int
+    nbytes: int          # one buffer as asked for (the region rounds it up to its alignment)
+
+
+def cube_buffers(matmuls: tuple[MatmulTiling, ...], item: int, l0c_depth: int) -> tuple[LocalBuffers, ...]:
+    """The L1 and L0 queues of a cube core: one set serves every matmul of the launch, sized
+    for the largest base tiles and L1 chunk of any of them."""
+    bm = max(mm.base_m for mm in matmuls)
+    bn = max(mm.base_n for mm in matmuls)
+    kc = max(mm.chunk_k for mm in matmuls)
+    bk = max(mm.base_k for mm in matmuls)
+    return (LocalBuffers("L1", "A1", L1_BUFFERS, nz_bytes(bm, kc, item)),
+            LocalBuffers("L1", "B1", L1_BUFFERS, nz_bytes(kc, bn, item)),
+            LocalBuffers("L0A", "A2", L0_BUFFERS, nz_bytes(bm, bk, item)),
+            LocalBuffers("L0B", "B2", L0_BUFFERS, nz_bytes(bk, bn, item)),
+            LocalBuffers("L0C", "CO1", l0c_depth, nz_bytes(bm, bn, 4)))
+
+
+def vector_buffers(mode: str, vec_chunk: int, packed_mask: bool, int_bytes: int) -> tuple[LocalBuffers, ...]:
+    """The UB of a vector core: the per-row scalars of a batch of rows (one VECIN buffer) and
+    two fp32 row buffers of ``vec_chunk`` elements (TBufs)."""
+    return (LocalBuffers("UB", "VECIN", 1, meta_layout(mode, packed_mask, int_bytes)[1]),
+            LocalBuffers("UB", "TBuf", 2, vec_chunk * 4))
+
+
+def memory_bytes(spec: DeviceSpec, buffers: tuple[LocalBuffers, ...], memory: str) -> int:
+    """Bytes ``buffers`` take of ``memory`` once each buffer is rounded up to its alignment
+    (the allocator packs them back to back from the empty memory)."""
+    buf = getattr(spec, memory.lower())
+    align = buf.alignment if buf is not None else 32
+    return sum(b.depth * align_up(b.nbytes, align) for b in buffers if b.memory == memory)
+
+
+def _capacity(spec: DeviceSpec, memory: str) -> int:
+    buf = getattr(spec, memory.lower())
+    return buf.size if buf is not None else 0
+
+
+CUBE_MEMORIES = ("L1", "L0A", "L0B", "L0C")
+# the tiling parameters that size each memory's buffers
+CUBE_PARAMS = {"L1": ("base_m", "base_n", "base_k", "step_k"), "L0A": ("base_m", "base_k"),
+               "L0B": ("base_k", "base_n"), "L0C": ("base_m", "base_n", "l0c_depth")}
+# the smallest cube tiling: one fractal per base tile, one base-K tile per L1 chunk, one result
+SMALLEST_CUBE = {"base_m": 16, "base_n": 16, "base_k": 16, "step_k": 1, "l0c_depth": 1}
+
+
+def _cube_setup(spec: DeviceSpec, bt: int, h: int, v: int, mode: str, item: int,
+                ov: Mapping[str, Any]) -> tuple[tuple[MatmulTiling, ...], int, tuple[LocalBuffers, ...]]:
+    """The matmuls, the L0C depth and the cube core's buffers of a tiling."""
+    swap = bt >= SWAP_BT
+    mms: list[MatmulTiling] = []
+    if mode == MEMORY_SAVING:
+        mms.append(_matmul("logits", bt, v, h, ov, swap))            # input · Wᵀ
+    mms.append(_matmul("input_grad", bt, h, v, ov, swap))            # S · W
+    mms.append(_matmul("weight_grad", v, h, bt, ov, swap))           # Sᵀ · input
+    matmuls = tuple(mms)
+    bm = max(mm.base_m for mm in matmuls)
+    bn = max(mm.base_n for mm in matmuls)
+    l0c_size = spec.l0c.size if spec.l0c is not None else 0
+    # L0C double-buffers only when two result tiles fit (128x256 fp32 = 128 KiB fills it)
+    l0c_depth = ov.get("l0c_depth", 2 if 2 * nz_bytes(bm, bn, 4) <= l0c_size else 1)
+    return matmuls, l0c_depth, cube_buffers(matmuls, item, l0c_depth)
+
+
+def _cube_overflows(spec: DeviceSpec, buffers: tuple[LocalBuffers, ...]) -> list[str]:
+    """The memories of a cube core that ``buffers`` do not fit."""
+    return [m for m in CUBE_MEMORIES if memory_bytes(spec, buffers, m) > _capacity(spec, m)]
+
+
+def _check_cube_fit(spec: DeviceSpec, shape: tuple[int, int, int], mode: str, item: int, ov: Mapping[str, Any],
+                    l0c_depth: int, buffers: tuple[LocalBuffers, ...]) -> None:
+    """Refuse (561002) a tiling whose cube buffers do not fit L1 / L0A / L0B / L0C, naming the
+    parameters, each memory's buffers, the bytes needed and available, and what would fit."""
+    over = _cube_overflows(spec, buffers)
+    if not over:
+        return
+    values = {**_requested_tiles(ov, shape[0] >= SWAP_BT), "l0c_depth": l0c_depth}
+    named = ", ".join(f"{k} {val}" + ("" if k in ov else " (default)") for k, val in values.items())
+    parts = []
+    for m in over:
+        bufs = " + ".join(f"{b.name} {b.depth} x {b.nbytes} B" for b in buffers if b.memory == m)
+        parts.append(f"{m} needs {memory_bytes(spec, buffers, m)} B ({bufs}), {m} has {_capacity(spec, m)} B")
+    sizing = [p for p in values if any(p in CUBE_PARAMS[m] for m in over)]
+
+    def fits(tiling: Mapping[str, Any]) -> bool:
+        return not _cube_overflows(spec, _cube_setup(spec, *shape, mode, item, tiling)[2])
+
+    def largest(param: str) -> int:
+        # the bytes never shrink as a parameter grows, so a bisection finds the largest that fits
+        unit = 16 if param.startswith("base_") else 1
+        lo, hi = 0, values[param] // unit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits({**ov, param: mid * unit}) else (lo, mid - 1)
+        return lo * unit
+
+    def one_change(params: list[str]) -> dict[str, int]:
+        return {p: n for p in params if (n := largest(p))}
+
+    # what fits changing one parameter, the others as they are: a parameter the caller set if one
+    # does, else any that sizes the memories that overflow
+    found = one_change([p for p in sizing if p in ov]) or one_change(sizing)
+    if found:
+        hint = "with the others as they are, " + ", ".join(f"the largest {p} that fits is {n}"
+                                                            for p, n in found.items())
+    else:
+        smallest = _cube_setup(spec, *shape, mode, item, SMALLEST_CUBE)[2]
+        need = ", ".join(f"{memory_bytes(spec, smallest, m)} B of {m}" for m in over)
+        names = ", ".join(sizing[:-1]) + (" or " if len(sizing) > 1 else "") + sizing[-1]
+        hint = (f"no {names} alone makes it fit; base_m = base_n = base_k = 16 with step_k 1 and l0c_depth 1 "
+                + (f"still needs {need}: no tiling fits" if _cube_overflows(spec, smallest) else f"fits ({need})"))
+    raise tiling_error(f"the cube tiling {named} does not fit a cube core of {spec.name}: {'; '.join(parts)}; {hint}")
+
+
+def _check_vector_fit(spec: DeviceSpec, ov: Mapping[str, Any], vec_chunk: int,
+                      buffers: tuple[LocalBuffers, ...]) -> None:
+    """Refuse (561002) a ``vec_chunk`` whose row buffers do not fit the UB beside the per-row
+    scalars, naming the bytes needed and available and the largest vec_chunk that fits."""
+    ub, need = _capacity(spec, "UB"), memory_bytes(spec, buffers, "UB")
+    if need <= ub:
+        return
+    meta = memory_bytes(spec, buffers[:1], "UB")
+    largest = max(0, (ub - meta) // 2 // 4) // 16 * 16
+    fits = f"the largest vec_chunk that fits is {largest}" if largest else "no vec_chunk fits"
+    raise tiling_error(f"vec_chunk {vec_chunk}{'' if 'vec_chunk' in ov else ' (default)'} does not fit the UB of a "
+                       f"vector core of {spec.name}: two fp32 row buffers (TBuf 2 x {vec_chunk * 4} B) plus the "
+                       f"per-row scalars (VECIN 1 x {meta} B) need {need} B, UB has {ub} B; {fits}")
 
 # ---------------------------------------------------------------------------------------------
 # tile traversal: which output tiles run side by side on the cube cores
@@ -423,25 +569,12 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     v = w.shape[0]
     dt = x.dtype
     mode = HIGH_PERFORMANCE if t.get("softmax") is not None else MEMORY_SAVING
-    swap = bt >= SWAP_BT
-    mms: list[MatmulTiling] = []
-    if mode == MEMORY_SAVING:
-        mms.append(_matmul("logits", bt, v, h, ov, swap))            # input · Wᵀ
-    mms.append(_matmul("input_grad", bt, h, v, ov, swap))            # S · W
-    mms.append(_matmul("weight_grad", v, h, bt, ov, swap))           # Sᵀ · input
-    matmuls = tuple(mms)
-    # cube buffers (the same queues serve every matmul of the launch)
+    # cube buffers (the same queues serve every matmul of the launch): refused here when they do
+    # not fit, not as a CapacityError on a core once the run has started
     item = dt.itemsize
-    bm = max(mm.base_m for mm in matmuls)
-    bn = max(mm.base_n for mm in matmuls)
-    kc = max(mm.chunk_k for mm in matmuls)
-    bk = max(mm.base_k for mm in matmuls)
-    a1 = nz_bytes(bm, kc, item)
-    b1 = nz_bytes(kc, bn, item)
-    l0a, l0b, l0c = nz_bytes(bm, bk, item), nz_bytes(bk, bn, item), nz_bytes(bm, bn, 4)
-    l0c_size = spec.l0c.size if spec.l0c is not None else 0
-    # L0C double-buffers only when two result tiles fit (128x256 fp32 = 128 KiB fills it)
-    l0c_depth = ov.get("l0c_depth", 2 if 2 * l0c <= l0c_size else 1)
+    matmuls, l0c_depth, cube = _cube_setup(spec, bt, h, v, mode, item, ov)
+    _check_cube_fit(spec, (bt, h, v), mode, item, ov, l0c_depth, cube)
+    a1, b1 = (b.nbytes for b in cube[:2])
     # cores
     cores = spec.cores.aic
     core_mask = ov.get("core_mask")
@@ -461,15 +594,14 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     # vector side: a row of V fp32 (padded to 64 B) per buffer; split when it does not fit
     assert spec.ub is not None              # required of every Ascend spec (devices/spec.py)
     ub = spec.ub.size
-    max_chunk = ((ub - TBUF_BYTES) // 2 // 4) // (ROW_ALIGN // 4) * (ROW_ALIGN // 4)
-    if max_chunk < 16:
-        raise tiling_error(f"the UB of {ub} B cannot hold two 64 B row buffers beside the {TBUF_BYTES} B TBUF")
+    # the default chunk leaves the TBUF_BYTES reservation beside the two row buffers (at least
+    # the smallest chunk); the fit is checked on the bytes the kernel allocates
+    max_chunk = max(16, ((ub - TBUF_BYTES) // 2 // 4) // (ROW_ALIGN // 4) * (ROW_ALIGN // 4))
     vec_chunk = ov.get("vec_chunk", min(max_chunk, align_up(max(v, 1), ROW_ALIGN // 4)))
     vec_chunk = align_up(vec_chunk, 16)
-    ub_bytes = 2 * vec_chunk * 4 + TBUF_BYTES
-    if ub_bytes > ub:
-        raise tiling_error(f"vec_chunk {vec_chunk} does not fit the UB: two fp32 row buffers of {vec_chunk * 4} B "
-                           f"plus the {TBUF_BYTES} B TBUF need {ub_bytes} B, UB has {ub} B on {spec.name}")
+    packed = t["target_mask"].dtype == nx.UINT8
+    vector = vector_buffers(mode, vec_chunk, packed, t["masked_target"].dtype.itemsize)
+    _check_vector_fit(spec, ov, vec_chunk, vector)
     # workspace: S in NZ, then (memory-saving) the fp32 logits
     s_bytes = align_up(nz_bytes(bt, v, item), 512)
     logits_bytes = align_up(bt * v * 4, 512) if mode == MEMORY_SAVING else 0
@@ -490,10 +622,10 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
         fit = max(1, l2_size // (block_dim * (a1 + b1)))
         coarsen = min(coarsen, 1 << (fit.bit_length() - 1))
     coarsen = ov.get("coarsen", coarsen)
+    l1, l0a, l0b, l0c = (memory_bytes(spec, cube, m) for m in CUBE_MEMORIES)
     return FlceTiling(mode, bt, h, v, dt.name, block_dim, block_dim * ratio, matmuls, assignment, l0c_depth,
-                      L1_BUFFERS * (a1 + b1), L0_BUFFERS * l0a, L0_BUFFERS * l0b, l0c_depth * l0c, vec_chunk,
-                      ub_bytes, 0, s_bytes, s_bytes, logits_bytes, workspace, footprint, coarsen, core_mask,
-                      tile_length=vec_chunk)
+                      l1, l0a, l0b, l0c, vec_chunk, memory_bytes(spec, vector, "UB"), 0, s_bytes, s_bytes,
+                      logits_bytes, workspace, footprint, coarsen, core_mask, tile_length=vec_chunk)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -680,11 +812,12 @@ def _aiv_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
         ctx.emit_wait("MTE3", "MTE2", ev)
 
 
-def _meta_layout(tiling: FlceTiling, packed: bool, int_bytes: int) -> tuple[dict[str, int], int]:
-    """Byte offsets (32 B aligned) of the per-row scalars of one batch in the TBUF."""
+def meta_layout(mode: str, packed: bool, int_bytes: int) -> tuple[dict[str, int], int]:
+    """Byte offsets (32 B aligned) of the per-row scalars of one batch in the TBUF, and the
+    bytes of the batch (at most TBUF_BYTES)."""
     sizes = {"grad": META_ROWS * 4, "target": META_ROWS * int_bytes,
              "mask": ceil_div(META_ROWS, 8) + 1 if packed else META_ROWS}
-    if tiling.mode == MEMORY_SAVING:
+    if mode == MEMORY_SAVING:
         sizes.update(max=META_ROWS * 4, sum=META_ROWS * 4)
     offsets, off = {}, 0
     for k, n in sizes.items():
@@ -699,11 +832,13 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     v, chunk = tiling.v, tiling.vec_chunk
     dt = nx.dtype(tiling.dtype)
     int_dt = ops.masked_target.dtype
-    offsets, meta_bytes = _meta_layout(tiling, ops.packed_mask, int_dt.itemsize)
-    meta_q = ctx.queue("VECIN", 1, meta_bytes)
+    offsets, _ = meta_layout(tiling.mode, ops.packed_mask, int_dt.itemsize)
+    # the buffers the plan checked against the UB (vector_buffers)
+    meta_buf, row_buf = vector_buffers(tiling.mode, chunk, ops.packed_mask, int_dt.itemsize)
+    meta_q = ctx.queue(meta_buf.name, meta_buf.depth, meta_buf.nbytes)
     # two row buffers bound to one another as VECIN -> VECOUT (the cast is in place), with the
     # MTE2 -> V -> MTE3 -> MTE2 hand-offs Ascend C's TQueBind inserts
-    bufs = [ctx.tbuf(chunk * 4, nx.FP32) for _ in range(2)]
+    bufs = [ctx.tbuf(row_buf.nbytes, nx.FP32) for _ in range(row_buf.depth)]
     ev_in = [ctx.next_event_id("MTE2", "VECTOR") for _ in range(2)]
     ev_out = [ctx.next_event_id("VECTOR", "MTE3") for _ in range(2)]
     ev_free = [ctx.next_event_id("MTE3", "MTE2") for _ in range(2)]
@@ -776,16 +911,10 @@ class _CubeQueues:
     """The cube core's L1 and L0 queues (one set serves every matmul of the launch)."""
 
     def __init__(self, ctx: KernelContext, tiling: FlceTiling) -> None:
+        # the buffers the plan checked against the memories (cube_buffers)
         item = nx.dtype(tiling.dtype).itemsize
-        bm = max(mm.base_m for mm in tiling.matmuls)
-        bn = max(mm.base_n for mm in tiling.matmuls)
-        kc = max(mm.chunk_k for mm in tiling.matmuls)
-        bk = max(mm.base_k for mm in tiling.matmuls)
-        self.a1 = ctx.queue("A1", L1_BUFFERS, nz_bytes(bm, kc, item))
-        self.b1 = ctx.queue("B1", L1_BUFFERS, nz_bytes(kc, bn, item))
-        self.a2 = ctx.queue("A2", L0_BUFFERS, nz_bytes(bm, bk, item))
-        self.b2 = ctx.queue("B2", L0_BUFFERS, nz_bytes(bk, bn, item))
-        self.co1 = ctx.queue("CO1", tiling.l0c_depth, nz_bytes(bm, bn, 4))
+        self.a1, self.b1, self.a2, self.b2, self.co1 = (
+            ctx.queue(b.name, b.depth, b.nbytes) for b in cube_buffers(tiling.matmuls, item, tiling.l0c_depth))
 
 
 def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> Iterator[Any]:

@@ -385,7 +385,7 @@ SCALE_FIT = 12280
 
 
 def _scale_call(mode, emb, rows=8, nw=4, **kw):
-    if mode == "full":
+    if mode in ("full", "numeric"):
         rng = np.random.default_rng(emb)
         g = rng.standard_normal((rows, emb)).astype(np.float32)
         i = (np.arange(rows) % nw).astype(np.int32)
@@ -395,10 +395,11 @@ def _scale_call(mode, emb, rows=8, nw=4, **kw):
 
 
 @pytest.mark.parametrize("emb", [SCALE_FIT + 1, 12284, 13000, 20000])
-@pytest.mark.parametrize("mode", ["estimate", "timing", "full"])
+@pytest.mark.parametrize("mode", ["estimate", "timing", "full", "numeric"])
 def test_a_scale_stage_chunk_wider_than_the_ub_is_refused_by_plan_with_the_numbers(emb, mode):
     # the published scale kernel would ask InitBuffer for more than the UB: opsim refuses the call
-    # before anything runs (it failed mid-run with a CapacityError on VECOUT[1])
+    # before anything runs (it failed mid-run with a CapacityError on VECOUT[1]); numeric mode
+    # plans the call too, so it refuses what the other modes refuse
     with pytest.raises(opsim.OpError) as e:
         _scale_call(mode, emb)
     chunk = min(emb, 14656)

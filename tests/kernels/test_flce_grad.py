@@ -7,6 +7,8 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import opsim
 from opsim.kernels.aclnn import (aclnnFusedLinearCrossEntropyLossGrad,
@@ -414,13 +416,159 @@ def test_the_swizzled_traversal_reuses_l2_where_row_major_thrashes_it(monkeypatc
     assert swizzled.cycles < 0.85 * row_major.cycles
 
 
-def test_a_tiling_whose_result_tile_exceeds_l0c_raises_capacity_error():
+@pytest.mark.parametrize("mode", ["full", "timing", "numeric", "estimate"])
+def test_a_tiling_whose_result_tile_exceeds_l0c_is_refused_at_plan_time(mode):
     # 256 x 256 base tiles: L1 (2 x 128 KiB + 2 x 128 KiB) and L0A/L0B (2 x 32 KiB) still fit,
-    # the 256 x 256 fp32 result (256 KiB) does not fit the 128 KiB L0C
+    # the 256 x 256 fp32 result (256 KiB) does not fit the 128 KiB L0C. This used to plan and then
+    # fail mid-run with a CapacityError on a cube core; now the plan refuses it (561002) in every mode
     p = _problem(16, 16, 256, 256, "bf16")
-    with pytest.raises(CapacityError) as e:
-        opsim.run(OP, trace="off", tiling={"base_m": 256, "base_n": 256}, **_operands(p, 0, 256, F.MEMORY_SAVING))
-    assert e.value.buffer == "L0C" and e.value.needed == 256 * 256 * 4 and e.value.available < e.value.needed
+    with pytest.raises(opsim.OpError) as e:
+        opsim.run(OP, mode=mode, trace="off", tiling={"base_m": 256, "base_n": 256},
+                  **_operands(p, 0, 256, F.MEMORY_SAVING))
+    err = e.value
+    assert err.code == 561002
+    assert "base_m 256, base_n 256," in err.message and "atlas-a2" in err.message
+    assert f"L0C needs {256 * 256 * 4} B (CO1 1 x {256 * 256 * 4} B), L0C has 131072 B" in err.message
+    assert "the largest base_m that fits is 128" in err.message and "the largest base_n that fits is 128" in err.message
+    assert "L1 needs" not in err.message and "L0A needs" not in err.message      # those fit
+
+
+# (tiling, device overrides, the memory that overflows with what it needs and has, what would fit)
+OVERSIZED = [
+    ({"base_m": 1024}, {}, "L1 needs 1310720 B (A1 2 x 524288 B + B1 2 x 131072 B), L1 has 524288 B",
+     "the largest base_m that fits is 128"),
+    ({"base_n": 4096}, {}, "L0B needs 1048576 B (B2 2 x 524288 B), L0B has 65536 B",
+     "the largest base_n that fits is 256"),
+    ({"base_k": 4096}, {}, "L0A needs 2097152 B (A2 2 x 1048576 B), L0A has 65536 B",
+     "the largest base_k that fits is 64"),
+    ({"step_k": 64}, {}, "L1 needs 6291456 B (A1 2 x 1048576 B + B1 2 x 2097152 B), L1 has 524288 B",
+     "the largest step_k that fits is 5"),
+    ({"l0c_depth": 64}, {}, "L0C needs 8388608 B (CO1 64 x 131072 B), L0C has 131072 B",
+     "the largest l0c_depth that fits is 1"),
+    ({}, {"l1.size": 8192}, "L1 needs 393216 B (A1 2 x 65536 B + B1 2 x 131072 B), L1 has 8192 B",
+     "no base_m, base_n, base_k or step_k alone makes it fit; base_m = base_n = base_k = 16 with step_k 1 and "
+     "l0c_depth 1 fits (2048 B of L1)"),
+    ({}, {"l0c.size": 4096}, "L0C needs 131072 B (CO1 1 x 131072 B), L0C has 4096 B",
+     "no base_m, base_n or l0c_depth alone makes it fit"),
+    ({"base_m": 32, "base_n": 32}, {"l0a.size": 2048},
+     "L0A needs 8192 B (A2 2 x 4096 B), L0A has 2048 B",
+     "with the others as they are, the largest base_k that fits is 16"),     # no base_m alone fits
+]
+
+
+@pytest.mark.parametrize("mode", ["timing", "estimate"])
+@pytest.mark.parametrize("tiling, overrides, overflow, fits", OVERSIZED)
+def test_a_tiling_that_does_not_fit_the_cube_buffers_is_refused_with_the_numbers(tiling, overrides, overflow, fits,
+                                                                                   mode):
+    # BT 2048, H 4096, V 8192: every base tile is as large as asked for (no dimension caps it)
+    with pytest.raises(opsim.OpError) as e:
+        opsim.run(OP, mode=mode, trace="off", tiling=tiling, device_overrides=overrides,
+                  **_specs(2048, 4096, 8192, F.MEMORY_SAVING))
+    err = e.value
+    assert err.code == 561002
+    for k, val in tiling.items():
+        assert f"{k} {val}" in err.message and f"{k} {val} (default)" not in err.message
+    assert overflow in err.message and fits in err.message
+
+
+def test_a_vec_chunk_that_does_not_fit_the_ub_is_refused_with_the_largest_that_fits():
+    # bool mask, int64 targets, memory-saving: the per-row scalars take 5376 B of the UB
+    with pytest.raises(opsim.OpError) as e:
+        opsim.run(OP, mode="timing", trace="off", tiling={"vec_chunk": 32768}, **_specs(64, 64, 40000, F.MEMORY_SAVING))
+    err = e.value
+    assert err.code == 561002 and "vec_chunk 32768 does not fit the UB" in err.message
+    assert f"need {32768 * 8 + 5376} B, UB has 196608 B" in err.message
+    assert f"the largest vec_chunk that fits is {(196608 - 5376) // 8 // 16 * 16}" in err.message
+
+
+def test_aclnn_get_workspace_size_refuses_a_what_if_l1_too_small_with_561002():
+    # through aclnn the CapacityError used to surface only at aclrtSynchronizeStream
+    rt = AclRuntime(opsim.device_spec("atlas-a2", {"l1.size": 8192}))
+    assert rt.aclInit() == 0 and rt.aclrtSetDevice(0) == 0
+    ig, wg = np.zeros((4, 32), ml_dtypes.bfloat16), np.zeros((128, 32), ml_dtypes.bfloat16)
+    ws, ex, ret, _ = _acl_call(rt, dict(V), ig, wg)
+    assert ret == 561002 and ex is None and ws == 0
+    msg = rt.aclGetRecentErrMsg()
+    assert "L1 needs" in msg and "L1 has 8192 B" in msg and "base_m 128 (default)" in msg
+
+
+def test_the_default_tilings_of_every_device_fit_their_buffers():
+    # the plan's checks refuse nothing the defaults pick, on every device the operator runs on
+    shapes = [(17, 64, 1000), (4096, 4096, 32000), (23296, 1024, 4096), (8, 32, 256)]
+    ran = 0
+    for name in opsim.devices():
+        spec = opsim.device_spec(name)
+        if spec.series not in F.PRODUCTS:
+            continue
+        for bt, h, v in shapes:
+            for mode in (F.MEMORY_SAVING, F.HIGH_PERFORMANCE):
+                descs = {k: TensorDesc(ts.shape, nx.dtype(ts.dtype)) for k, ts in _specs(bt, h, v, mode).items()}
+                tiling = F.plan(spec, descs, {}, None)
+                assert tiling.l1_bytes <= spec.l1.size and tiling.l0c_bytes <= spec.l0c.size
+                assert tiling.ub_bytes <= spec.ub.size
+                ran += 1
+    assert ran >= 5 * len(shapes) * 2
+
+
+def _noting_peaks(program, peaks: dict[str, int]):
+    """``program`` (a core's kernel program) that notes, once it has run, the most bytes its core
+    held in each local memory into ``peaks`` (the largest over the cores)."""
+    def run(ctx, *args):
+        yield from program(ctx, *args)
+        for name, region in ctx.core.memories.items():
+            if name in ("L1", "L0A", "L0B", "L0C", "UB"):
+                peaks[name] = max(peaks.get(name, 0), region.peak_allocated_bytes)
+    return run
+
+
+SIZES = {"l1.size": (524288, 16384, 4096), "l0a.size": (65536, 2048), "l0c.size": (131072, 8192, 2048),
+         "ub.size": (196608, 6144)}
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(base_m=st.sampled_from([None, 16, 32, 128, 512]), base_n=st.sampled_from([None, 16, 64, 256]),
+       base_k=st.sampled_from([None, 16, 64]), step_k=st.sampled_from([None, 1, 3, 8]),
+       l0c_depth=st.sampled_from([None, 1, 2, 5]), vec_chunk=st.sampled_from([None, 16, 512]),
+       sizes=st.fixed_dictionaries({k: st.sampled_from(v) for k, v in SIZES.items()}),
+       hp=st.booleans())
+def test_the_plan_accepts_exactly_the_tilings_whose_buffers_the_kernel_can_allocate(
+        base_m, base_n, base_k, step_k, l0c_depth, vec_chunk, sizes, hp):
+    # accepted: the run allocates exactly the bytes the plan counted, no CapacityError; refused
+    # (561002): the same tiling with the plan's checks switched off dies of a CapacityError
+    tiling = {k: v for k, v in (("base_m", base_m), ("base_n", base_n), ("base_k", base_k), ("step_k", step_k),
+                                ("l0c_depth", l0c_depth), ("vec_chunk", vec_chunk)) if v is not None}
+    overrides = {k: v for k, v in sizes.items() if v != SIZES[k][0]}
+    call = dict(mode="timing", trace="off", tiling=tiling, device_overrides=overrides,
+                **_specs(24, 48, 300, F.HIGH_PERFORMANCE if hp else F.MEMORY_SAVING))
+    peaks: dict[str, int] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(F, "_aic_program", _noting_peaks(F._aic_program, peaks))
+        mp.setattr(F, "_aiv_program", _noting_peaks(F._aiv_program, peaks))
+        try:
+            result = opsim.run(OP, **call)
+        except opsim.OpError as e:
+            assert e.code == 561002, e.message
+            event("refused " + ("cube" if "cube tiling" in e.message else "UB"))
+            mp.setattr(F, "_check_cube_fit", lambda *a: None)
+            mp.setattr(F, "_check_vector_fit", lambda *a: None)
+            with pytest.raises(CapacityError):
+                opsim.run(OP, **call)
+            return
+    event("accepted")
+    t = result.tiling
+    assert peaks == {"L1": t.l1_bytes, "L0A": t.l0a_bytes, "L0B": t.l0b_bytes, "L0C": t.l0c_bytes, "UB": t.ub_bytes}
+
+
+@pytest.mark.parametrize("mode", [F.MEMORY_SAVING, F.HIGH_PERFORMANCE])
+def test_estimate_mode_reports_the_ub_peak_that_timing_mode_measures(mode):
+    # estimate mode reports the plan's ub_bytes; it counted an 8 KiB reservation for the per-row
+    # scalars where the vector core allocates their batch (5376 B memory-saving, 3328 B high-perf.)
+    call = dict(trace="off", **_specs(17, 64, 1000, mode))
+    timing = opsim.run(OP, mode="timing", **call).stats["ub_peak_bytes"]
+    assert opsim.run(OP, mode="estimate", **call).stats["ub_peak_bytes"] == timing
+    assert timing < 2 * 1008 * 4 + F.TBUF_BYTES
+
 
 
 # ---------------------------------------------------------------------------------------------
