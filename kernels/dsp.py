@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Generator, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 import numpy as np
 
@@ -267,15 +267,31 @@ def _pages(ranges: list[tuple[int, int]]) -> int:
     return count
 
 
-def _check_private_capacity(spec: DeviceSpec, tiling: DspTiling, ranges: list[tuple[int, int]], core: int) -> None:
-    pages = _pages(ranges) + _pages([(tiling.work_base, tiling.work_used)])
+def _private_need(tiling: DspTiling, ranges: list[tuple[int, int]]) -> int:
+    """Bytes of private memory a _p call touches: the pages of its operands and working buffers."""
+    return (_pages(ranges) + _pages([(tiling.work_base, tiling.work_used)])) * PAGE
+
+
+def _check_private_capacity(spec: DeviceSpec, tiling: DspTiling, ranges: list[tuple[int, int]], core: int,
+                            size: str, layout: str, need_at: Callable[[int], int]) -> None:
+    """Refuse (ERR_CAPACITY) a _p call whose operands and working buffers do not fit the core's
+    private memory, naming ``size`` (what sets the element count) and its value, the bytes needed
+    and the capacity, and the largest count that fits with the operands laid out as ``layout``
+    says; ``need_at(n)``: the bytes the same call needs with ``n`` elements."""
     assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     cap = spec.private.capacity
-    if pages * PAGE > cap:
-        raise _err(DspStatus.ERR_CAPACITY,
-                   f"the _p operands ({_pages(ranges)} pages of {PAGE} B) and the library's working buffers "
-                   f"({tiling.work_used} B) need {pages * PAGE} B of dsp.core{core}'s private memory; its "
-                   f"capacity is {cap} B")
+    need = _private_need(tiling, ranges)
+    if need <= cap:
+        return
+    lo, hi = 0, tiling.total - 1        # the need never shrinks as the count grows: bisect
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if need_at(mid) <= cap else (lo, mid - 1)
+    fits = f"the largest {size} that fits is {lo}" if lo else f"no {size} fits"
+    raise _err(DspStatus.ERR_CAPACITY,
+               f"{size} {tiling.total}: the _p operands ({_pages(ranges)} pages of {PAGE} B) and the library's "
+               f"working buffers ({tiling.work_used} B) need {need} B of dsp.core{core}'s private memory; its "
+               f"capacity is {cap} B; {fits} ({layout})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -550,9 +566,16 @@ def check_call(spec: DeviceSpec, *, prefix: str, storage: str, input_size: Any, 
         cidx = _check_core(spec, core)
         mask = 1 << cidx
     item = nx.dtype(dtype).itemsize
-    sizes = {"input_x": n, "input_y": n, "weight": n, "dloss": n if red == 0 else 1, "dx": n}
-    tiling = plan_call(spec, storage=storage, dtype=dtype, total=n, reduction=red, weight_defined=wd,
-                       core_mask=mask)
+
+    def sizes_of(count: int) -> dict[str, int]:
+        return {"input_x": count, "input_y": count, "weight": count, "dloss": count if red == 0 else 1, "dx": count}
+
+    def tiling_of(count: int) -> DspTiling:
+        return plan_call(spec, storage=storage, dtype=dtype, total=count, reduction=red, weight_defined=wd,
+                         core_mask=mask)
+
+    sizes = sizes_of(n)
+    tiling = tiling_of(n)
     windows = _windows(spec, storage, tiling, cidx)
     assert spec.private is not None     # required of every DSP spec (devices/spec.py)
     align = max(item, spec.gm.alignment if storage == "shared" else spec.private.alignment)
@@ -589,7 +612,11 @@ def check_call(spec: DeviceSpec, *, prefix: str, storage: str, input_size: Any, 
                        f"the output must not alias an input")
     private_ranges = list(ranges.values()) if storage == "private" else []
     if storage == "private":
-        _check_private_capacity(spec, tiling, private_ranges, cidx)
+        def need_at(count: int) -> int:
+            return _private_need(tiling_of(count), [(ranges[k][0], c * item) for k, c in sizes_of(count).items()
+                                                    if k in ranges])
+        _check_private_capacity(spec, tiling, private_ranges, cidx, "input_size",
+                                "with the operands at these addresses", need_at)
     return tiling, private_ranges, mask
 
 
@@ -686,13 +713,23 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     mask = _mask_of(spec, attrs, storage)
     x = t["input_x"]
     red = _check_reduction(attrs.get("reduction", 1))
-    tiling = plan_call(spec, storage=storage, dtype=x.dtype.name, total=x.numel, reduction=red,
-                       weight_defined=t.get("weight") is not None, core_mask=mask, overrides=overrides)
+    def tiling_of(count: int) -> DspTiling:
+        return plan_call(spec, storage=storage, dtype=x.dtype.name, total=count, reduction=red,
+                         weight_defined=t.get("weight") is not None, core_mask=mask, overrides=overrides)
+
+    tiling = tiling_of(x.numel)
     if storage == "private":
-        # place() below lays the operands out contiguously from the window base
-        used = sum(align_up(d.nbytes, 64) for k in POINTERS if (d := t.get(k)) is not None)
         assert spec.private is not None  # required of every DSP spec (devices/spec.py)
-        _check_private_capacity(spec, tiling, [(spec.private.base, used)], mask.bit_length() - 1)
+        base, item = spec.private.base, x.dtype.itemsize
+
+        def laid_out(count: int) -> list[tuple[int, int]]:
+            # place() below lays the operands out contiguously from the window base
+            counts = [count if d.numel == x.numel else d.numel for k in POINTERS if (d := t.get(k)) is not None]
+            return [(base, sum(align_up(c * item, 64) for c in counts))]
+
+        _check_private_capacity(spec, tiling, laid_out(x.numel), mask.bit_length() - 1, "input_x size",
+                                "the operands laid out back to back from the window base",
+                                lambda count: _private_need(tiling_of(count), laid_out(count)))
     return tiling
 
 

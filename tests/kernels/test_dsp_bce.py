@@ -531,3 +531,32 @@ def test_s_speeds_up_with_cores_until_ddr_bandwidth_binds(device, dtype):
     assert all(g < gains[0] for g in gains[1:])
     assert moved / (cycles[-1] - spec.launch.overhead) >= 0.75 * ddr
     assert all(a >= b for a, b in zip(cycles, cycles[1:]))
+
+
+@pytest.mark.parametrize("device, dtype", TARGETS)
+def test_a_p_call_too_big_for_the_private_memory_is_told_the_largest_input_size_that_fits(device, dtype):
+    # the message named neither input_size nor what would fit; the size it names must run, and one
+    # element more must be refused
+    rt, lib = open_rt(device)
+    assert call_p(lib, dtype, 200000, 1, PRIVATE, 1) == DspStatus.ERR_CAPACITY
+    msg = rt.get_recent_err_msg()
+    assert "input_size 200000:" in msg and f"capacity is {rt.spec.private.capacity} B" in msg
+    largest = int(msg.split("the largest input_size that fits is ")[1].split()[0])
+    for n, code in ((largest, 0), (largest + 1, DspStatus.ERR_CAPACITY)):
+        rt, lib = open_rt(device)
+        put(rt, make_data(n, dtype, 1), PRIVATE, core=0)
+        assert call_p(lib, dtype, n, 1, PRIVATE, 1) == code, rt.get_recent_err_msg()
+
+
+def test_run_with_private_storage_too_big_is_told_the_largest_input_x_size_that_fits():
+    def run(n):
+        ts = opsim.TensorSpec((n,), "fp32")
+        return opsim.run("binarycrossentropygrad", device="mt7004", mode="timing", trace="off", storage="private",
+                         input_x=ts, input_y=ts, weight=ts, dloss=opsim.TensorSpec((1,), "fp32"), reduction=1)
+    with pytest.raises(opsim.OpError) as e:
+        run(60000)
+    assert e.value.code == DspStatus.ERR_CAPACITY and "input_x size 60000:" in e.value.message
+    largest = int(e.value.message.split("the largest input_x size that fits is ")[1].split()[0])
+    assert run(largest).cycles > 0
+    with pytest.raises(opsim.OpError):
+        run(largest + 1)
