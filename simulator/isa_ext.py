@@ -1,5 +1,5 @@
-"""Instructions added for the pyasc front-end (opsim.asc): activations, compare/select,
-reductions and a padded GM->UB copy.
+"""Instructions added for the pyasc front-end (opsim.asc): activations, Axpy, compare/select,
+, reductions and a padded GM->UB copy.
 
 They subclass the instruction classes of simulator/isa.py, so they share the pipe, the cost
 model (``cycles = k·N + b`` from the device's ``[vector.cost]`` table; the entries and their
@@ -11,6 +11,8 @@ Numeric conventions that the public documentation leaves open are fixed here and
 
 - ``Rsqrt`` is ``1 / sqrt(x)`` in fp32 (two fp32 roundings), then one rounding to the dtype.
 - ``LeakyRelu`` is ``x if x >= 0 else x * alpha`` (alpha rounded to the dtype first).
+- ``Axpy`` rounds ``src * scalar`` to dst's dtype, then ``+ dst`` (two roundings, as Muls then
+  Add).
 - Sums (``ReduceSum``, ``WholeReduceSum``) accumulate in fp32 pairwise: the elements, padded
   with zeros to a power of two, are added in adjacent pairs ``a[2i] + a[2i+1]`` level by level
   (a binary tree), and the result is rounded once to the dtype. ``ReduceSum`` applies the tree
@@ -101,6 +103,70 @@ class LeakyRelu(VectorOp):
     name = "LeakyRelu"
     fn = staticmethod(_leaky_relu)
     accesses = _vector_accesses
+
+
+# ---------------------------------------------------------------------------------------------
+# Multiply-accumulate
+# ---------------------------------------------------------------------------------------------
+
+# (src dtype, dst dtype) pairs Axpy computes in: the precision combinations the Ascend C Axpy
+# page lists for the A2/A3 parts (docs/sources.md#axpy)
+AXPY_DTYPES = (("fp16", "fp16"), ("fp32", "fp32"), ("fp16", "fp32"))
+
+
+class Axpy(VectorOp):
+    """``Axpy(dst, src, scalar, count)``: dst[i] = src[i] * scalar + dst[i]; ``dst`` is read
+    and written (an accumulator). src and the scalar have one dtype, dst that dtype or, in the
+    mixed form, fp32 with fp16 src. The product is rounded to dst's dtype, then the sum (the
+    Muls-then-Add order; docs/writing-kernels.md §6 on how the instruction's own rounding is
+    documented). Costed by the ``Axpy`` entry in dst's dtype (one repeat covers 256 B of dst)."""
+
+    __slots__ = ()
+    name = "Axpy"
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, scalar: float | LocalTensor, count: int) -> None:
+        super().__init__(dst, src, scalar=scalar, count=count)
+
+    def issue(self, pipe: "Pipe") -> int:
+        src, dst = self.srcs[0], self.dst
+        if (src.dtype.name, dst.dtype.name) not in AXPY_DTYPES:
+            raise UnsupportedInstruction(
+                f"Axpy with src {src.dtype} and dst {dst.dtype}: it computes in src/dst "
+                + ", ".join(f"{a}/{b}" for a, b in AXPY_DTYPES), dtype=dst.dtype.name)
+        _require_compute(pipe, "Axpy", src.dtype)
+        _require_compute(pipe, "Axpy", dst.dtype)
+        n = self.count
+        dst.check(n, write=True)
+        src.check(n, write=False)
+        if isinstance(self.scalar, LocalTensor):
+            if self.scalar.dtype != src.dtype:
+                raise SimulatorError(f"Axpy scalar operand is {self.scalar.dtype}, src is {src.dtype}; "
+                                     f"the scalar has src's type")
+            self.scalar.check_scalar()
+        return _vector_cycles(pipe, "Axpy", dst.dtype.name, n)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        n = self.count
+        src, dst = self.srcs[0], self.dst
+        a = nx.to_f32(src.array(n))
+        if isinstance(self.scalar, LocalTensor):
+            s = np.float32(nx.to_f32(self.scalar.array(1))[0])
+        else:
+            s = np.float32(nx.const(cast(float, self.scalar), src.dtype))   # the scalar has src's type
+        # the Muls step: fp16 x fp16 is exact in fp32, so the one rounding is to dst's dtype
+        product = a * s
+        out = dst.array(n)
+        if dst.dtype == nx.FP32:
+            np.add(product, out, out=out)
+            return
+        product = nx.to_f32(nx.round_to(product, dst.dtype))
+        nx.cast_into(out, product + nx.to_f32(out), dst.dtype, "rint")     # the Add step
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        # dst is an accumulator: read, then written
+        return (local_access(self.dst, self.count * self.dst.dtype.itemsize, False),) + _vector_accesses(self)
 
 
 # ---------------------------------------------------------------------------------------------

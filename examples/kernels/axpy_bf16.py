@@ -3,10 +3,10 @@ bf16 arithmetic (Atlas A2): cast bf16 -> fp32 (exact), compute in fp32, cast bac
 round-to-nearest-even (``RoundMode.CAST_RINT``).
 
 pyasc's python/test/generalization/basic/test_axpy.py calls ``asc.axpy(dst, src, scalar,
-count)`` (dst += src * scalar); opsim does not model Axpy (``asc.axpy`` is refused naming the
-call), so this kernel writes it as ``muls`` + ``add`` in fp32, in the TPipe/TQue framework of
-tutorial 02_add_framework, with the fp32 intermediates in a TBuf. ``a`` is a kernel parameter:
-the scalar operand has the tensors' type (fp32 here).
+count)`` (dst += src * scalar); Axpy has no bf16 form (fp16 and fp32 only, docs/sources.md#axpy),
+so this kernel writes it as ``muls`` + ``add`` in fp32 (the order ``asc.axpy`` rounds in), in
+the TPipe/TQue framework of tutorial 02_add_framework, with the fp32 intermediates in a TBuf.
+``a`` is a kernel parameter: the scalar operand has the tensors' type (fp32 here).
 
 Run: ``python examples/kernels/axpy_bf16.py`` -- checks the result bitwise against numpy
 computing the same fp32 steps (upcast, multiply, add, round once to bf16: the device's rule of

@@ -275,6 +275,27 @@ reciprocal = _unary(isa.Reciprocal, "reciprocal")
 relu = _unary(isa_ext.Relu, "relu")
 
 
+def axpy(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
+    """``Axpy(dst, src, scalar, count)`` (or the contiguous repeat form with UnaryRepeatParams):
+    dst[i] = src[i] * scalar + dst[i], the product rounded to dst's dtype before the add. src,
+    scalar and dst are fp16 or fp32, or fp16 src and scalar into an fp32 dst (the mixed form:
+    a repeat covers 64 elements, 256 B of dst). The scalar is a number or ``t.get_value(i)`` of
+    src's dtype. VECTOR pipe, cost table entry Axpy."""
+    state = _core.current()
+    n = _count_of("axpy", dst, args, kwargs)
+    pair = (src.sim.dtype.name, dst.sim.dtype.name)
+    if pair not in isa_ext.AXPY_DTYPES:
+        raise _core.unsupported(f"axpy with src {pair[0]} and dst {pair[1]}",
+                                "axpy computes in src/dst "
+                                + ", ".join(f"{a}/{b}" for a, b in isa_ext.AXPY_DTYPES) + ": cast first")
+    _precheck(state, "Axpy", src.sim.dtype)
+    _precheck(state, "Axpy", dst.sim.dtype)
+    if isinstance(scalar, DeferredScalar) and scalar.tensor.dtype != src.sim.dtype:
+        raise TypeError(f"axpy with a get_value() scalar of {scalar.tensor.dtype} and src of {src.sim.dtype} "
+                        f"(at {_core.call_site()}); the scalar has src's type: cast first")
+    state.emit(isa_ext.Axpy(dst.sim, src.sim, _scalar(scalar), n))
+
+
 def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
     """``Duplicate``: dst[:count] = scalar, a number or ``t.get_value(i)`` (read on the device
     when the instruction executes: a broadcast of an element of local memory)."""

@@ -1,9 +1,9 @@
 """The pyasc API names that opsim.asc does not model, and the error their use raises.
 
-A kernel ported from pyasc that calls one of them (``asc.axpy(...)``, ``asc.adv.quant(...)``)
+A kernel ported from pyasc that calls one of them (``asc.brcb(...)``, ``asc.adv.quant(...)``)
 gets an :class:`UnsupportedAPI` naming the call, its kernel line and, where there is one, the
 modelled way to write it -- not Python's bare ``AttributeError: module 'opsim.asc' has no
-attribute 'axpy'``. The names are those pyasc exports from ``asc.language`` and
+attribute 'brcb'``. The names are those pyasc exports from ``asc.language`` and
 ``asc.language.adv`` (docs/sources.md#pyasc-api); docs/writing-kernels.md §6 lists them.
 """
 from __future__ import annotations
@@ -36,7 +36,6 @@ BASIC: dict[str, str] = {
         "set_aipp_functions", "set_deq_scale", "set_hccl_context", "set_hf32_mode", "set_hf32_trans_mode",
         "set_mm_layout_transform", "shift_left", "shift_right", "static_assert", "trans_data_to_5hd",
         "transpose", "trap", "void", "array", "ShapeInfo")},
-    "axpy": "write dst = src * scalar + dst as muls into a scratch tensor, then add",
     "fused_mul_add": "write it as mul then add",
     "fused_mul_add_relu": "write it as mul, add, relu",
     "mul_add_dst": "write it as mul into a scratch tensor, then add",
@@ -68,7 +67,8 @@ ADV: dict[str, str] = {
         "trunc", "xor", "get_basic_config", "get_ib_share_norm_config", "get_matmul_api_tiling",
         "get_mdl_config", "get_mm_config", "get_normal_config", "get_special_basic_config",
         "get_special_mdl_config", "layer_norm", "sort", "SoftmaxTiling")},
-    "exp": "use the basic asc.exp", "log": "use the basic asc.ln", "axpy": BASIC["axpy"],
+    "exp": "use the basic asc.exp", "log": "use the basic asc.ln",
+    "axpy": "use the basic asc.axpy(dst, src, scalar, count), modelled as muls then add",
     "softmax": "write it with reduce_max, adds, exp, reduce_sum and muls (examples/kernels/softmax.py)",
     "quant": "write it as muls, adds and a cast (the device's vector cost table decides which casts exist)",
     "dequant": "write it as a cast then muls",

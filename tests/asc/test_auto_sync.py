@@ -180,13 +180,13 @@ def test_a_launch_has_the_msprof_tables():
 
 def test_pyasc_apis_not_modelled_are_refused_naming_the_call_and_line():
     @asc.jit
-    def axpy_kernel(x: asc.GlobalAddress):
+    def fma_kernel(x: asc.GlobalAddress):
         xl = asc.LocalTensorAuto(x.dtype, 64)
-        asc.axpy(xl, xl, 2.0, 64)
+        asc.fused_mul_add(xl, xl, xl, 64)
 
-    with pytest.raises(UnsupportedInstruction, match=r"asc.axpy \(a pyasc API\) is not supported by opsim.asc "
-                                                     r"\(used at .*test_auto_sync.py:\d+\); write dst = src"):
-        axpy_kernel[1, rt.current_stream()](np.zeros(64, np.float32))
+    with pytest.raises(UnsupportedInstruction, match=r"asc.fused_mul_add \(a pyasc API\) is not supported by "
+                                                     r"opsim.asc \(used at .*test_auto_sync.py:\d+\); write it as"):
+        fma_kernel[1, rt.current_stream()](np.zeros(64, np.float32))
     with pytest.raises(UnsupportedInstruction, match=r"asc.adv.quant \(a pyasc API\)"):
         _ = asc.adv.quant
     assert not hasattr(asc, "uint32") and getattr(asc.adv, "SoftmaxTiling", None) is None
