@@ -1,5 +1,5 @@
-"""Instructions added for the pyasc front-end (opsim.asc): activations, Axpy, compare/select,
-, reductions and a padded GM->UB copy.
+"""Instructions added for the pyasc front-end (opsim.asc): activations, Axpy, Transpose,
+compare/select, reductions and a padded GM->UB copy.
 
 They subclass the instruction classes of simulator/isa.py, so they share the pipe, the cost
 model (``cycles = k·N + b`` from the device's ``[vector.cost]`` table; the entries and their
@@ -167,6 +167,49 @@ class Axpy(VectorOp):
     def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
         # dst is an accumulator: read, then written
         return (local_access(self.dst, self.count * self.dst.dtype.itemsize, False),) + _vector_accesses(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transpose
+# ---------------------------------------------------------------------------------------------
+
+# the dtypes of the basic 16x16 Transpose (docs/sources.md#transpose): uint16_t, int16_t, half;
+# opsim has no uint16
+TRANSPOSE_DTYPES = ("fp16", "int16")
+
+
+class Transpose(VectorOp):
+    """``Transpose(dst, src)``: the 16 x 16 matrix of 16-bit elements at src, transposed into dst
+    (dst[16*j + i] = src[16*i + j]); no mask, no repeat. dst may be src (in place). Costed by the
+    ``Transpose`` entry for 256 elements."""
+
+    __slots__ = ()
+    name = "Transpose"
+    SIDE = 16
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor) -> None:
+        super().__init__(dst, src, count=self.SIDE * self.SIDE)
+
+    def issue(self, pipe: "Pipe") -> int:
+        src, dst = self.srcs[0], self.dst
+        if dst.dtype != src.dtype:
+            raise SimulatorError(f"Transpose mixes {src.dtype} and {dst.dtype}; the two have one dtype")
+        if dst.dtype.name not in TRANSPOSE_DTYPES:
+            raise UnsupportedInstruction(f"Transpose of {dst.dtype}: it moves 16-bit elements, "
+                                         f"{', '.join(TRANSPOSE_DTYPES)}", dtype=dst.dtype.name)
+        dst.check(self.count, write=True)
+        src.check(self.count, write=False)
+        return _vector_cycles(pipe, "Transpose", "fp16", self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional:
+            return
+        k = self.SIDE
+        # a copy first: dst may be src
+        t = self.srcs[0].array(k * k).reshape(k, k).T.copy()
+        self.dst.array(k * k)[...] = t.reshape(-1)
+
+    accesses = _vector_accesses
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import builtins as _builtins
 from opsim.asc import adv, lib, runtime
 from opsim.asc.basic import (abs, add, adds, axpy, cast, compare, compare_scalar, copy, data_copy, data_copy_pad,
                              div, duplicate, exp, leaky_relu, ln, max, maxs, min, mins, mul, muls, reciprocal,
-                             reduce_max, reduce_min, reduce_sum, relu, rsqrt, select, sqrt, sub,
+                             reduce_max, reduce_min, reduce_sum, relu, rsqrt, select, sqrt, sub, transpose,
                              whole_reduce_max, whole_reduce_min, whole_reduce_sum)
 from opsim.asc.cube import fixpipe, load_data, mmad, set_sys_workspace, get_sys_workspace
 from opsim.asc.dtype import (DataType, bfloat16, bool_, double, float16, float32, float64, float_, half,

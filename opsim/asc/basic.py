@@ -296,6 +296,27 @@ def axpy(dst: LocalTensor, src: LocalTensor, scalar: Any, *args: Any, **kwargs: 
     state.emit(isa_ext.Axpy(dst.sim, src.sim, _scalar(scalar), n))
 
 
+def transpose(dst: LocalTensor, src: LocalTensor, *args: Any, **kwargs: Any) -> None:
+    """``Transpose(dst, src)``: the 16 x 16 matrix of 16-bit elements (float16 or int16) at src,
+    transposed into dst; dst may be src. The enhanced form (``shared_tmp_buffer``,
+    ``TransposeParamsExt``) is not modelled. VECTOR pipe, cost table entry Transpose."""
+    state = _core.current()
+    if args or kwargs:
+        raise _core.unsupported("transpose with a shared_tmp_buffer and TransposeParamsExt (the enhanced form)",
+                                "only transpose(dst, src), one 16 x 16 block of 16-bit elements, is modelled")
+    for name, t in (("dst", dst), ("src", src)):
+        if t.sim.dtype.name not in isa_ext.TRANSPOSE_DTYPES:
+            raise _core.unsupported(f"transpose with {name} of {t.sim.dtype}",
+                                    "it moves 16-bit elements: float16 or int16 (uint16 is not an opsim dtype)")
+    if dst.sim.dtype != src.sim.dtype:
+        raise TypeError(f"transpose of {src.sim.dtype} into {dst.sim.dtype} (at {_core.call_site()}); "
+                        f"dst and src have one dtype")
+    spec = state.core.device.spec
+    if "fp16" not in spec.vector.cost.get("Transpose", {}):
+        raise _core.unsupported(f"transpose on {spec.name} (no Transpose entry in its vector cost table)")
+    state.emit(isa_ext.Transpose(dst.sim, src.sim))
+
+
 def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:
     """``Duplicate``: dst[:count] = scalar, a number or ``t.get_value(i)`` (read on the device
     when the instruction executes: a broadcast of an element of local memory)."""

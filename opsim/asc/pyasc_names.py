@@ -35,7 +35,7 @@ BASIC: dict[str, str] = {
         "proposal_concat", "proposal_extract", "scalar_cast", "scalar_get_sff_value", "scatter",
         "set_aipp_functions", "set_deq_scale", "set_hccl_context", "set_hf32_mode", "set_hf32_trans_mode",
         "set_mm_layout_transform", "shift_left", "shift_right", "static_assert", "trans_data_to_5hd",
-        "transpose", "trap", "void", "array", "ShapeInfo")},
+        "trap", "void", "array", "ShapeInfo")},
     "fused_mul_add": "write it as mul then add",
     "fused_mul_add_relu": "write it as mul, add, relu",
     "mul_add_dst": "write it as mul into a scratch tensor, then add",
