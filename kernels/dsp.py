@@ -238,6 +238,8 @@ def plan_call(spec: DeviceSpec, *, storage: str, dtype: str, total: int, reducti
     if storage == "private":
         buffer_num = 1
     elif buffer_num is None:
+        # a chunk that fits runs as one single-buffered tile: its compute is then not hidden under
+        # DMA, which can make a call slower with one more core (README, known limits)
         buffer_num = 1 if need <= largest(1) else 2
     if "tile_length" in ov:
         tile = ov["tile_length"]

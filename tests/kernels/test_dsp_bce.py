@@ -533,6 +533,69 @@ def test_s_speeds_up_with_cores_until_ddr_bandwidth_binds(device, dtype):
     assert all(a >= b for a, b in zip(cycles, cycles[1:]))
 
 
+def _mean_run(device: str, dtype: str, n: int, cores: int, tiling: dict | None = None):
+    return opsim.run("binarycrossentropygrad", device=device, mode="timing", trace="instruction", reduction=1,
+                     core_mask=(1 << cores) - 1, tiling=tiling, input_x=TensorSpec((n,), dtype),
+                     input_y=TensorSpec((n,), dtype), weight=TensorSpec((n,), dtype), dloss=TensorSpec((1,), dtype))
+
+
+def _compute_with_dma_idle(res, core: str) -> int:
+    """Cycles the core's VECTOR pipe works while its DMA pipe does nothing, from the trace."""
+    def union(thread: str) -> list[list[int]]:
+        out: list[list[int]] = []
+        for a, b in sorted((s.start, s.end) for s in res.trace.slices(core, thread)):
+            if out and a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], b)
+            else:
+                out.append([a, b])
+        return out
+    dma = union("DMA")
+    return sum(e - s - sum(max(0, min(e, de) - max(s, ds)) for ds, de in dma) for s, e in union("VECTOR"))
+
+
+@pytest.mark.parametrize("device,dtype", [("ft78ne", "fp32"), ("mt7004", "fp16")])
+def test_s_gets_slower_with_a_core_only_where_a_whole_chunk_tile_exposes_its_compute(device, dtype):
+    """Why a ``_s`` call can slow down with one more core (README, known limits): the plan runs a
+    chunk that fits the working area as one single-buffered tile, so every core loads, computes
+    and stores in turn and its compute is no longer hidden under the DMA of another tile. Not the
+    split, the DDR link or the mean: those stay as they were across the step."""
+    spec = opsim.device_spec(device)
+    n = 65536
+    runs = [_mean_run(device, dtype, n, k) for k in range(1, spec.cores.dsp + 1)]
+    item = nx.dtype(dtype).itemsize
+    rises = [k for k in range(1, len(runs)) if runs[k].cycles > runs[k - 1].cycles]
+    assert rises, "65536 elements: the curve has a step up (the case the README explains)"
+    for i, r in enumerate(runs):
+        t = r.tiling
+        whole = t.buffer_num == 1 and t.tile_length >= t.chunk
+        # the split is even to one 32-element granule and only the last core takes less
+        assert 0 <= t.chunk - n / t.block_dim < dsp.ALIGN_ELEMENTS
+        assert t.total - (t.active_threads - 1) * t.chunk <= t.chunk
+        # the DDR link carries the operands once and each core's dloss[0], never above its peak
+        link = r.stats["links"]["DDR"]
+        assert link["bytes"] == n * item * 4 + (i + 1) * item
+        assert link["max_rate_GBps"] <= link["peak_GBps"] * (1 + 1e-9)
+        for core, busy in r.stats["per_core"].items():
+            idle_compute = _compute_with_dma_idle(r, core)
+            if whole:      # one tile: the whole compute waits for the loads and holds the stores back
+                assert idle_compute == busy["VECTOR"]
+            else:          # two or more tiles: most of it runs under the DMA of another tile
+                assert idle_compute < busy["VECTOR"] / 2
+    for k in rises:
+        slower, faster = runs[k], runs[k - 1]
+        assert slower.tiling.buffer_num == 1 and slower.tiling.tile_length >= slower.tiling.chunk
+        # the rise is no larger than the compute the whole-chunk tile left exposed
+        core = max(slower.stats["per_core"], key=lambda c: max(s.end for s in slower.trace.slices(c)))
+        assert slower.cycles - faster.cycles < _compute_with_dma_idle(slower, core)
+    # and two double-buffered tiles per core at the first step up take back most of the rise
+    k = rises[0]
+    chunk = runs[k].tiling.chunk
+    half = -(-chunk // 2 // dsp.ALIGN_ELEMENTS) * dsp.ALIGN_ELEMENTS
+    forced = _mean_run(device, dtype, n, k + 1, {"buffer_num": 2, "tile_length": half})
+    assert forced.tiling.buffer_num == 2 and -(-chunk // forced.tiling.tile_length) == 2
+    assert runs[k].cycles - forced.cycles > 0.75 * (runs[k].cycles - runs[k - 1].cycles)
+
+
 @pytest.mark.parametrize("device, dtype", TARGETS)
 def test_a_p_call_too_big_for_the_private_memory_is_told_the_largest_input_size_that_fits(device, dtype):
     # the message named neither input_size nor what would fit; the size it names must run, and one
