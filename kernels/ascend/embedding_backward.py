@@ -60,8 +60,8 @@ from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, head_cycles, l2_read_rate,
-                              lockstep_copy_cycles, sequence, shared_rates,
+from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, drain_cycles, fresh_placement,
+                              head_cycles, l2_read_rate, lockstep_copy_cycles, sequence, shared_rates,
                               vector_cycles, with_writebacks)
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
@@ -2228,11 +2228,10 @@ def _det_piece_flushes(a: int, b: int, tiling: EmbeddingTiling) -> tuple[int, in
     return flushes, pad_rows
 
 
-def _det_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int] | None:
-    """(rows, flushes, padding rows, lone index loads) of block ``b`` in one e-chunk pass of
-    :func:`_det_kernel` on the assumed indices, None when it owns no row. Lone index loads: the
-    previous core's last index (InitStandIndice), the row the backward walk stops at, this
-    core's last index (ContinueCompute) and the row the forward walk stops at."""
+def _det_walk(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int] | None:
+    """(olo, hi, ohi) of block ``b`` of :func:`_det_kernel` on the assumed indices, None when it
+    owns no row: it walks the sorted rows [olo, hi) backwards (from hi - 1), then [hi, ohi)
+    forwards (the rest of its last index's run)."""
     n, nw = tiling.n_rows, tiling.num_weights
     lo, hi = _slice(n, tiling.block_dim, b)
     if lo >= hi:
@@ -2240,11 +2239,103 @@ def _det_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int]
     olo = min(hi, _run_end(lo - 1, n, nw)) if lo > 0 else lo
     if olo >= hi:
         return None
-    ohi = max(hi, _run_end(hi - 1, n, nw))
+    return olo, hi, max(hi, _run_end(hi - 1, n, nw))
+
+
+def _det_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int] | None:
+    """(rows, flushes, padding rows, lone index loads) of block ``b`` in one e-chunk pass of
+    :func:`_det_kernel` on the assumed indices, None when it owns no row. Lone index loads: the
+    previous core's last index (InitStandIndice), the row the backward walk stops at, this
+    core's last index (ContinueCompute) and the row the forward walk stops at."""
+    n = tiling.n_rows
+    walk = _det_walk(tiling, b)
+    if walk is None:
+        return None
+    olo, hi, ohi = walk
+    lo = _slice(n, tiling.block_dim, b)[0]
     back, bpad = _det_piece_flushes(olo, hi, tiling)
     fwd, fpad = _det_piece_flushes(hi, ohi, tiling)
     lone = (1 if lo > 0 else 0) + (1 if olo > lo else 0) + 1 + (1 if ohi < n else 0)
     return ohi - olo, back + fwd, bpad + fpad, lone
+
+
+def _det_sorted_rows(tiling: EmbeddingTiling, b: int) -> np.ndarray:
+    """The sorted rows block ``b`` of :func:`_det_kernel` walks, in its order (:func:`_det_walk`;
+    none when it owns no row)."""
+    walk = _det_walk(tiling, b)
+    if walk is None:
+        return np.zeros(0, np.int64)
+    olo, hi, ohi = walk
+    return np.concatenate([np.arange(hi - 1, olo - 1, -1), np.arange(hi, ohi)])
+
+
+def _assumed_positions(s: np.ndarray, n_rows: int, num_weights: int) -> np.ndarray:
+    """The grad row of each sorted row in ``s`` under the assumed indices (:func:`_assumed_sorted`
+    in closed form): the m-th row of index k's run is row k + m * numWeights."""
+    nw = max(num_weights, 1)
+    q, rem = divmod(n_rows, nw)
+    if q == 0:
+        return s.copy()
+    a, edge = q + 1, rem * (q + 1)
+    key = np.where(s < edge, s // a, rem + (s - edge) // q)
+    start = np.where(s < edge, key * a, edge + (key - rem) * q)
+    return key + (s - start) * nw
+
+
+def _grad_line_hits(spec: DeviceSpec, tiling: EmbeddingTiling, grad_at: int,
+                    walks: Mapping[int, np.ndarray]) -> list[dict[int, dict[int, int]]] | None:
+    """Per e-chunk pass, per block: {bytes of a grad row's load that hit the L2: rows}, the
+    blocks walking the sorted rows ``walks[b]`` (in order, one row a step, all blocks in step)
+    over the caller's grad at byte address ``grad_at``; None when no two loads share an L2 line.
+    The L2 holds lines (``l2.chunk``): a row (chunk) that does not fill its lines shares the
+    first and last of them with its neighbours in memory, the rows of the neighbouring indices
+    under the assumed pattern -- the rows an index's run neighbours in the sorted order, so the
+    same core walks them one run apart. The first load to touch a line misses and brings it in;
+    the others hit it (atlas-a2, 4096 x 64 fp32 rows: every other run of 8 rows hits, ~30
+    cycles a 256 B row, not ~51). The lines of earlier passes stay in the L2 when grad fits."""
+    l2 = spec.l2
+    if l2 is None or not walks:
+        return None
+    line, item, emb = l2.chunk, 4, tiling.emb_dim     # fp32 rows (the caller's or CastGrad's)
+    pitch = emb * item
+    passes = [(c0, min(tiling.e_chunk, emb - c0)) for c0 in range(0, emb, tiling.e_chunk)]
+    if grad_at % line == 0 and pitch % line == 0 and all(c0 * item % line == 0 and n * item % line == 0
+                                                         for c0, n in passes):
+        return None         # every row chunk fills whole lines of its own
+    cores = list(walks)
+    rows = np.concatenate([walks[b] for b in cores])
+    pos = _assumed_positions(rows, tiling.n_rows, tiling.num_weights)
+    step = np.concatenate([np.arange(len(walks[b])) for b in cores])
+    core = np.repeat(np.arange(len(cores)), [len(walks[b]) for b in cores])
+    keep = tiling.n_rows * pitch <= l2.size
+    resident = np.zeros(0, np.int64)
+    out = []
+    for c0, n in passes:
+        a = grad_at + pos * pitch + c0 * item
+        e = a + n * item
+        first, last = a // line, (e - 1) // line
+        two = last != first
+        lines = np.concatenate([first, last[two]])
+        order = np.lexsort((np.concatenate([core, core[two]]), np.concatenate([step, step[two]]), lines))
+        seen = lines[order]
+        new = np.ones(len(seen), dtype=bool)
+        new[1:] = seen[1:] != seen[:-1]
+        if resident.size:
+            new &= ~np.isin(seen, resident)
+        hit = np.empty(len(seen), dtype=bool)
+        hit[order] = ~new
+        n_first = len(a)
+        in_first = np.minimum(e, (first + 1) * line) - a
+        h = np.where(hit[:n_first], in_first, 0)
+        h[two] += np.where(hit[n_first:], e[two] - last[two] * line, 0)
+        per: dict[int, dict[int, int]] = {}
+        for i, b in enumerate(cores):
+            vals, counts = np.unique(h[core == i], return_counts=True)
+            per[b] = {int(v): int(c) for v, c in zip(vals, counts)}
+        out.append(per)
+        if keep:
+            resident = np.union1d(resident, lines)
+    return out
 
 
 def _e_passes(emb: int, e_chunk: int) -> list[int]:
@@ -2263,7 +2354,7 @@ def _in_flight_step(spec: DeviceSpec, need: float, rs: float, in_flight: float, 
     return False, in_flight if stores_fit else max(need, in_flight * 1.01)
 
 
-def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> Any:
+def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool, grad_at: int = 0) -> Any:
     """:func:`_det_kernel` on its slowest core, every step in the order the kernel issues it. A
     row: the 4 B position load and the scalar's read of it, the grad row's load, then its Add
     beside the next row's 4 B index load and compare (the next position load waits for the Add:
@@ -2276,42 +2367,67 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
     stores the cores keep in flight on average (the cores drift apart: a flush is about one
     row in nine into 512 rows, atlas-a2 4096 x 2048: ~800 cycles a 8 KiB store, not the 817
     beside a load nor the 1,295 of 48 at once). The MTE2 head comes with the first index load,
-    the MTE3 head with the first store (A-10)."""
+    the MTE3 head with the first store (A-10).
+
+    A grad row from HBM (at ``grad_at``) that shares an L2 line with a row loaded before it
+    (:func:`_grad_line_hits`) reads those bytes from the L2: its load ends when both parts have
+    (the simulator splits it into a miss on the GM link and a hit on the L2 link); the cores
+    whose rows hit are off the GM link meanwhile, so the misses share it among fewer loads."""
     bd, emb, ec = tiling.block_dim, tiling.emb_dim, tiling.e_chunk
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
     passes = _e_passes(emb, ec)
-    work = [w for w in (_det_core_work(tiling, b) for b in range(bd)) if w is not None]
+    work = {b: w for b in range(bd) if (w := _det_core_work(tiling, b)) is not None}
+    hits = None
+    if not grad_from_l2:
+        hits = _grad_line_hits(spec, tiling, grad_at, {b: _det_sorted_rows(tiling, b) for b in work})
+    # the loads on the GM link at once: every core's, less those whose rows hit the L2
+    on_gm = [float(bd)] * len(passes)
+    if hits is not None:
+        for i, per in enumerate(hits):
+            rows = sum(sum(h.values()) for h in per.values())
+            missing = sum(c for h in per.values() for v, c in h.items() if v < passes[i] * 4)
+            on_gm[i] = bd * missing / max(rows, 1)
     small = dma_cycles(st2, 4, shared_rates(spec, bd, 0)[0])
     s1, s2 = math.ceil(cpo), math.ceil(2 * cpo)
     count = (math.ceil(cpo) + vector_cycles(spec, "Duplicate", "fp32", 8)) if tiling.scale else 0
     head = float(head_cycles(spec, "MTE2", bd, max(passes) * 4) + head_cycles(spec, "MTE3", bd)) if work else 0.0
     in_flight, loaders = 1.0, float(bd)
+    from_l2 = grad_from_l2 or hits is not None
     # the stores (and L2 loads) in flight on average, from their share of the time: grad rows
     # CastGrad left in the L2 are hits on the L2 link, which the flushes' barriers spread apart
     # in time (as _est_row_kernel)
     for _ in range(8):
         rs = shared_rates(spec, 0, in_flight)[1]
-        rg = l2_read_rate(spec, loaders) if grad_from_l2 else 0.0
+        rg = l2_read_rate(spec, loaders) if from_l2 else 0.0
         total, busy, storing = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
         loading = 0.0
-        for rows, flushes, pads, lone in work:
+        for b, (rows, flushes, pads, lone) in work.items():
             cyc, b_busy, b_store = head, {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}, 0.0
             b_load = 0.0
-            for n in passes:
-                grad = st2 + (math.ceil(n * 4 / rg) if grad_from_l2
-                              else lockstep_copy_cycles(spec, n * 4, 0, bd, False)[2])
-                b_load += rows * (grad - st2)
+            for i, n in enumerate(passes):
+                if grad_from_l2:
+                    loads = float(rows * (st2 + math.ceil(n * 4 / rg)))
+                    b_load += loads - rows * st2
+                elif hits is None:
+                    loads = float(rows * (st2 + lockstep_copy_cycles(spec, n * 4, 0, bd, False)[2]))
+                else:           # each row: its miss on the GM link beside its hit on the L2 link
+                    rl = shared_rates(spec, on_gm[i], 0)[0]
+                    loads = 0.0
+                    for h, k in hits[i][b].items():
+                        miss, hit = n * 4 - h, math.ceil(h / rg) if h else 0
+                        loads += k * (st2 + max(math.ceil(miss / rl) if miss else 0, hit))
+                        b_load += k * hit
                 add = vector_cycles(spec, "Add", "fp32", n)
                 dup = vector_cycles(spec, "Duplicate", "fp32", n)
                 store = dma_cycles(st3, n * 4, rs)
                 if tiling.scale and n == passes[0]:
                     store += max(0, count - store) + dma_cycles(st3, 4, rs)
                 added = rows - pads
-                cyc += (rows * (small + s2 + grad) + added * max(small + s1, add) + pads * (small + s1)
+                cyc += (rows * (small + s2) + loads + added * max(small + s1, add) + pads * (small + s1)
                         + flushes * (store + min(add, small + s1)) + lone * (small + s1) + dup)
-                b_busy["MTE2"] += (2 * rows + lone) * small + rows * (grad - small)
+                b_busy["MTE2"] += (rows + lone) * small + loads
                 b_busy["VECTOR"] += added * add + flushes * dup
                 b_busy["MTE3"] += flushes * store
                 b_busy["SCALAR"] += rows * (s1 + 2 * s2) + lone * s1
@@ -2320,7 +2436,7 @@ def _est_det(spec: DeviceSpec, tiling: EmbeddingTiling, grad_from_l2: bool) -> A
                 total, busy, storing, loading = cyc, b_busy, b_store, b_load
         need = bd * storing / max(total, 1.0)
         loaders = max(1.0, bd * loading / max(total, 1.0))
-        settled, in_flight = _in_flight_step(spec, need, rs, in_flight, grad_from_l2, loaders, rg)
+        settled, in_flight = _in_flight_step(spec, need, rs, in_flight, from_l2, loaders, rg)
         if settled:
             break           # the links carry what the cores move at these rates
     read = tiling.n_rows * (emb * 4 + 8)
@@ -2874,7 +2990,12 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     acc_item = 4 if acc_ws else out.dtype.itemsize
     acc_bytes = nw * emb * acc_item
     if tiling.path == "v2":
-        return _estimate_v2(spec, tiling, out, acc_item, acc_bytes)
+        # where opsim.run puts the operands and the workspace: the grad rows' L2 lines
+        at = fresh_placement(spec, [(n, d.nbytes) for n, d in t.items() if d is not None]
+                             + [("workspace", tiling.workspace)])
+        g32 = tiling.region("grad32")
+        grad_at = at["workspace"] + g32[0] if tiling.cast_grad and g32 is not None else at["grad"]
+        return _estimate_v2(spec, tiling, out, acc_item, acc_bytes, grad_at)
     targets = [(nw * emb, acc_item)] + ([(nw, 4)] if tiling.region("counts") else [])
     parts.append(_into_acc(_est_zero(spec, tiling.zero_block_dim, targets)))
     grad_bytes = n_rows * emb * 4
@@ -2899,8 +3020,10 @@ def estimate(spec: DeviceSpec, t: Mapping[str, TensorDesc | None], attrs: Mappin
     return _finish(spec, parts, tiling)
 
 
-def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc_item: int, acc_bytes: int) -> Any:
-    """The launches of :func:`_launch_v2` in order."""
+def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc_item: int, acc_bytes: int,
+                 grad_at: int = 0) -> Any:
+    """The launches of :func:`_launch_v2` in order; the rows the accumulation kernel gathers
+    start at byte address ``grad_at``."""
     nw, emb, n_rows = tiling.num_weights, tiling.emb_dim, tiling.n_rows
     parts: list = []
     grad_bytes = n_rows * emb * 4
@@ -2931,9 +3054,10 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
         parts.append(_into_acc(_est_row_kernel(spec, tiling, grad_from_l2=grad_l2)))
         if not grad_l2:         # its grad rows' loads allocate in the L2: priced with what they evict
             loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
-    else:   # the deterministic kernel (counts and scale in its launch) or ProcessForHalf
-        est = _est_det(spec, tiling, grad_l2) if tiling.det_kernel else _est_half(spec, tiling)
-        parts.append(_into_acc(_with_scale(spec, tiling, est)))
+    elif tiling.det_kernel:     # the deterministic kernel (counts and scale in its launch)
+        parts.append(_into_acc(_with_scale(spec, tiling, _est_det(spec, tiling, grad_l2, grad_at))))
+    else:                       # ProcessForHalf
+        parts.append(_into_acc(_with_scale(spec, tiling, _est_half(spec, tiling))))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(spec, parts, tiling, loads_evict)
