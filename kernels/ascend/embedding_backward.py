@@ -2486,7 +2486,51 @@ def _half_core_work(tiling: EmbeddingTiling, b: int) -> tuple[int, int, int, int
     return rows, pad_rows, caches, outs, stages, resets
 
 
-def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
+_PIPES = ("MTE2", "VECTOR", "MTE3", "SCALAR")
+
+
+def _phase_cycles(pipes: Mapping[str, float]) -> float:
+    """A core's cycles on its pipes (:func:`_half_row_phase`): its steps run in turn."""
+    return sum(pipes[p] for p in _PIPES)
+
+
+def _half_row_phase(spec: DeviceSpec, tiling: EmbeddingTiling, work: tuple[int, int, int, int, int, int], n: int,
+                    rates: tuple[float, float], at_once: tuple[float, float], dirty: float) -> dict[str, float]:
+    """One e-chunk pass of ``n`` elements of :func:`_half_kernel`'s row phase on a core with
+    ``work`` (:func:`_half_core_work`), its loads and stores at ``rates`` (B/cycle): the cycles of
+    each pipe (a row's steps, see :func:`_est_half`) and ("load", "store") the cycles its row
+    loads and its stores move data. With ``dirty`` (:func:`_est_half`) a load (store) ends no
+    sooner than the GM link carries the ``at_once`` loads (stores) of the cores and their
+    write-backs."""
+    rows, pads, caches, outs, stages, resets = work
+    kdt = tiling.acc_dtype
+    kitem = nx.dtype(kdt).itemsize
+    assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
+    st2, st3 = spec.mte2.startup, spec.mte3.startup
+    (rl, rs), (loads, stores) = rates, at_once
+    small = dma_cycles(st2, 4, shared_rates(spec, tiling.block_dim, 0)[0])
+    load, out = dma_cycles(st2, n * kitem, rl), dma_cycles(st3, n * kitem, rs)
+    stage = dma_cycles(st3, n * 4, rs) + dma_cycles(st3, 4, rs)
+    if dirty > 0:
+        cap = spec.bytes_per_cycle(spec.gm.bandwidth)
+        load = max(load, int(st2) + math.ceil(loads * n * kitem * (1 + dirty) / cap))
+        out = max(out, int(st3) + math.ceil(stores * n * kitem * dirty / cap))
+        stage = max(stage, 2 * int(st3) + math.ceil(stores * (n * 4 + 4) * dirty / cap))
+    add = vector_cycles(spec, "Add", "fp32", n)
+    dup = vector_cycles(spec, "Duplicate", "fp32", n)
+    dup8 = vector_cycles(spec, "Duplicate", "fp32", 8)     # int32 priced as fp32 (_cost_dtype)
+    cast_in = vector_cycles(spec, f"Cast_{kdt}_fp32", kdt, n)
+    cast_out = vector_cycles(spec, f"Cast_fp32_{kdt}", "fp32", n)
+    cpo = spec.scalar.cycles_per_op
+    return {"MTE2": rows * (2 * small + load),
+            "VECTOR": (rows * cast_in + (rows - pads) * add + caches * (add + dup) + outs * (cast_out + dup)
+                       + stages * (dup8 + dup) + resets * dup),
+            "MTE3": outs * out + stages * stage,
+            "SCALAR": rows * math.ceil(2 * cpo) + stages * math.ceil(cpo),
+            "load": rows * (load - st2), "store": outs * (out - st3) + stages * (stage - 2 * st3)}
+
+
+def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.0) -> Any:
     """:func:`_half_kernel` (ProcessForHalf, uncast fp16/bf16 rows) per e-chunk pass: the row
     phase on the slowest core, SyncAll, the stage groups, SyncAll. Nothing in the kernel runs
     beside anything else -- every step waits for the one before through a flag (PIPE_MTE2_S,
@@ -2503,14 +2547,21 @@ def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
     row phase last read their stage rows from the L2 together; the others have done the
     scalar's 2 x coreNum outIndex reads while they waited at SyncAll. The MTE2 head comes with
     the first load, the MTE3 head with the first store (A-10). The grad rows are the caller's
-    fp16/bf16 tensor (no CastGrad): loads from HBM."""
+    fp16/bf16 tensor (no CastGrad): loads from HBM.
+
+    ``dirty``: the dirty bytes each byte the launch allocates in a full write-back L2 evicts (as
+    :func:`_est_row_kernel`). A row's load waits for the HBM write of the lines it evicts
+    (Device.gm_transfer), so it ends no sooner than the GM link carries the loads in flight
+    with their write-backs, a store no sooner than it carries the stores' write-backs
+    (atlas-a2, 8192 x 4096 bf16 into 50000 rows, out 410 MB: 1,040 cycles an 8 KiB row load
+    in timing mode, the 48 cores in step, not the 827 of the load alone)."""
     bd, emb, ec = tiling.block_dim, tiling.emb_dim, tiling.e_chunk
     kdt = tiling.acc_dtype
     kitem = nx.dtype(kdt).itemsize
     assert spec.mte2 is not None and spec.mte3 is not None   # required of every Ascend spec
     st2, st3 = spec.mte2.startup, spec.mte3.startup
     cpo = spec.scalar.cycles_per_op
-    s1, s2, s_all = math.ceil(cpo), math.ceil(2 * cpo), math.ceil(2 * bd * cpo)
+    s_all = math.ceil(2 * bd * cpo)
     passes = _e_passes(emb, ec)
     work = {b: w for b in range(bd) if (w := _half_core_work(tiling, b)) is not None}
     # the stage groups of ProcessGmData: the slices' first and last indices, cut into groups
@@ -2521,7 +2572,6 @@ def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         groups.setdefault(core, []).append(g1 - g0)
     most = max((w[0] for w in work.values()), default=0)
     last = [b for b, w in work.items() if w[0] == most]        # the cores SyncAll waits for
-    small = dma_cycles(st2, 4, shared_rates(spec, bd, 0)[0])
     largest = max([n * kitem for n in passes] + [n * 4 for n in passes if groups]) if work else 0
     head = float(head_cycles(spec, "MTE2", bd, largest) + head_cycles(spec, "MTE3", bd)) if work else 0.0
     # every run one row long: every row of every core takes the same steps (a store each), so
@@ -2535,33 +2585,23 @@ def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling) -> Any:
         total, storing, loading = head, 0.0, 0.0
         busy = {"MTE2": 0.0, "VECTOR": 0.0, "MTE3": 0.0, "SCALAR": 0.0}
         for n in passes:
-            cast_in = vector_cycles(spec, f"Cast_{kdt}_fp32", kdt, n)
             cast_out = vector_cycles(spec, f"Cast_fp32_{kdt}", "fp32", n)
             add = vector_cycles(spec, "Add", "fp32", n)
             dup = vector_cycles(spec, "Duplicate", "fp32", n)
-            dup8 = vector_cycles(spec, "Duplicate", "fp32", 8)   # int32 priced as fp32 (_cost_dtype)
-            load = dma_cycles(st2, n * kitem, rl)
             out = dma_cycles(st3, n * kitem, rs)
-            stage = dma_cycles(st3, n * 4, rs) + dma_cycles(st3, 4, rs)
             to_out = cast_out + out + dup
-            to_stage = s1 + dup8 + stage + dup
-            phase: dict[int, float] = {}
-            for b, (rows, pads, caches, outs, stages, resets) in work.items():
-                phase[b] = (rows * (2 * small + s2 + load + cast_in) + (rows - pads) * add
-                            + caches * (add + dup) + outs * to_out + stages * to_stage + resets * dup)
-            slowest = max(phase, key=lambda b: phase[b])
-            for w in work.values():           # (rows, _, _, outs, stages, _)
-                storing += w[3] * (out - st3) + w[4] * (stage - 2 * st3)
-                loading += w[0] * (load - st2)
-            rows, pads, caches, outs, stages, resets = work[slowest]
-            busy["MTE2"] += rows * (2 * small + load)
-            busy["VECTOR"] += (rows * cast_in + (rows - pads) * add + caches * (add + dup)
-                               + outs * (cast_out + dup) + stages * (dup8 + dup) + resets * dup)
-            busy["MTE3"] += outs * out + stages * stage
-            busy["SCALAR"] += rows * s2 + stages * s1
+            at = {b: _half_row_phase(spec, tiling, w, n, (rl, rs), (loaders, in_flight), dirty)
+                  for b, w in work.items()}
+            slowest = max(at, key=lambda b: _phase_cycles(at[b]))
+            mine = at[slowest]
+            done = _phase_cycles(mine)
+            for v in at.values():
+                storing += v["store"]
+                loading += v["load"]
+            for p in _PIPES:
+                busy[p] += mine[p]
             # ProcessGmData: a group's stage rows loaded from the L2 and added (an accumulator to
             # the cache after LIMIT_COUNT_NUM + 1 of them and at the group's end), then stored to out
-            done = phase[slowest]
             end = done
             for b in work:
                 late = b in last
@@ -3056,8 +3096,10 @@ def _estimate_v2(spec: DeviceSpec, tiling: EmbeddingTiling, out: TensorDesc, acc
             loads_evict = (len(parts) - 1, lambda dirty: _into_acc(_est_row_kernel(spec, tiling, dirty)))
     elif tiling.det_kernel:     # the deterministic kernel (counts and scale in its launch)
         parts.append(_into_acc(_with_scale(spec, tiling, _est_det(spec, tiling, grad_l2, grad_at))))
-    else:                       # ProcessForHalf
+    else:                       # ProcessForHalf: its grad rows' loads allocate in the L2, as above
         parts.append(_into_acc(_with_scale(spec, tiling, _est_half(spec, tiling))))
+        loads_evict = (len(parts) - 1,
+                       lambda dirty: _into_acc(_with_scale(spec, tiling, _est_half(spec, tiling, dirty))))
     if tiling.cast_out_tiling is not None:
         parts.append(_est_cast(spec, tiling.cast_out_tiling, "fp32", out.dtype.name, acc_l2, "CastOut"))
     return _finish(spec, parts, tiling, loads_evict)
