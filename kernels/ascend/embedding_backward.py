@@ -2595,6 +2595,19 @@ def _est_half(spec: DeviceSpec, tiling: EmbeddingTiling, dirty: float = 0.0) -> 
             slowest = max(at, key=lambda b: _phase_cycles(at[b]))
             mine = at[slowest]
             done = _phase_cycles(mine)
+            # the other cores may end their rows first (a padding index equal to the slice's first
+            # or last index stores the cache to the stage at every row): the slowest core's steps
+            # after theirs meet no other core's loads or stores -- of its work, spread evenly over
+            # its phase, what is left when they end runs at a copy's rates alone (atlas-a2, 4096 x
+            # 1024 fp16 into 512 with paddingIdx 0: block 0's last 39 of 86 rows at ~620 cycles,
+            # a 2 KiB load of 107 and a 4 KiB stage store of 310, not ~780)
+            others = max((_phase_cycles(v) for b, v in at.items() if b != slowest), default=0.0)
+            if 0 < others < done:
+                beside = others / done
+                alone = _half_row_phase(spec, tiling, work[slowest], n, (shared_rates(spec, 1, 0)[0],
+                                        shared_rates(spec, 0, 1)[1]), (1.0, 1.0), dirty)
+                mine = at[slowest] = {k: beside * v + (1 - beside) * alone[k] for k, v in mine.items()}
+                done = others + (1 - beside) * _phase_cycles(alone)
             for v in at.values():
                 storing += v["store"]
                 loading += v["load"]
