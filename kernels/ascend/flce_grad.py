@@ -428,7 +428,11 @@ def _check_vector_fit(spec: DeviceSpec, ov: Mapping[str, Any], vec_chunk: int,
     meta = memory_bytes(spec, buffers[:1], "UB")
     largest = max(0, (ub - meta) // 2 // 4) // 16 * 16
     fits = f"the largest vec_chunk that fits is {largest}" if largest else "no vec_chunk fits"
-    raise tiling_error(f"vec_chunk {vec_chunk}{'' if 'vec_chunk' in ov else ' (default)'} does not fit the UB of a "
+    # name the value the caller gave; the plan rounds it up to whole 16-element (64 B) rows
+    given = ov.get("vec_chunk")
+    named = (f"vec_chunk {vec_chunk} (default)" if given is None else f"vec_chunk {given}" if given == vec_chunk
+             else f"vec_chunk {given} ({vec_chunk} once rounded up to a multiple of 16)")
+    raise tiling_error(f"{named} does not fit the UB of a "
                        f"vector core of {spec.name}: two fp32 row buffers (TBuf 2 x {vec_chunk * 4} B) plus the "
                        f"per-row scalars (VECIN 1 x {meta} B) need {need} B, UB has {ub} B; {fits}")
 

@@ -481,6 +481,18 @@ def test_a_vec_chunk_that_does_not_fit_the_ub_is_refused_with_the_largest_that_f
     assert f"the largest vec_chunk that fits is {(196608 - 5376) // 8 // 16 * 16}" in err.message
 
 
+def test_a_vec_chunk_refusal_names_the_value_given_not_the_rounded_one():
+    # the plan rounds vec_chunk up to a multiple of 16; the refusal named only the rounded value
+    # (30016 for a given 30001), which the caller never passed
+    with pytest.raises(opsim.OpError) as e:
+        opsim.run(OP, mode="timing", trace="off", tiling={"vec_chunk": 30001},
+                  **_specs(64, 64, 40000, F.MEMORY_SAVING))
+    err = e.value
+    assert err.code == 561002
+    assert "vec_chunk 30001 (30016 once rounded up to a multiple of 16) does not fit the UB" in err.message
+    assert f"TBuf 2 x {30016 * 4} B" in err.message
+
+
 def test_aclnn_get_workspace_size_refuses_a_what_if_l1_too_small_with_561002():
     # through aclnn the CapacityError used to surface only at aclrtSynchronizeStream
     rt = AclRuntime(opsim.device_spec("atlas-a2", {"l1.size": 8192}))
