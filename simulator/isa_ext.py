@@ -14,10 +14,10 @@ Numeric conventions that the public documentation leaves open are fixed here and
 - ``Axpy`` rounds ``src * scalar`` to dst's dtype, then ``+ dst`` (two roundings, as Muls then
   Add).
 - Sums (``ReduceSum``, ``WholeReduceSum``) accumulate in fp32 pairwise: the elements, padded
-  with zeros to a power of two, are added in adjacent pairs ``a[2i] + a[2i+1]`` level by level
-  (a binary tree), and the result is rounded once to the dtype. ``ReduceSum`` applies the tree
-  over each 256-byte repeat first and then over the repeat sums, as the instruction reduces
-  one repeat at a time.
+  with -0.0 (the additive identity) to a power of two, are added in adjacent pairs
+  ``a[2i] + a[2i+1]`` level by level (a binary tree), and the result is rounded once to the
+  dtype. ``ReduceSum`` applies the tree over each 256-byte repeat first and then over the repeat
+  sums, as the instruction reduces one repeat at a time.
 - Compare writes one bit per element into a uint8 mask, element ``i`` in bit ``i % 8`` of byte
   ``i // 8`` (LSB first); Select reads such a mask.
 """
