@@ -47,7 +47,7 @@ from opsim.devices.spec import DeviceSpec
 from opsim.kernels.common import OpDef, OpError, TensorDesc, popcount, reduction_code
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError
-from opsim.simulator.cargs import is_int
+from opsim.simulator.cargs import core_mask_problem, is_int
 from opsim.simulator.hthread import HT_SUCCESS, HThread
 from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Mul, Muls, ScalarCompute, Sub
 from opsim.simulator.memory import PAGE, align_down, align_up
@@ -126,16 +126,9 @@ def _check_reduction(reduction: Any) -> int:
 
 
 def _check_core_mask(spec: DeviceSpec, core_mask: Any) -> int:
-    n = spec.cores.dsp
-    full = (1 << n) - 1
-    if isinstance(core_mask, bool) or not isinstance(core_mask, (int, np.integer)) or \
-            not 1 <= core_mask <= full:
-        integer = isinstance(core_mask, (int, np.integer)) and not isinstance(core_mask, bool)
-        shown = f"{core_mask:#x}" if integer else repr(core_mask)
-        why = ("is not an integer" if not integer else "selects no core" if core_mask == 0
-               else f"selects cores beyond the {n} DSP cores of {spec.soc}")
-        raise _err(DspStatus.ERR_CORE_MASK,
-                   f"core_mask {shown} {why}; allowed 0x1..{full:#x} (bit i = DSP core i)")
+    problem = core_mask_problem(core_mask, spec.cores.dsp, "DSP", spec.name)
+    if problem:
+        raise _err(DspStatus.ERR_CORE_MASK, problem)
     return int(core_mask)
 
 

@@ -10,12 +10,33 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["is_int", "host_bytes", "host_destination", "int_tuple"]
+__all__ = ["is_int", "core_mask_problem", "host_bytes", "host_destination", "int_tuple"]
 
 
 def is_int(value: Any) -> bool:
     """An integer argument as C would take it: int or numpy integer, never bool or float."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def core_mask_problem(mask: Any, cores: int, kind: str, device: str, *, param: str = "core_mask") -> str | None:
+    """Why ``mask`` cannot select among ``cores`` ``kind`` cores of ``device`` (bit i = core i),
+    or None when it can.
+
+    The one check behind every core mask (aclnn tiling overrides, DSP calls, Device.launch,
+    hthread groups), so that they agree: a numpy integer is an integer, a bool or a whole float
+    is not (True would run as mask 1, 3.0 as 3). Each caller raises the message with its own
+    status code or error type."""
+    full = (1 << cores) - 1
+    allowed = f"allowed: 0x1..{full:#x}"
+    if not is_int(mask):
+        return f"{param} {mask!r} is not an integer; {allowed} (bit i = core i of the {cores} {kind} cores of {device})"
+    if mask == 0:
+        return f"{param} 0x0 selects no core; {allowed} (bit i = core i of the {cores} {kind} cores of {device})"
+    if mask < 0 or mask >> cores:
+        # a negative mask has every high bit set (two's complement)
+        return f"{param} {int(mask):#x} selects cores beyond the {cores} {kind} cores of {device}; {allowed} " \
+               f"(bit i = core i)"
+    return None
 
 
 def host_bytes(buf: Any) -> np.ndarray | None:

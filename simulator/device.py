@@ -27,6 +27,7 @@ import simpy
 
 from opsim.devices.spec import DeviceSpec, DmaModel
 from opsim.simulator.atomics import AtomicCommitter
+from opsim.simulator.cargs import core_mask_problem
 from opsim.simulator.core import (COUPLED_CORE_PIPES, CUBE_CORE_PIPES, DSP_CORE_PIPES, VECTOR_CORE_PIPES,
                             Core)
 from opsim.simulator.errors import DeadlockError, SimulatorError, chain_kernel_line_note
@@ -731,15 +732,13 @@ class Device:
         if block_dim < 1:
             raise SimulatorError(f"block_dim must be >= 1, got {block_dim}")
         if core_mask is not None:
-            allowed = f"(allowed: 0x1..{(1 << len(cores)) - 1:#x})"
-            # a float or a string failed the comparison below as a bare TypeError, and True ran
-            # as mask 1: a mask is an integer, bit i for core i
-            if isinstance(core_mask, bool) or not isinstance(core_mask, (int, np.integer)):
-                raise SimulatorError(f"core_mask {core_mask!r} is not an integer; it selects {unit} cores "
-                                     f"of {self.spec.name} by bit {allowed}")
-            if core_mask <= 0 or core_mask >> len(cores):
-                raise SimulatorError(f"core_mask {core_mask:#x} selects no core or cores beyond the "
-                                     f"{len(cores)} {unit} cores of {self.spec.name} {allowed}")
+            # a float or a string failed a comparison as a bare TypeError, and True ran as mask 1:
+            # a mask is an integer, bit i for core i
+            kind = {"mix": "cube", "dsp": "DSP"}.get(unit, unit)
+            problem = core_mask_problem(core_mask, len(cores), kind, self.spec.name)
+            if problem:
+                raise SimulatorError(problem)
+            core_mask = int(core_mask)      # a numpy integer as the int the launch record holds
         launch = Launch(str(name or getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")),
                         kernel, block_dim, unit, core_mask, args, stream,
                         l2_sample=l2_sample if l2_sample is not None and l2_sample > 1 else None,

@@ -41,7 +41,7 @@ import numpy as np
 
 import opsim.devices as _devices
 from opsim.devices.spec import DeviceSpec
-from opsim.simulator.cargs import host_bytes, host_destination, is_int
+from opsim.simulator.cargs import core_mask_problem, host_bytes, host_destination, is_int
 from opsim.simulator.device import Device, Launch, Stream
 from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import Region
@@ -382,14 +382,9 @@ class HThread:
             return -1, ret
         if name is not None and not isinstance(name, str):
             return -1, self.fail(HT_ERROR_INVALID_PARAM, f"{call}: name {name!r} must be a string or None")
-        n = self.core_count
-        full = (1 << n) - 1
-        if isinstance(pmask, bool) or not isinstance(pmask, (int, np.integer)) or pmask <= 0 or pmask > full:
-            integer = isinstance(pmask, (int, np.integer)) and not isinstance(pmask, bool)
-            what = ("is not an integer" if not integer else "selects no core" if pmask == 0
-                    else f"has bits beyond the {n} DSP cores of {self.spec.name}")
-            return -1, self.fail(HT_ERROR_CORE_MASK,
-                                 f"{call}: pmask {_hex(pmask)} {what}; allowed 0x1..{full:#x} (bit i = core i)")
+        problem = core_mask_problem(pmask, self.core_count, "DSP", self.spec.name, param="pmask")
+        if problem:
+            return -1, self.fail(HT_ERROR_CORE_MASK, f"{call}: {problem}")
         if isinstance(func, str):
             kernel = self.library.get(func)
             if kernel is None:
@@ -518,7 +513,3 @@ def _arg_tuple(args: Any) -> tuple | None:
     if isinstance(args, (list, tuple)) or (isinstance(args, np.ndarray) and args.ndim == 1):
         return tuple(args)
     return None
-
-
-def _hex(x: Any) -> str:
-    return f"{x:#x}" if isinstance(x, (int, np.integer)) and not isinstance(x, bool) else repr(x)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
+from opsim.simulator.cargs import core_mask_problem
 
 DOUBLE_BUFFER_THRESHOLD = 65536   # elements (docs/sources.md#mse-tiling)
 ALIGN_ELEMENTS = 32               # tiles are kept to whole 32-element groups (32 B for int8+)
@@ -45,8 +46,9 @@ def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
         raise OpError(ACLNN_ERR_PARAM_INVALID,
                       f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
     for key, value in overrides.items():
-        # 1.0 or True would otherwise pass `in (1, 2)` and be taken as 1
-        if isinstance(value, bool) or not isinstance(value, int):
+        # 1.0 or True would otherwise pass `in (1, 2)` and be taken as 1; core_mask has the check
+        # every core mask shares (plan_elementwise)
+        if key != "core_mask" and (isinstance(value, bool) or not isinstance(value, int)):
             raise tiling_error(f"tiling override {key} = {value!r} must be an integer")
     return overrides
 
@@ -69,9 +71,10 @@ def plan_elementwise(spec: DeviceSpec, total: int, *, n_inputs: int, in_itemsize
     max_tile = (ub // per_element(1)) // ALIGN_ELEMENTS * ALIGN_ELEMENTS
     core_mask = ov.get("core_mask")
     if core_mask is not None:
-        if not isinstance(core_mask, int) or core_mask <= 0 or core_mask >> cores:
-            raise tiling_error(f"core_mask {core_mask!r} must select between 1 and {cores} of the "
-                               f"{cores} vector cores of {spec.name} (0x1..{(1 << cores) - 1:#x})")
+        problem = core_mask_problem(core_mask, cores, "vector", spec.name)
+        if problem:
+            raise tiling_error(problem)
+        core_mask = int(core_mask)          # a numpy integer as the int the tiling records
         cores = popcount(core_mask)
     buffer_num = ov.get("buffer_num", 2 if total > DOUBLE_BUFFER_THRESHOLD else 1)
     if buffer_num not in (1, 2):

@@ -36,6 +36,7 @@ from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLP
                             check_dtype_in, check_format_nd, check_not_null, check_product,
                             check_same_dtype, popcount, tiling_error)
 from opsim.simulator import numerics as nx
+from opsim.simulator.cargs import core_mask_problem
 from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
                             LoadData, Mmad, align16, ceil_div, nz_bytes)
 from opsim.simulator.device import MixKernel
@@ -583,9 +584,10 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     cores = spec.cores.aic
     core_mask = ov.get("core_mask")
     if core_mask is not None:
-        if isinstance(core_mask, bool) or not isinstance(core_mask, int) or core_mask <= 0 or core_mask >> cores:
-            raise tiling_error(f"core_mask {core_mask!r} must select between 1 and {cores} of the {cores} cube "
-                               f"cores of {spec.name} (0x1..{(1 << cores) - 1:#x})")
+        problem = core_mask_problem(core_mask, cores, "cube", spec.name)
+        if problem:
+            raise tiling_error(problem)
+        core_mask = int(core_mask)          # a numpy integer as the int the tiling records
         cores = popcount(core_mask)
     ratio = max(1, spec.cores.aiv // spec.cores.aic)
     busiest = max(mm.tiles for mm in matmuls)
