@@ -16,14 +16,10 @@ from typing import Any
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
+from opsim.simulator.cargs import is_int  # one definition: int or numpy integer, never bool
 
 __all__ = ["check_choice", "check_seed", "check_mapping", "check_device", "check_dims", "check_operand",
            "is_int"]
-
-
-def is_int(value: Any) -> bool:
-    """An integer (int or numpy integer), never a bool or a float that happens to be whole."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_choice(param: str, value: Any, allowed: Sequence[str]) -> str:
