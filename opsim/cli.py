@@ -47,6 +47,12 @@ def _parse_value(text: str) -> Any:
     return text
 
 
+def _reduction_value(text: str) -> Any:
+    """A reduction as typed: 0/1/2 or its name; "none" is the name, not Python's None."""
+    text = text.strip()
+    return int(text) if text.isdigit() else text
+
+
 def _parse_pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or ():
@@ -56,7 +62,9 @@ def _parse_pairs(items: Sequence[str] | None, what: str) -> dict[str, Any]:
             key, sep, val = part.partition("=")
             if not sep:
                 usage_error(f"opsim: {what} {part!r} must be KEY=VALUE")
-            out[key.strip()] = _parse_value(val.strip())
+            key = key.strip()
+            # the reduction's names include "none", which _parse_value would make None
+            out[key] = _reduction_value(val) if key == "reduction" else _parse_value(val.strip())
     return out
 
 
@@ -158,8 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from opsim.simulator.errors import SimulatorError
     attrs = _parse_pairs(args.attr, "--attr")
     if args.reduction is not None:
-        # "none" is a reduction name here, not Python's None
-        attrs["reduction"] = int(args.reduction) if args.reduction.strip().isdigit() else args.reduction
+        attrs["reduction"] = _reduction_value(args.reduction)
     overrides = _parse_pairs(args.set, "--set")
     tiling = _parse_pairs(args.tiling, "--tiling")
     if args.kernel:

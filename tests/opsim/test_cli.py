@@ -300,3 +300,14 @@ def test_check_names_an_unknown_device_before_a_missing_arg(capsys):
         err = capsys.readouterr().err
         assert err.startswith("opsim check: SpecError: unknown device 'nosuch'; known devices: atlas-")
         assert "atlas-a2, " in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("op", ["mse_loss_backward", "binary_cross_entropy_backward"])
+def test_attr_reduction_none_is_the_reduction_name_as_with_reduction(op, capsys):
+    # `--attr reduction=none` reached the operator as Python's None and was refused with
+    # "reduction None must be ... or one of 'none', 'mean', 'sum'": the name the message allows
+    assert main(["run", op, "--mode", "timing", "--json", "--reduction", "none"]) == 0
+    by_option = json.loads(capsys.readouterr().out)["cycles"]
+    assert main(["run", op, "--mode", "timing", "--json", "--attr", "reduction=none"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["cycles"] == by_option and "None" not in captured.err
