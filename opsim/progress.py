@@ -65,3 +65,49 @@ class RunProgress:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
             self.width = 0
+
+
+class SweepProgress:
+    """The status line of a sweep on a terminal when tqdm (the "progress" extra) is absent.
+
+    It takes the calls the sweep makes on a tqdm bar (``update``, ``set_postfix``, ``close``) and
+    keeps one line on ``stream``: ``study NAME: 12/240 points, 3 failed, 5 s``, redrawn at most
+    every ``every_s`` seconds and at the last point; :meth:`close` clears it for the summary.
+    """
+
+    def __init__(self, total: int, desc: str, *, stream: TextIO | None = None,
+                 every_s: float = 0.25) -> None:
+        self.total = total
+        self.desc = desc
+        self.stream = stream if stream is not None else sys.stderr
+        self.every_s = every_s
+        self.start = time.perf_counter()
+        self.shown_at = -every_s        # draw at the first point
+        self.done = 0
+        self.failed: int | None = None
+        self.width = 0
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.perf_counter() - self.start
+        if now - self.shown_at < self.every_s and self.done < self.total:
+            return
+        self.shown_at = now
+        text = f"{self.desc}: {self.done}/{self.total} points"
+        if self.failed is not None:
+            text += f", {self.failed} failed"
+        text += f", {now:.0f} s"
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = len(text)
+
+    def set_postfix(self, failed: int | None = None, refresh: bool = True) -> None:
+        """Take the failed count (shown from the next redraw, as tqdm with refresh=False)."""
+        self.failed = failed
+
+    def close(self) -> None:
+        """Clear the status line, if one was shown."""
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0

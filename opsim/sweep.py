@@ -767,8 +767,9 @@ def _progress(total: int, quiet: bool, desc: str) -> Any:
         return None
     try:
         from tqdm import tqdm
-    except ImportError:  # progress is optional (extra "progress")
-        return None
+    except ImportError:  # tqdm is optional (extra "progress"): a plain status line instead
+        from opsim.progress import SweepProgress
+        return SweepProgress(total, f"study {desc}" if desc != "confirm" else desc)
     return tqdm(total=total, desc=desc, unit="pt", file=sys.stderr)
 
 
@@ -872,8 +873,9 @@ def _run_all(db: _Db, todo: list[dict[str, Any]], result: SweepResult, executor:
                 if row["status"] != "ok":
                     result.failed += 1
                 if bar is not None:
-                    bar.update(1)
+                    # the count first, so that the redraw of update shows this row's failure
                     bar.set_postfix(failed=result.failed, refresh=False)
+                    bar.update(1)
     finally:
         if bar is not None:
             bar.close()

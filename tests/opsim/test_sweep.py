@@ -493,3 +493,39 @@ def test_every_example_study_runs_in_estimate_mode(tmp_path, name):
     assert all(r["status"] == "ok" or (isinstance(r["error_code"], int) and r["error_code"] != 0
                                        and r["error"]) for r in rows)
     assert any(r["status"] == "ok" for r in rows)
+
+
+class _Terminal:
+    """A stderr that says it is a terminal and keeps what is written to it."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_on_a_terminal_without_tqdm_the_sweep_still_shows_points_done_and_failed(tmp_path, monkeypatch):
+    # tqdm is an optional extra (not in `.[dev]`): without it a sweep on a terminal showed
+    # nothing at all until its summary, though `--quiet` promises to turn a progress bar off
+    monkeypatch.setitem(sys.modules, "tqdm", None)         # `from tqdm import tqdm` raises
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    study = small_study(shape=[[65536]], tiling={"block_dim": [4]})
+    study["axes"]["attr"] = {"reduction": ["mean", "average"]}
+    res = sweep(study, tmp_path / "t.sqlite", executor="serial")
+    assert res.points == 8 and res.failed == 4
+    last = term.text.rstrip("\r ").split("\r")[-1].strip()
+    assert "8/8 points" in last and "4 failed" in last, repr(term.text)
+    assert term.text.endswith("\r")                        # the line is cleared for the summary
+    quiet = _Terminal()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    sweep(study, tmp_path / "q.sqlite", executor="serial", quiet=True)
+    assert quiet.text == ""
