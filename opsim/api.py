@@ -21,7 +21,7 @@ from opsim.kernels.common import TensorDesc, desc_of
 from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
-from opsim.stats import LinkStats, RunStats
+from opsim.stats import LinkStats, RunStats, local_memory_name
 from opsim.simulator.errors import CapacityError, SimulatorError
 from opsim.simulator.memory import align_up
 from opsim.simulator.profile import Profiler, launch_records
@@ -457,6 +457,7 @@ def collect_stats(dev: Device, launches: list, tiling: Any, workspace: int = 0) 
         "pipe_utilisation": {p: b / cycles for p, b in pipe_max.items()} if cycles else {},
         "per_core": per_core,
         "ub_peak_bytes": int(ub_peak),
+        "local_memory": local_memory_name(spec),
         "workspace_bytes": int(workspace),
         # bytes allocated in GM at the peak: operands, outputs and workspace
         "gm_footprint_bytes": int(dev.gm.peak_allocated_bytes),

@@ -99,14 +99,18 @@ def format_result(res: Any) -> str:
                                                       if s.get(k) is not None]
         lines.append("   ".join(parts))
     if "bytes_read" in s:
-        lines.append(f"bytes moved   {s['bytes_read']} read, {s['bytes_written']} written (GM addresses, "
-                     f"L2 hits included)")
+        # the DSPs have no L2: their GM bytes all cross the DDR link
+        where = "GM addresses, L2 hits included" if "L2" in (s.get("links") or {}) else "GM addresses"
+        lines.append(f"bytes moved   {s['bytes_read']} read, {s['bytes_written']} written ({where})")
         lines.extend(format_links(s))
     if s.get("pipe_utilisation"):
         util = ", ".join(f"{p} {100 * u:.0f}%" for p, u in sorted(s["pipe_utilisation"].items()))
         lines.append(f"pipes busy    {util}  (busiest core)")
     if "ub_peak_bytes" in s:
-        lines.append(f"UB peak       {s['ub_peak_bytes']} B")
+        if s.get("local_memory") == "private memory":     # a DSP core has no UB
+            lines.append(f"local peak    {s['ub_peak_bytes']} B (DSP private memory)")
+        else:
+            lines.append(f"UB peak       {s['ub_peak_bytes']} B")
     if "bound" in s:
         lines.append(f"bound         {s['bound']}: {s.get('bound_reason', '')}")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from opsim.kernels.analytic import Estimate, TileWork, cast_work, stores_to_l2, 
 from opsim.kernels.common import OpDef, TensorDesc
 from opsim.replay_estimate import replay_estimate
 from opsim.traces.bounds import cap_text, copy_rate_facts
-from opsim.stats import LinkStats, RunStats
+from opsim.stats import LinkStats, RunStats, local_memory_name
 from opsim.traces.summary import classify_bound
 
 
@@ -181,6 +181,7 @@ def stats_of(spec: DeviceSpec, est: Estimate, tiling: Any) -> RunStats:
         "pipe_busy": dict(est.pipe_busy),
         "pipe_utilisation": {p: b / cycles for p, b in est.pipe_busy.items()} if cycles else {},
         "ub_peak_bytes": int(est.ub_bytes),
+        "local_memory": local_memory_name(spec),
         "workspace_bytes": int(est.workspace_bytes),
         "launches": est.launches, "launch_overhead_cycles": launch_overhead,
         "launch_gap_cycles": spec.launch.gap * max(0, est.launches - 1),

@@ -54,6 +54,7 @@ class RunStats(TypedDict, total=False):
     pipe_utilisation: dict[str, float]
     per_core: dict[str, dict[str, int]]
     ub_peak_bytes: int
+    local_memory: str                  # what ub_peak_bytes measures: "UB", or "private memory" (DSP)
     workspace_bytes: int
     gm_footprint_bytes: int
     launches: int
@@ -68,3 +69,9 @@ class RunStats(TypedDict, total=False):
     estimate_notes: str
     estimate_phases: tuple[Any, ...]
     launch_cycles: tuple[tuple[str, int], ...]
+
+
+def local_memory_name(spec: Any) -> str:
+    """What a core's local memory is called on ``spec`` (a DeviceSpec): a DSP core's is its
+    private memory, an AI core's the UB (``RunStats["local_memory"]``)."""
+    return "private memory" if spec.family == "dsp" else "UB"

@@ -400,7 +400,10 @@ def format_summary(s: Summary) -> str:
             f"{s.launches} launch{'es' if s.launches != 1 else ''}",
             f"bound      {s.bound}: {s.bound_reason}"]
     if s.ub_peak_bytes is not None:
-        head.append(f"UB peak    {s.ub_peak_bytes} B")
+        # a DSP core's local memory is its private memory, not a UB
+        dsp = bool(s.local_peak) and all(core_kind(c) == "dsp" for c in s.local_peak)
+        head.append(f"local peak {s.ub_peak_bytes} B (DSP private memory)" if dsp
+                    else f"UB peak    {s.ub_peak_bytes} B")
     if s.l2_hit_rate is not None:
         head.append(f"L2 hits    {100 * s.l2_hit_rate:.1f}% of bytes read")
     r = s.roofline

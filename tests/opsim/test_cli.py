@@ -311,3 +311,16 @@ def test_attr_reduction_none_is_the_reduction_name_as_with_reduction(op, capsys)
     assert main(["run", op, "--mode", "timing", "--json", "--attr", "reduction=none"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["cycles"] == by_option and "None" not in captured.err
+
+
+def test_run_on_a_dsp_names_its_private_memory_and_no_l2(capsys):
+    # the DSPs have no UB and no L2: `opsim run` on one printed "UB peak" and "bytes moved ...
+    # (GM addresses, L2 hits included)"; an Ascend part keeps both words
+    for mode in ("timing", "estimate"):
+        assert main(["run", "binarycrossentropygrad", "--device", "mt7004", "--dtype", "fp16", "--mode", mode]) == 0
+        out = capsys.readouterr().out
+        assert "UB" not in out and "L2" not in out, out
+        assert "(DSP private memory)" in out.split("local peak", 1)[1].splitlines()[0]
+    assert main(["run", "mse_loss_backward", "--mode", "timing"]) == 0
+    out = capsys.readouterr().out
+    assert "UB peak" in out and "L2 hits included" in out

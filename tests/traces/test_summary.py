@@ -128,3 +128,16 @@ def test_cube_work_places_the_run_by_its_flops_against_the_cube_peak():
     assert r.ops == 2 * 64 ** 3 and r.gm_bytes == 8192
     assert r.peak_ops_per_s == 2 * 4096 * 2 * 1e9 and r.peak_bytes_per_s == 100e9
     assert r.ops_per_s == pytest.approx(2 * 64 ** 3 / 1e-6)
+
+
+def test_a_dsp_trace_names_its_private_memory_not_a_ub():
+    # a DSP core has no UB: the summary of an mt7004 run said "UB peak 196672 B" of its private memory
+    import opsim
+    n = 4096
+    res = opsim.run("binarycrossentropygrad", device="mt7004", mode="timing",
+                    input_x=opsim.TensorSpec((n,), "fp16"), input_y=opsim.TensorSpec((n,), "fp16"),
+                    dloss=opsim.TensorSpec((1,), "fp16"))
+    s = res.trace.summary()
+    text = s.table()
+    assert s.ub_peak_bytes and "UB" not in text
+    assert f"local peak {s.ub_peak_bytes} B (DSP private memory)" in text
