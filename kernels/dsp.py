@@ -801,21 +801,29 @@ def infer(spec: DeviceSpec, t: Mapping[str, TensorDesc | None],
     return {"dx": TensorDesc(tuple(x.shape), x.dtype) if x is not None else None}
 
 
-def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32", size: int = 1024) -> dict[str, Any]:
+def _dloss_shape(size: int | tuple[int, ...], reduction: int | str) -> tuple[int, ...]:
+    """dloss of the recipe: one per element for reduction none (0), else one element."""
+    per_element = reduction in (0, "none")
+    return ((size,) if isinstance(size, int) else tuple(size)) if per_element else (1,)
+
+
+def example(rng: np.random.Generator, spec: DeviceSpec, dtype: str = "fp32", size: int = 1024,
+            reduction: int | str = 1) -> dict[str, Any]:
     dt = nx.dtype(dtype).np_dtype
     return {"input_x": rng.uniform(0.01, 0.99, size).astype(np.float32).astype(dt),
             "input_y": rng.uniform(0.0, 1.0, size).astype(np.float32).astype(dt),
             "weight": rng.uniform(0.5, 2.0, size).astype(np.float32).astype(dt),
-            "dloss": rng.uniform(0.5, 2.0, 1).astype(np.float32).astype(dt),
-            "reduction": 1}
+            "dloss": rng.uniform(0.5, 2.0, _dloss_shape(size, reduction)).astype(np.float32).astype(dt),
+            "reduction": reduction}
 
 
-def example_shapes(spec: DeviceSpec, dtype: str = "fp32", size: int | tuple[int, ...] = 1024) -> dict[str, Any]:
+def example_shapes(spec: DeviceSpec, dtype: str = "fp32", size: int | tuple[int, ...] = 1024,
+                   reduction: int | str = 1) -> dict[str, Any]:
     """``example`` without data: input_x, input_y and weight of ``size`` elements (or shape), a
-    one-element dloss."""
+    one-element dloss (one per element with reduction none)."""
     shape = (size,) if isinstance(size, int) else tuple(size)
     return {"input_x": (shape, dtype), "input_y": (shape, dtype), "weight": (shape, dtype),
-            "dloss": ((1,), dtype), "reduction": 1}
+            "dloss": (_dloss_shape(size, reduction), dtype), "reduction": reduction}
 
 
 OP = OpDef(

@@ -46,6 +46,11 @@ def recipe_params(op: Any) -> dict[str, Any]:
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in op.attrs}
 
 
+def recipe_attr_params(op: Any) -> set[str]:
+    """The operator attributes the example recipe takes as keyword parameters too."""
+    return {p.name for p in _example_signature(op)[4:] if p.name in op.attrs}
+
+
 def default_dtype(op: Any, spec: Any) -> str:
     """fp32 when the operator supports it on ``spec``, else its first supported dtype."""
     dts = tuple(op.dtypes(spec))
@@ -112,6 +117,9 @@ def build(op_name: str, spec: Any, dtype: str | None, shape: tuple[int, ...] | N
     variants = recipe_params(op)
     op_attrs = {k: v for k, v in attrs.items() if k in op.attrs}
     variant = {k: v for k, v in attrs.items() if k in variants and k not in op.attrs}
+    # an attribute the recipe also takes shapes its operands (the DSP BCE's reduction none: a
+    # dloss per element): the recipe gets it too
+    variant.update({k: v for k, v in op_attrs.items() if k in recipe_attr_params(op)})
     for k in attrs:
         if k not in op_attrs and k not in variant:
             allowed = [*op.attrs, *variants]

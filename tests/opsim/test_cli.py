@@ -324,3 +324,19 @@ def test_run_on_a_dsp_names_its_private_memory_and_no_l2(capsys):
     assert main(["run", "mse_loss_backward", "--mode", "timing"]) == 0
     out = capsys.readouterr().out
     assert "UB peak" in out and "L2 hits included" in out
+
+
+@pytest.mark.parametrize("mode", ["timing", "full"])
+def test_dsp_bce_with_reduction_none_gets_one_dloss_per_element(mode, capsys):
+    # reduction none (0) takes a dloss per element; the recipe always made one, so
+    # `opsim run binarycrossentropygrad --reduction none` was refused: "dloss has 1 elements;
+    # it must have input_size = 1024 (reduction 0: one per element)"
+    rc = main(["run", "binarycrossentropygrad", "--device", "ft78ne", "--shape", "2048", "--mode", mode,
+               "--reduction", "none"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "dloss 2048 fp32" in captured.out
+    # the reductions that take one dloss keep the one-element dloss
+    assert main(["run", "binarycrossentropygrad", "--device", "ft78ne", "--shape", "2048", "--mode", mode,
+                 "--attr", "reduction=sum"]) == 0
+    assert "dloss 1 fp32" in capsys.readouterr().out
