@@ -1,4 +1,4 @@
-"""Instructions added for the pyasc front-end (opsim.asc): activations, Axpy, Transpose,
+"""Instructions added for the pyasc front-end (opsim.asc): activations, Axpy, Transpose, Brcb,
 compare/select, reductions and a padded GM->UB copy.
 
 They subclass the instruction classes of simulator/isa.py, so they share the pipe, the cost
@@ -210,6 +210,77 @@ class Transpose(VectorOp):
         self.dst.array(k * k)[...] = t.reshape(-1)
 
     accesses = _vector_accesses
+
+
+# ---------------------------------------------------------------------------------------------
+# Brcb
+# ---------------------------------------------------------------------------------------------
+
+# the dtypes of Brcb on the Atlas A2/A3 parts (docs/sources.md#brcb): int16_t, uint16_t, int32_t,
+# uint32_t, half, bfloat16_t, float; opsim has no uint16/uint32
+BRCB_DTYPES = ("fp16", "bf16", "fp32", "int16", "int32")
+
+
+def brcb_cost_dtype(dt: nx.DType) -> str:
+    """The ``Brcb`` cost entry a dtype takes: the move prices bytes, so b16 types the fp16
+    entry and b32 types the fp32 one (docs/sources.md#brcb)."""
+    return "fp16" if dt.itemsize == 2 else "fp32"
+
+
+class Brcb(VectorOp):
+    """``Brcb(dst, src, repeatTime, {1, 8})``: each repeat takes 8 consecutive elements of src
+    and fills one 32 B block of dst with each (dst[b * E + j] = src[b] for E = 32 B / element
+    size), the 8 blocks one after another and the repeats too (the default strides: dst block
+    stride 1 -- 0 means 1 -- and repeat stride 8 blocks). Pure data movement, bit for bit; src
+    and dst may not overlap. ``count`` is the dst elements written (repeat x 256 B), the N of
+    the ``Brcb`` cost entry."""
+
+    __slots__ = ("repeat",)
+    name = "Brcb"
+    BLOCKS = 8          # blocks of dst, so elements of src, per repeat
+
+    def __init__(self, dst: LocalTensor, src: LocalTensor, repeat: int) -> None:
+        self.repeat = int(repeat)
+        super().__init__(dst, src, count=self.repeat * self.BLOCKS * (32 // dst.dtype.itemsize))
+
+    @property
+    def src_count(self) -> int:
+        return self.repeat * self.BLOCKS
+
+    def issue(self, pipe: "Pipe") -> int:
+        src, dst = self.srcs[0], self.dst
+        if dst.dtype != src.dtype:
+            raise SimulatorError(f"Brcb mixes {src.dtype} and {dst.dtype}; dst and src have one dtype")
+        if dst.dtype.name not in BRCB_DTYPES:
+            raise UnsupportedInstruction(f"Brcb of {dst.dtype}: it moves 16- or 32-bit elements, "
+                                         f"{', '.join(BRCB_DTYPES)}", dtype=dst.dtype.name)
+        dst.check(self.count, write=True)
+        src.check(self.src_count, write=False)
+        if overlaps(dst, self.count, src, self.src_count):
+            raise SimulatorError(f"Brcb src {src!r} and dst {dst!r} overlap; the instruction does not "
+                                 f"support src and dst in one memory range")
+        return _vector_cycles(pipe, "Brcb", brcb_cost_dtype(dst.dtype), self.count)
+
+    def complete(self, pipe: "Pipe") -> None:
+        if not pipe.core.device.functional or not self.repeat:
+            return
+        src, dst = self.srcs[0], self.dst
+        per_block = 32 // dst.dtype.itemsize
+        # a broadcast assignment within one dtype: the bits move unchanged (NaN payloads too)
+        dst.array(self.count).reshape(self.src_count, per_block)[...] = src.array(self.src_count)[:, None]
+
+    def accesses(self, pipe: "Pipe") -> tuple[Access, ...]:
+        src = self.srcs[0]
+        return (local_access(self.dst, self.count * self.dst.dtype.itemsize, True),
+                local_access(src, self.src_count * src.dtype.itemsize, False))
+
+
+def overlaps(a: LocalTensor, a_count: int, b: LocalTensor, b_count: int) -> bool:
+    """Whether the first ``a_count`` elements of a and ``b_count`` of b share a byte."""
+    if a.memory_name != b.memory_name:
+        return False
+    a_end, b_end = a.addr + a_count * a.dtype.itemsize, b.addr + b_count * b.dtype.itemsize
+    return a.addr < b_end and b.addr < a_end
 
 
 # ---------------------------------------------------------------------------------------------

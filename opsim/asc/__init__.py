@@ -19,10 +19,10 @@ from __future__ import annotations
 import builtins as _builtins
 
 from opsim.asc import adv, lib, runtime
-from opsim.asc.basic import (abs, add, adds, axpy, cast, compare, compare_scalar, copy, data_copy, data_copy_pad,
-                             div, duplicate, exp, leaky_relu, ln, max, maxs, min, mins, mul, muls, reciprocal,
-                             reduce_max, reduce_min, reduce_sum, relu, rsqrt, select, sqrt, sub, transpose,
-                             whole_reduce_max, whole_reduce_min, whole_reduce_sum)
+from opsim.asc.basic import (abs, add, adds, axpy, brcb, cast, compare, compare_scalar, copy, data_copy,
+                             data_copy_pad, div, duplicate, exp, leaky_relu, ln, max, maxs, min, mins, mul, muls,
+                             reciprocal, reduce_max, reduce_min, reduce_sum, relu, rsqrt, select, sqrt, sub,
+                             transpose, whole_reduce_max, whole_reduce_min, whole_reduce_sum)
 from opsim.asc.cube import fixpipe, load_data, mmad, set_sys_workspace, get_sys_workspace
 from opsim.asc.dtype import (DataType, bfloat16, bool_, double, float16, float32, float64, float_, half,
                              int8, int16, int32, int64, int_, uint8)
@@ -35,9 +35,9 @@ from opsim.asc.sync import (ascend_is_aic, ascend_is_aiv, cross_core_set_flag, c
                             get_sub_block_num, pipe_barrier, set_atomic_add, set_atomic_none, set_flag,
                             sync_all, wait_flag)
 from opsim.asc.tensor import GlobalAddress, GlobalTensor, LocalTensor, LocalTensorAuto
-from opsim.asc.types import (BinaryRepeatParams, CopyRepeatParams, DataCopyCO12DstParams, DataCopyExtParams,
-                             DataCopyPadExtParams, DataCopyPadParams, DataCopyParams, FixpipeParamsV220,
-                             LoadData2DParams, MmadParams, Nd2NzParams, UnaryRepeatParams)
+from opsim.asc.types import (BinaryRepeatParams, BrcbRepeatParams, CopyRepeatParams, DataCopyCO12DstParams,
+                             DataCopyExtParams, DataCopyPadExtParams, DataCopyPadParams, DataCopyParams,
+                             FixpipeParamsV220, LoadData2DParams, MmadParams, Nd2NzParams, UnaryRepeatParams)
 from opsim.simulator.errors import UnsupportedInstruction
 
 # asc.property(asc.DEFAULT_C0_SIZE) and friends: platform constants

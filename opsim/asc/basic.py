@@ -10,13 +10,14 @@ repeats with the default (dense) strides. Other repeat/mask forms raise Unsuppor
 from __future__ import annotations
 
 import builtins
+import operator
 from typing import Any
 
 from opsim.asc import _core
 from opsim.asc.enums import CMPMODE, ROUND_MODE_NAME, ReduceOrder, RoundMode, SELMODE
 from opsim.asc.tensor import DeferredScalar, GlobalTensor, LocalTensor
-from opsim.asc.types import (CopyRepeatParams, DataCopyCO12DstParams, DataCopyExtParams, DataCopyPadExtParams,
-                             DataCopyPadParams, DataCopyParams, Nd2NzParams)
+from opsim.asc.types import (BrcbRepeatParams, CopyRepeatParams, DataCopyCO12DstParams, DataCopyExtParams,
+                             DataCopyPadExtParams, DataCopyPadParams, DataCopyParams, Nd2NzParams)
 from opsim.simulator import isa, isa_ext
 from opsim.simulator.tile import GlobalSlice, GlobalTensor as SimGlobalTensor
 
@@ -315,6 +316,51 @@ def transpose(dst: LocalTensor, src: LocalTensor, *args: Any, **kwargs: Any) -> 
     if "fp16" not in spec.vector.cost.get("Transpose", {}):
         raise _core.unsupported(f"transpose on {spec.name} (no Transpose entry in its vector cost table)")
     state.emit(isa_ext.Transpose(dst.sim, src.sim))
+
+
+_BRCB_DTYPES = "float16, bfloat16, float32, int16 or int32 (uint16 and uint32 are not opsim dtypes)"
+
+
+def brcb(dst: LocalTensor, src0: LocalTensor, repeat_times: int, repeat_params: BrcbRepeatParams) -> None:
+    """``Brcb(dst, src0, repeatTime, BrcbRepeatParams)``: each repeat takes 8 consecutive
+    elements of src0 and fills one 32 B block of dst with each, the blocks one after another
+    (``repeat_times`` x 8 elements in, ``repeat_times`` x 256 B out). Only the default strides
+    are modelled: ``dst_blk_stride`` 1 (0 counts as 1) and ``dst_rep_stride`` 8. 16- and 32-bit
+    dtypes; src0 and dst may not overlap. VECTOR pipe, cost table entry Brcb."""
+    state = _core.current()
+    p = repeat_params
+    if not isinstance(p, BrcbRepeatParams):
+        raise TypeError(f"brcb takes BrcbRepeatParams, got {type(p).__name__} (at {_core.call_site()})")
+    try:
+        repeat = operator.index(repeat_times) if not isinstance(repeat_times, bool) else -1
+    except TypeError:
+        repeat = -1
+    if not 0 <= repeat <= 255:
+        raise ValueError(f"brcb repeat_times {repeat_times!r} (at {_core.call_site()}): an int in 0..255 "
+                         f"(the instruction's uint8 repeat count)")
+    if int(p.dst_blk_stride) not in (0, 1):
+        raise _core.unsupported(f"brcb with dst_blk_stride {p.dst_blk_stride}",
+                                "only dst_blk_stride 1 (or 0, which counts as 1) is modelled: the 8 blocks of "
+                                "a repeat one after another")
+    if int(p.dst_rep_stride) != 8:
+        raise _core.unsupported(f"brcb with dst_rep_stride {p.dst_rep_stride}",
+                                "only dst_rep_stride 8 is modelled: each repeat's 8 blocks (256 B) right after "
+                                "the last")
+    for name, t in (("dst", dst), ("src0", src0)):
+        if t.sim.dtype.name not in isa_ext.BRCB_DTYPES:
+            raise _core.unsupported(f"brcb with {name} of {t.sim.dtype}", f"it moves {_BRCB_DTYPES}")
+    if dst.sim.dtype != src0.sim.dtype:
+        raise TypeError(f"brcb of {src0.sim.dtype} into {dst.sim.dtype} (at {_core.call_site()}); "
+                        f"dst and src0 have one dtype")
+    n_dst = repeat * 256 // dst.sim.dtype.itemsize
+    if isa_ext.overlaps(dst.sim, n_dst, src0.sim, repeat * 8):
+        raise ValueError(f"brcb with src0 and dst overlapping (at {_core.call_site()}): {src0.sim!r} and "
+                         f"{dst.sim!r}; the instruction's src0 and dst must not share memory")
+    spec = state.core.device.spec
+    if isa_ext.brcb_cost_dtype(dst.sim.dtype) not in spec.vector.cost.get("Brcb", {}):
+        raise _core.unsupported(f"brcb on {spec.name} (no Brcb entry in its vector cost table)",
+                                "opsim models Brcb on the Atlas A2/A3 parts, whose cost table prices it")
+    state.emit(isa_ext.Brcb(dst.sim, src0.sim, repeat))
 
 
 def duplicate(dst: LocalTensor, scalar: Any, *args: Any, **kwargs: Any) -> None:

@@ -1,9 +1,9 @@
 """The pyasc API names that opsim.asc does not model, and the error their use raises.
 
-A kernel ported from pyasc that calls one of them (``asc.brcb(...)``, ``asc.adv.quant(...)``)
+A kernel ported from pyasc that calls one of them (``asc.gather(...)``, ``asc.adv.quant(...)``)
 gets an :class:`UnsupportedAPI` naming the call, its kernel line and, where there is one, the
 modelled way to write it -- not Python's bare ``AttributeError: module 'opsim.asc' has no
-attribute 'brcb'``. The names are those pyasc exports from ``asc.language`` and
+attribute 'gather'``. The names are those pyasc exports from ``asc.language`` and
 ``asc.language.adv`` (docs/sources.md#pyasc-api); docs/writing-kernels.md §6 lists them.
 """
 from __future__ import annotations
@@ -44,7 +44,6 @@ BASIC: dict[str, str] = {
     "add_relu_cast": "write it as add, relu, cast",
     "sub_relu_cast": "write it as sub, relu, cast",
     "mul_cast": "write it as mul then cast",
-    "brcb": "broadcast an element with duplicate(dst, t.get_value(i), count)",
     "block_reduce_sum": "reduce with whole_reduce_sum (one sum per repeat) or reduce_sum",
     "block_reduce_max": "reduce with whole_reduce_max or reduce_max",
     "block_reduce_min": "reduce with whole_reduce_min or reduce_min",
@@ -55,7 +54,6 @@ BASIC: dict[str, str] = {
     "reset_mask": _MASK,
     "set_vector_mask": _MASK,
     "get_data_block_size_in_bytes": "a data block is 32 B (asc.property(asc.ONE_BLK_SIZE))",
-    "BrcbRepeatParams": "broadcast with duplicate(dst, t.get_value(i), count)",
     "DataCopyEnhancedParams": "data_copy takes a count or DataCopyParams",
     "uint16": _DTYPES, "uint32": _DTYPES, "uint64": _DTYPES,
 }

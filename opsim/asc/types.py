@@ -62,6 +62,14 @@ class UnaryRepeatParams:
 
 
 @dataclass(frozen=True)
+class BrcbRepeatParams:
+    """``Brcb``'s repeat parameters (pyasc's defaults), in 32 B blocks of dst: the stride
+    between the 8 blocks of a repeat (0 counts as 1) and between repeats."""
+    dst_blk_stride: int = 1
+    dst_rep_stride: int = 8
+
+
+@dataclass(frozen=True)
 class CopyRepeatParams:
     """``Copy``'s repeat parameters (pyasc's defaults, all 0): block strides and repeat sizes in
     32 B blocks."""
