@@ -586,6 +586,42 @@ def known_limits_dsp_scaling() -> str:
                                    break_long_words=False, break_on_hyphens=False))
 
 
+@figure("known-limits-l2-writeback", slow=True)
+def known_limits_l2_writeback() -> str:
+    import opsim
+    n, sizes = 1 << 23, (2, 4, 8, 16, 24, 32, 48, 64, 128)
+    spec = opsim.TensorSpec((n,), "fp32")
+    runs = {mib: opsim.run("mse_loss_backward", device="atlas-a2", mode="timing", trace="off",
+                           reduction="none", device_overrides={"l2.size": mib << 20},
+                           grad_output=spec, self=spec, target=spec) for mib in sizes}
+    cyc = {m: r.cycles for m, r in runs.items()}
+    wb = {m: r.stats["link_bytes"].get("HBM write", 0) for m, r in runs.items()}
+    # the worst inversion: a larger L2 slower than a smaller one
+    rise, small, large = max((cyc[b] / cyc[a] - 1, a, b) for a in sizes for b in sizes if b > a)
+    assert all(wb[b] <= wb[a] for a, b in zip(sizes, sizes[1:]))     # the bytes are monotone
+    listed = ", ".join(f"{m} MiB {cyc[m]:,} ({wb[m] / 1e6:.1f} MB)" for m in sizes)
+    text = (
+        "**L2 what-ifs of write-heavy streaming kernels are not monotone in the L2 size.** Runs: MSE "
+        f"backward, fp32, shape ({n},), reduction none, timing mode, atlas-a2 with "
+        f"`l2.size` overridden; cycles (bytes written back to HBM): {listed}. {large} MiB runs "
+        f"{100 * rise:.1f}% slower than {small} MiB though it writes back no more. The bytes follow "
+        "the L2 size (an LRU cache holds what a smaller one holds); the time does not, because of "
+        "when the write-backs fall. A dirty line is written to GM before new data enters its place "
+        "(docs/sources.md#l2-cache-mode), as an HBM transfer of the evicting access, shared "
+        "max-min fairly with the loads (simulator/device.py `_with_writeback`). At the L2 sizes that "
+        "line up with the bytes a round of tiles touches, the cores (in lockstep on equal slices, "
+        "over an exact LRU) evict their tiles' dirty lines together and those write-backs take up "
+        "to half of HBM from the loads, while at other moments HBM has bandwidth spare that the "
+        "loads, held to their DMA rate, cannot use. Letting the evicting access go on without "
+        "waiting changes nothing (the write-backs still start together). A memory controller that "
+        "buffers writes and serves reads first (docs/sources.md#l2-writeback-path), a set-associative "
+        "L2 and cores that drift apart would spread them; none is modelled. Read such what-ifs with "
+        "a few % of noise, or compare `link_bytes[\"HBM write\"]`."
+    )
+    return "\n".join(textwrap.wrap(text, width=100, initial_indent="- ", subsequent_indent="  ",
+                                   break_long_words=False, break_on_hyphens=False))
+
+
 # labels of the SoC column (names, not numbers)
 SOC_LABEL = {"atlas-training": "Ascend 910", "atlas-inference": "310P3", "atlas-a2": "910B2",
              "atlas-a2-910b1": "910B1", "atlas-a2-910b3": "910B3", "atlas-a2-910b4": "910B4",
