@@ -128,6 +128,21 @@ def _plain_core(core: "Core") -> bool:
             and "set_flag" not in own and "wait_flag" not in own)
 
 
+def _flags_quiet(pipe: "Pipe", device: "Device") -> bool:
+    """Whether nobody sees ``pipe`` complete a flag but through its effect on the flags: no
+    trace track, no fast-forward, no observer shown non-busy instructions (one without
+    ``busy_only``). Pipe._run then does a flag that does not block in short."""
+    if pipe.track >= 0 or device.ff is not None:
+        return False
+    for ob in device.observers:
+        try:
+            if not ob.busy_only:
+                return False
+        except AttributeError:
+            return False
+    return True
+
+
 def source_line(program: Any) -> str | None:
     """"file.py:line" where a kernel generator (or the innermost one it delegates to) is paused."""
     gen = program
@@ -232,6 +247,12 @@ class Pipe:
         from opsim.simulator.isa import (STEP_BUSY, STEP_COMPLETES, STEP_ISSUES, STEP_OWN_BUSY,
                                          STEP_SET_FLAG, STEP_TIMING, STEP_WAIT_FLAG)
         sync_bits = STEP_SET_FLAG | STEP_WAIT_FLAG
+        busy_bits = STEP_BUSY | STEP_OWN_BUSY
+        # whether a flag that does not block may be done in short (_flags_quiet): nothing but
+        # its effect on the flags is seen of it then. Asked again after every resumption and
+        # after every instruction done the long way (an observer or an issue may change it);
+        # a run of flags done in short runs no other code, so nothing can change it meanwhile
+        quiet = False
         while True:
             if not queue:
                 item = self._item_ev = _new(Event)      # Event(env), inline (see _new)
@@ -243,9 +264,9 @@ class Pipe:
                 self.idle_mark = None
                 plain = core.plain_env
                 inline_flags = core.inline_flags
+                quiet = inline_flags and _flags_quiet(self, device)
             instr = queue.popleft()
             self.room += 1
-            self.current = instr
             space = self._space_ev
             if space is not None:
                 self._space_ev = None
@@ -255,6 +276,34 @@ class Pipe:
                     heappush(env._queue, (env._now, NORMAL, next(env._eid), space))
                 else:
                     space.succeed()
+            if quiet:
+                # a flag in short: a SetFlag, or a WaitFlag whose flag is set (one that must
+                # wait goes the long way below). As the long way does it, without what it
+                # does for nobody here: no trace on this pipe, no observer of flags, no
+                # fast-forward (which reads ``current`` and ``started``), nothing held to
+                # drop (a flag that does not wait leaves ``held``), no issue/complete to call
+                steps = instr.steps
+                if steps & sync_bits and not steps & busy_bits:
+                    key = (instr.src, instr.dst, instr.event_id)
+                    if steps & STEP_SET_FLAG:
+                        if key in waiters:
+                            ev = waiters[key]
+                            del waiters[key]
+                            if plain:
+                                ev._ok = True       # ev.succeed()
+                                ev._value = None
+                                heappush(env._queue, (env._now, NORMAL, next(env._eid), ev))
+                            else:
+                                ev.succeed()
+                        else:
+                            flags[key] = flags[key] + 1 if key in flags else 1
+                        continue
+                    if key in flags:
+                        n = flags[key]
+                        if n > 0:
+                            flags[key] = n - 1
+                            continue
+            self.current = instr
             # env._now, not the property env.now: a Python call, twice per instruction and flag
             # (simulated time is integral: LinkNetwork checks it)
             self.started = env._now    # type: ignore[assignment]
@@ -379,6 +428,20 @@ class Pipe:
                     stream.by_index.pop(stream.index.pop(id(instr), -1), None)
                 else:
                     ff.on_complete(self, instr, start, end)
+            elif inline_flags and self.track < 0:
+                # _flags_quiet, the usual cases inline: no observer, or one shown busy ones only
+                observers = device.observers
+                if not observers:
+                    quiet = True
+                elif len(observers) == 1:
+                    try:
+                        quiet = True if observers[0].busy_only else False
+                    except AttributeError:
+                        quiet = False
+                else:
+                    quiet = _flags_quiet(self, device)
+            else:
+                quiet = False
 
     @property
     def waiting_on(self) -> str | None:

@@ -89,6 +89,37 @@ def test_an_observer_added_during_a_run_is_shown_flags_from_then_on(monkeypatch:
     assert late.calls == whole
 
 
+class BusyJoinsLate(JoinsLate):
+    """JoinsLate shown busy instructions only: while it is the only observer nobody sees flags
+    (the pipes do them in short), until ``late`` joins."""
+
+    busy_only = True
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_an_observer_of_flags_joining_busy_only_ones_is_shown_flags_from_then_on(
+        monkeypatch: pytest.MonkeyPatch, swap: bool) -> None:
+    # the reference: every completion, seen by a plain observer from the start
+    ref = Calls()
+    _run(monkeypatch, "off", lambda dev: dev.observers.append(ref))
+    late = Calls()
+    joiner: list[BusyJoinsLate] = []
+
+    def make(dev: Any) -> None:
+        joiner.append(BusyJoinsLate(dev.observers, late))
+        dev.observers.append(joiner[0])
+        if swap:            # and a second busy_only observer (more than one to ask)
+            dev.observers.append(BusyCalls())
+
+    _run(monkeypatch, "off", make)
+    first_busy = next(i for i, c in enumerate(ref.calls) if c[3])
+    # ``late`` joined during the first busy completion: from there on it sees what the plain
+    # observer of the reference run saw, flags included (none done in short after it joined)
+    assert any(not c[3] for c in late.calls)
+    assert late.calls == ref.calls[first_busy:]
+    assert joiner[0].calls == [c for c in ref.calls if c[3]]
+
+
 def test_profiler_is_busy_only_and_still_ignores_flags_when_called() -> None:
     prof = Profiler()
     assert prof.busy_only is True
