@@ -461,6 +461,8 @@ class Device:
             return net._route(rate, (link,), pool)
 
         self._route_load: tuple | None = None
+        # id(model) -> (model, its route): loads with a model of their own (_model_load_route)
+        self._model_routes: dict[int, tuple[DmaModel, tuple | None]] = {}
         self._route_hit: tuple | None = None
         self._route_store: tuple | None = None
         self._route_writeback: tuple | None = None
@@ -588,17 +590,23 @@ class Device:
             self._count_bytes(launch, "L2 read", hit)
         startup = m.startup + startup_extra
         route_hit = self._route_hit
-        if fast and type(startup) is int and startup >= 0 and type(hit) is int and 0 <= hit <= nbytes \
-                and self._route_load is not None and (hit == 0 or route_hit is not None):
+        # a load with its own model (a cube core's GM->L1 copy) starts on its model's route,
+        # checked once too (_model_load_route): the transfers transfer() would start, whose
+        # TransferRecord value nothing waiting on a DMA reads
+        route_load = self._route_load if model is None else (
+            self._model_load_route(model) if type(net) is LinkNetwork and type(nbytes) is int and nbytes >= 0
+            else None)
+        if (fast or model is not None) and type(startup) is int and startup >= 0 and type(hit) is int \
+                and 0 <= hit <= nbytes and route_load is not None and (hit == 0 or route_hit is not None):
             # the routes checked once; a part of no bytes is a transfer only if it is the whole
             # DMA (a route the checks refused, e.g. a spec's L2 rate of 0, goes the long way
             # below, whose transfer() names the bad value)
             if hit == 0:
-                return self._with_writeback(net._start(miss, self._route_load, startup, tag), tag, launch)
+                return self._with_writeback(net._start(miss, route_load, startup, tag), tag, launch)
             assert route_hit is not None
             part = net._start(hit, route_hit, startup, tag)
             if miss:
-                part = net._join(part, net._start(miss, self._route_load, startup, tag))
+                part = net._join(part, net._start(miss, route_load, startup, tag))
             return self._with_writeback(part, tag, launch)
         pool = self.pools.get("MTE2") if model is None else None
         if hit == 0:
@@ -612,6 +620,22 @@ class Device:
                                        pool=pool, startup=startup, tag=tag))
         event = events[0] if len(events) == 1 else self._all_of(events)
         return self._with_writeback(event, tag, launch)
+
+    def _model_load_route(self, model: DmaModel) -> tuple | None:
+        """The checked rate-class key of the L2 misses of a load with its own ``model`` (on the
+        GM link, no pool: what _gm_transfer's transfer() of them uses), found once per model;
+        None if its rate would be refused (the load then goes through transfer(), which names
+        the bad value)."""
+        known = self._model_routes.get(id(model))
+        if known is not None and known[0] is model:
+            return known[1]
+        try:
+            _, rate, _ = checked_transfer(0, model.base, 0)
+            route: tuple | None = self.net._route(rate, (self.gm_link,), None)
+        except (TypeError, ValueError):
+            route = None
+        self._model_routes[id(model)] = (model, route)
+        return route
 
     def _with_writeback(self, event: simpy.Event, tag: str, launch: Launch | None) -> simpy.Event:
         """``event`` joined with the HBM write of the dirty L2 lines the access evicted (a
