@@ -445,6 +445,7 @@ class TQue:
         # until the buffer's first alloc, after which each alloc waits for its free flag
         self._tensors: list[LocalTensor | None] = [None] * depth
         self._alloc_origin: dict[int, str | None] = {}   # address -> source line of its alloc()
+        self._released: dict[int, tuple[str, int, int, str]] = {}   # address -> QueueFreeFlag.buffer
         isa = _isa()
         self._set_flag, self._wait_flag, self._free_flag = isa.SetFlag, isa.WaitFlag, isa.QueueFreeFlag
         # the block's pending list (never rebound: the stream drains it in place) and device,
@@ -540,7 +541,13 @@ class TQue:
         flag.src = flag.pipe = self.consumer
         flag.dst = self.producer
         flag.event_id = self.event_ids[i]
-        flag.buffer = (self.region.name, addr, self.nbytes, f"{self.position} queue buffer {i}")
+        # the buffer's (memory, address, bytes, name), made once per buffer (the same tuple for
+        # every free of it: a value nothing modifies)
+        try:
+            flag.buffer = self._released[addr]
+        except KeyError:
+            flag.buffer = self._released[addr] = (self.region.name, addr, self.nbytes,
+                                                  f"{self.position} queue buffer {i}")
         flag.realloc_index = None              # this queue does not stamp program order (opsim.asc does)
         self._pending.append(flag)
         self._free.append(i)
