@@ -39,6 +39,26 @@ def _l1_path(region: str) -> str:
     return path
 
 
+# what a busy instruction's row adds besides its call and cycles (Profiler._short): nothing, the
+# bytes of a load from GM (``_nbytes``: no on-chip path, no store address), or those of an L1 ->
+# L0 move (``_bytes``, and the on-chip path of its destination)
+_BYTES_NONE, _BYTES_LOAD, _BYTES_L0 = 0, 1, 2
+
+
+def _short_kind(cls: type, pname: str, name: str) -> int:
+    """What Profiler.on_instruction adds for an instruction of ``cls`` on pipe ``pname`` besides
+    its call and cycles, when that is one of the _BYTES_* kinds; else -1 (the long way)."""
+    if pname not in COPY_PIPES and name != "Copy":
+        return _BYTES_NONE
+    if name == "Copy" or pname in STORE_PIPES or pname == "DMA":
+        return -1
+    if cls is LoadData and pname == "MTE1":
+        return _BYTES_L0
+    if (cls is DataCopy or cls is DataCopyPad or cls is CopyGmToL1 or cls is Fixpipe) and pname != "MTE1":
+        return _BYTES_LOAD
+    return -1
+
+
 class Profiler:
     """Counts calls, busy cycles and on-chip bytes per (launch, core, pipe, instruction, origin)."""
 
@@ -54,29 +74,60 @@ class Profiler:
         self.stores: dict[int, array] = {}            # id(launch) -> GM addresses stored to
         self._launch: Any = None
         self._lid = id(None)
+        # (pipe, instruction class, origin) -> (its row in ``rows``, what its bytes are: _SHORT)
+        # for the launch seen last and this ``rows`` dict: the row and the bytes' kind found
+        # once per such triple, not per instruction (a cube chunk completes ~15 busy ones)
+        self._short: dict[tuple, tuple[list[int], int]] = {}
+        self._short_rows: dict | None = None
 
     def on_instruction(self, core: Any, pipe: Any, instr: Any, start: int, end: int) -> None:
         if not instr.busy:
             return
         launch = core.launch
-        if launch is self._launch:      # the id of the launch seen last (one call less)
+        if launch is self._launch and self.rows is self._short_rows:   # (one call less)
             lid = self._lid
         else:
             self._launch, lid = launch, id(launch)
             self._lid = lid
-        name = instr.name
-        pname = pipe.name
+            self._short = {}
+            self._short_rows = self.rows
+        cls = type(instr)
         # (subscripts and try, not getattr/dict.get: no Python call on the common path)
         try:
             origin = instr.origin
         except AttributeError:      # an instruction class that never set it
             origin = None
+        short = self._short
+        sk = (pipe, cls, origin)
+        if sk in short:
+            row, kind = short[sk]
+            row[0] += 1
+            row[1] += end - start
+            if kind == _BYTES_LOAD:
+                row[2] += instr._nbytes
+            elif kind == _BYTES_L0:
+                nbytes = instr._bytes
+                row[2] += nbytes
+                region = instr.dst.region.name
+                path = _L1_PATHS[region] if region in _L1_PATHS else _l1_path(region)
+                on_chip = self.on_chip
+                on_chip[path] = on_chip[path] + nbytes if path in on_chip else nbytes
+            return
+        name = instr.name
+        pname = pipe.name
         key = (lid, core.name, pname, name, origin)
         rows = self.rows
         try:
             row = rows[key]
         except KeyError:
             row = rows[key] = [0, 0, 0]
+        if pipe.core is core and getattr(cls, "name", None) is name and not hasattr(instr, "__dict__"):
+            # the row is the same for every instruction of the class (its name is the class's:
+            # no instance has a name of its own) on this pipe from this line; the bytes too
+            # where they are one slot read (the loads' and the L1 -> L0 moves' below)
+            kind = _short_kind(cls, pname, name)
+            if kind >= 0:
+                short[sk] = (row, kind)
         row[0] += 1
         row[1] += end - start
         if pname in COPY_PIPES or name == "Copy":
@@ -126,6 +177,7 @@ class Profiler:
         """Drop what was counted for ``launches`` (their records were taken; ids may be reused)."""
         ids = {id(launch) for launch in launches}
         self.rows = {k: v for k, v in self.rows.items() if k[0] not in ids}
+        self._short = {}
         for lid in ids:
             self.stores.pop(lid, None)
 
