@@ -45,7 +45,7 @@ def _l1_path(region: str) -> str:
 _BYTES_NONE, _BYTES_LOAD, _BYTES_L0 = 0, 1, 2
 
 
-def _short_kind(cls: type, pname: str, name: str) -> int:
+def _short_kind(cls: type, pname: str, name: Any) -> int:
     """What Profiler.on_instruction adds for an instruction of ``cls`` on pipe ``pname`` besides
     its call and cycles, when that is one of the _BYTES_* kinds; else -1 (the long way)."""
     if pname not in COPY_PIPES and name != "Copy":
