@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import numbers
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,6 +277,11 @@ class DeviceSpec:
             if leaf not in node and not _settable_new_leaf(parts):
                 raise SpecError(f"{self.name}: unknown field '{key}'{did_you_mean(key, _leaf_keys(raw))}; "
                                 f"known fields: {', '.join(sorted(_leaf_keys(raw)))}")
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                # a numpy integer (a sweep over np.arange) as the int it equals, so that the spec,
+                # its provenance note and every record of the run are the int call's; a bool
+                # (np.bool_ is no Integral) stays for the field's check to refuse
+                value = int(value)
             node[leaf] = value
             for stale in [k for k in prov if k.startswith(ckey + ".")]:
                 del prov[stale]  # provenance of sub-fields of a replaced table no longer applies

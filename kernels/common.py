@@ -16,6 +16,7 @@ import numpy as np
 
 from opsim.devices.spec import DeviceSpec
 from opsim.simulator import numerics as nx
+from opsim.simulator.cargs import is_int
 
 # aclnn status codes (docs/sources.md#aclnn-status-codes)
 ACLNN_SUCCESS = 0
@@ -212,6 +213,16 @@ def acl_dtype_name(dt: nx.DType) -> str:
 
 def tiling_error(message: str) -> OpError:
     return OpError(ACLNN_ERR_INNER_TILING_ERROR, message)
+
+
+def plain_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of a call's tiling ``overrides`` with every numpy integer as the int it equals.
+
+    Each plan reads its overrides through this, so that a sweep over ``np.arange`` runs as the
+    int call does: the int enters the tiling, the trace and the run's record, where a numpy
+    scalar would show as ``np.int64(2)``. A bool, a float or a string is left as it is, for the
+    plan's own check to refuse by name (True would otherwise run as 1)."""
+    return {key: int(value) if is_int(value) else value for key, value in (overrides or {}).items()}
 
 
 def popcount(x: int) -> int:

@@ -44,7 +44,7 @@ from typing import Any, Callable, Generator, Iterator, Mapping
 import numpy as np
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.common import OpDef, OpError, TensorDesc, popcount, reduction_code
+from opsim.kernels.common import OpDef, OpError, TensorDesc, plain_overrides, popcount, reduction_code
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import CapacityError
 from opsim.simulator.cargs import core_mask_problem, is_int
@@ -201,7 +201,7 @@ def plan_call(spec: DeviceSpec, *, storage: str, dtype: str, total: int, reducti
               weight_defined: bool, core_mask: int, overrides: Mapping[str, Any] | None = None) -> DspTiling:
     """The tiling of one call (pure): chunks per thread, the largest tile that fits the working
     area, double buffering when a thread has more than one tile."""
-    ov = dict(overrides or {})
+    ov = plain_overrides(overrides)
     unknown = set(ov) - set(OVERRIDE_KEYS)
     if unknown:
         raise _err(DspStatus.ERR_INVALID_ARGUMENT,

@@ -35,7 +35,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels import registry
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_INNER_TILING_ERROR,
-                                  OpDef, OpError, TensorDesc, acl_dtype_name, check_product)
+                                  OpDef, OpError, TensorDesc, acl_dtype_name, check_product, plain_overrides)
 from opsim.simulator import numerics as nx
 
 __all__ = ["register_operator", "KernelTiling"]
@@ -146,7 +146,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
              overrides: Mapping[str, Any] | None = None) -> KernelTiling:
         got = tiling(spec, {n: descs[n] for n in inputs}, dict(at))
         values = dict(asdict(got) if is_dataclass(got) and not isinstance(got, type) else got)
-        for k, v in (overrides or {}).items():
+        for k, v in plain_overrides(overrides).items():
             if k not in values and k not in ("block_dim", "core_mask") and k not in params:
                 raise OpError(ACLNN_ERR_PARAM_INVALID,
                               f"unknown tiling override {k!r} for {op_name}; allowed: block_dim, core_mask, "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from opsim.devices.spec import DeviceSpec
-from opsim.kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, popcount, tiling_error
+from opsim.kernels.common import OpError, ACLNN_ERR_PARAM_INVALID, plain_overrides, popcount, tiling_error
 from opsim.simulator.cargs import core_mask_problem
 
 DOUBLE_BUFFER_THRESHOLD = 65536   # elements (docs/sources.md#mse-tiling)
@@ -40,14 +40,14 @@ class ElementwiseTiling:
 
 
 def check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    overrides = dict(overrides or {})
+    overrides = plain_overrides(overrides)
     unknown = set(overrides) - set(OVERRIDE_KEYS)
     if unknown:
         raise OpError(ACLNN_ERR_PARAM_INVALID,
                       f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")
     for key, value in overrides.items():
-        # 1.0 or True would otherwise pass `in (1, 2)` and be taken as 1; core_mask has the check
-        # every core mask shares (plan_elementwise)
+        # 1.0 or True would otherwise pass `in (1, 2)` and be taken as 1 (a numpy integer is an
+        # int by now); core_mask has the check every core mask shares (plan_elementwise)
         if key != "core_mask" and (isinstance(value, bool) or not isinstance(value, int)):
             raise tiling_error(f"tiling override {key} = {value!r} must be an integer")
     return overrides

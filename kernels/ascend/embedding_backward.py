@@ -66,7 +66,7 @@ from opsim.kernels.analytic import (Estimate, TileWork, cast_work, dma_cycles, d
 from opsim.kernels.ascend.elementwise import ElementwiseTiling, estimate_elementwise, plan_elementwise
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, OpDef, OpError, TensorDesc, check_dtype_in,
                             check_format_not_private, check_max_dims, check_not_null,
-                            check_product, check_same_dtype, tiling_error)
+                            check_product, check_same_dtype, plain_overrides, tiling_error)
 from opsim.simulator import numerics as nx
 from opsim.simulator.errors import MemoryFault
 from opsim.simulator.cube import CrossCoreSetFlag, CrossCoreWaitFlag
@@ -339,7 +339,7 @@ class EmbeddingTiling:
 
 
 def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    ov = dict(overrides or {})
+    ov = plain_overrides(overrides)
     unknown = set(ov) - set(OVERRIDE_KEYS)
     if unknown:
         raise OpError(ACLNN_ERR_PARAM_INVALID,

@@ -34,7 +34,7 @@ import numpy as np
 from opsim.devices.spec import DeviceSpec
 from opsim.kernels.common import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, OpDef, OpError, TensorDesc,
                             check_dtype_in, check_format_nd, check_not_null, check_product,
-                            check_same_dtype, popcount, tiling_error)
+                            check_same_dtype, plain_overrides, popcount, tiling_error)
 from opsim.simulator import numerics as nx
 from opsim.simulator.cargs import core_mask_problem
 from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
@@ -267,7 +267,7 @@ class FlceTiling:
 
 
 def _check_overrides(ov: Mapping[str, Any] | None) -> dict[str, Any]:
-    ov = dict(ov or {})
+    ov = plain_overrides(ov)
     unknown = set(ov) - set(OVERRIDE_KEYS)
     if unknown:
         raise _bad(f"unknown tiling override(s) {sorted(unknown)}; allowed: {', '.join(OVERRIDE_KEYS)}")

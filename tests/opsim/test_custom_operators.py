@@ -109,6 +109,17 @@ def test_a_bad_core_mask_override_is_refused_naming_it_and_the_allowed_masks(mas
     assert msg.endswith(f"core_mask {said}"), msg
 
 
+
+def test_a_numpy_integer_kernel_parameter_override_runs_as_the_same_python_int() -> None:
+    # the override reached the kernel and the tiling record as np.int64(256): the tiling's repr
+    # and the trace's launch arguments differed from the int call's
+    x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+    want = opsim.run("scale_by", x=x, tiling={"tile_length": 256, "block_dim": 2}, trace="launch")
+    got = opsim.run("scale_by", x=x, tiling={"tile_length": np.int64(256), "block_dim": np.int32(2)}, trace="launch")
+    assert got.cycles == want.cycles and got.outputs["out"].tobytes() == want.outputs["out"].tobytes()
+    assert repr(got.tiling) == repr(want.tiling)
+    assert got.trace.to_chrome_json() == want.trace.to_chrome_json()
+
 def test_register_operator_names_a_missing_kernel_parameter() -> None:
     def k(ctx, a):            # pragma: no cover - never launched
         yield None
