@@ -8,7 +8,8 @@ and says where opsim differs):
   Block Dim, Task Duration(us), shapes and dtypes of the launch's GM tensors, and per core kind
   the time and the ratio of each pipe's busy cycles to the core's cycles (``aiv_vec_ratio``,
   ``aic_cube_ratio``, ...), plus the bytes of the launch per link as bandwidths
-  (``main_mem_read_bw(GB/s)``, ``l2_read_bw(GB/s)``);
+  (``main_mem_read_bw(GB/s)``, ``l2_read_bw(GB/s)``, ``l2_write_bw(GB/s)``: a store a write-back
+  L2 takes is an L2 write, on the GM link only when the L2 evicts its dirty line);
 - :func:`pipe_utilization` -- one row per block (core) of each launch, as msOpProf's
   ``PipeUtilization.csv``;
 - :func:`instr_exe` / :func:`code_exe` -- cycles per instruction kind and per kernel source line
@@ -146,7 +147,7 @@ def op_summary(records: Sequence[LaunchRecord], gm_link: str = "HBM") -> tuple[l
     head = list(OP_SUMMARY_HEAD)
     for k in kinds:
         head += _kind_columns(k)
-    head += ["main_mem_read_bw(GB/s)", "main_mem_write_bw(GB/s)", "l2_read_bw(GB/s)"]
+    head += ["main_mem_read_bw(GB/s)", "main_mem_write_bw(GB/s)", "l2_read_bw(GB/s)", "l2_write_bw(GB/s)"]
     rows = []
     for r in records:
         row: list[Any] = [r.name, r.op_type, r.task_type, r.stream, _r(r.us(r.issue)), _r(r.us(r.cycles)),
@@ -167,8 +168,10 @@ def op_summary(records: Sequence[LaunchRecord], gm_link: str = "HBM") -> tuple[l
                 busy = sum(r.busy.get((c, pipe), 0) for c in cores)
                 row += [_r(r.us(busy / len(cores))), _r(busy / total if total else 0.0)]
         seconds = r.cycles / r.clock_hz if r.cycles else 0.0
+        # each on the link that carried it: a write-back L2 takes stores on the L2 link
+        # (Device.gm_transfer's "L2 write"), the GM link sees only the dirty lines it evicts
         bw = [r.link_bytes.get(f"{gm_link} read", 0), r.link_bytes.get(f"{gm_link} write", 0),
-              r.link_bytes.get("L2 read", 0)]
+              r.link_bytes.get("L2 read", 0), r.link_bytes.get("L2 write", 0)]
         row += [_r(b / seconds / 1e9 if seconds else 0.0) for b in bw]
         rows.append(row)
     return head, rows

@@ -39,10 +39,12 @@ def check_stats(stats: dict) -> None:
         assert u <= 1 + EPS, (pipe, u)
 
 
-def check_tables(records: list, peaks: dict[str, float], gm_link: str) -> None:
+def check_tables(records: list, peaks: dict[str, float], gm_link: str, spec=None) -> None:
+    """``spec`` (the device's): also each launch's L2 write rate against the L2 write rate of
+    the cores it ran on."""
     head, rows = op_summary(records, gm_link)
     assert len(rows) == len(records)
-    for row in rows:
+    for rec, row in zip(records, rows):
         for col, v in zip(head, row):
             if col.endswith("_ratio") and v != "N/A":
                 assert 0.0 <= v <= 1 + EPS, (col, v)
@@ -51,6 +53,13 @@ def check_tables(records: list, peaks: dict[str, float], gm_link: str) -> None:
         _le(bw["main_mem_write_bw(GB/s)"], peaks[gm_link], "main_mem_write_bw")
         if "L2" in peaks:
             _le(bw["l2_read_bw(GB/s)"], peaks["L2"], "l2_read_bw")
+            _le(bw["l2_write_bw(GB/s)"], peaks["L2"], "l2_write_bw")
+            # reads and writes share the one L2 link (rounded to 6 digits each)
+            _le(bw["l2_read_bw(GB/s)"] + bw["l2_write_bw(GB/s)"], peaks["L2"] * (1 + 1e-5), "l2 read + write")
+            if spec is not None and spec.l2 is not None:
+                cores = len(rec.core_cycles)
+                _le(bw["l2_write_bw(GB/s)"], spec.l2.write_rate * cores * spec.clock_hz / 1e9,
+                    f"l2_write_bw vs l2.write_rate x {cores} cores")
     head, rows = pipe_utilization(records)
     for row in rows:
         for col, v in zip(head, row):
@@ -93,7 +102,7 @@ def test_no_demo_figure_exceeds_its_peak(op_name, dev, dt, tmp_path):
     kwargs = op.example(np.random.default_rng(0), opsim.device_spec(dev), dt)
     res = opsim.run(op_name, device=dev, **kwargs)
     check_stats(res.stats)
-    check_tables(list(res.launch_records), _peaks(res.stats), res.stats["gm_link"])
+    check_tables(list(res.launch_records), _peaks(res.stats), res.stats["gm_link"], opsim.device_spec(dev))
     check_trace(res.trace)
     pic = roofline_plot(res.trace)
     if pic.info:

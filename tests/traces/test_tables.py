@@ -270,3 +270,38 @@ def test_tables_of_a_runtime_that_was_not_profiling_are_refused_with_a_code(tmp_
     assert rt.write_tables(str(tmp_path / "t.csv")) == ACL_ERROR_INVALID_PARAM
     assert "profile=True" in rt.aclGetRecentErrMsg()
     assert not os.path.exists(str(tmp_path / "t.csv"))
+
+
+def test_stores_a_write_back_l2_takes_are_l2_write_bw_not_main_mem_write_bw():
+    # every store of MSE's output stays in atlas-a2's write-back L2 (192 MiB): op_summary once
+    # showed main_mem_write_bw 0.0 and had no column for the 512 KiB the L2 took
+    rng = np.random.default_rng(1)
+    x, y, g = (rng.standard_normal((64, 4096)).astype(np.float32) for _ in range(3))
+    spec = opsim.device_spec("atlas-a2")
+    assert spec.l2.write_policy == "write-back"
+    res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y,
+                    reduction="mean")
+    head, rows = res.tables()["op_summary"]
+    assert "l2_write_bw(GB/s)" in head, head[-4:]
+    row = dict(zip(head, rows[0]))
+    seconds = float(row["Task Duration(us)"]) * 1e-6
+    out_bytes = 64 * 4096 * 4                          # the one fp32 output, stored once
+    assert row["main_mem_write_bw(GB/s)"] == 0.0
+    assert row["l2_write_bw(GB/s)"] == pytest.approx(out_bytes / seconds / 1e9, rel=1e-4)
+    # on the L2 link, within what the cores that ran can write to it
+    cores = len(res.launch_records[0].core_cycles)
+    assert row["l2_write_bw(GB/s)"] <= spec.l2.write_rate * cores * spec.clock_hz / 1e9
+    assert row["l2_write_bw(GB/s)"] + row["l2_read_bw(GB/s)"] <= spec.l2.bandwidth / 1e9
+
+
+def test_stores_a_write_through_part_makes_stay_on_the_gm_link():
+    # without a write-back L2 every store is an HBM write: l2_write_bw counts only the L2 link's
+    rng = np.random.default_rng(1)
+    x, y, g = (rng.standard_normal((64, 256)).astype(np.float32) for _ in range(3))
+    res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y,
+                    reduction="mean", device_overrides={"l2.write_policy": "write-through"})
+    head, rows = res.tables()["op_summary"]
+    row = dict(zip(head, rows[0]))
+    seconds = float(row["Task Duration(us)"]) * 1e-6
+    assert row["l2_write_bw(GB/s)"] == 0.0
+    assert row["main_mem_write_bw(GB/s)"] == pytest.approx(64 * 256 * 4 / seconds / 1e9, rel=1e-4)
