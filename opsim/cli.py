@@ -105,7 +105,8 @@ def format_result(res: Any) -> str:
         lines.extend(format_links(s))
     if s.get("pipe_utilisation"):
         util = ", ".join(f"{p} {100 * u:.0f}%" for p, u in sorted(s["pipe_utilisation"].items()))
-        lines.append(f"pipes busy    {util}  (busiest core)")
+        # each pipe's figure is from its own busiest core (stats["pipe_busy"]), not one core's
+        lines.append(f"pipes busy    {util}  (each pipe's busiest core)")
     if "ub_peak_bytes" in s:
         if s.get("local_memory") == "private memory":     # a DSP core has no UB
             lines.append(f"local peak    {s['ub_peak_bytes']} B (DSP private memory)")

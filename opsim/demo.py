@@ -89,8 +89,10 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool,
         path = os.path.join(out_dir, f"{tag}.html")
         report_for_result(res, path)
         entry["report"] = os.path.basename(path)
+    # the rate is the GM link's: HBM or DDR by device, named in the row (L2 traffic is not in it)
     row = (f"{op_name:{width}s} {dev:20s} {dt:5s} {s.get('block_dim') or '-':>5} {res.cycles:9d} "
-           f"{res.time_us:9.2f} {s.get('bandwidth_GBps', 0):7.1f} {s.get('bound', '-'):7s} {verdict}")
+           f"{res.time_us:9.2f} {s.get('gm_link', spec.gm.kind):>4s} {s.get('bandwidth_GBps', 0):7.1f} "
+           f"{s.get('bound', '-'):7s} {verdict}")
     return row, entry, verdict.startswith("FAIL")
 
 
@@ -113,7 +115,7 @@ def run_demo(out_dir: str = "opsim-out", reports: bool = True,
     # the operator column fits the longest name (a custom operator's path:name can be long)
     width = max([OP_WIDTH, *(len(op) for op, _, _ in cases)])
     header = f"{'operator':{width}s} {'device':20s} {'dtype':5s} {'block':>5s} {'cycles':>9s} {'us':>9s} " \
-             f"{'GB/s':>7s} {'bound':7s} check"
+             f"{'GM link GB/s':>12s} {'bound':7s} check"
     print(header)
     print("-" * len(header), flush=True)
     workers = workers or min(len(cases), os.cpu_count() or 1)

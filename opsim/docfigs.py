@@ -208,8 +208,10 @@ def demo_table() -> str:
         "",
         *textwrap.wrap("The rows and the run time above are those of `opsim demo --no-report` (`make demo` "
                        "also writes the HTML reports, which takes longer). All rows run in `full` mode "
-                       "(numbers and timing) on the operands of each operator's example recipe (seed 0); "
-                       "the rows shown:", width=100),
+                       "(numbers and timing) on the operands of each operator's example recipe (seed 0). "
+                       "`GM link GB/s` is the achieved rate on the device's GM link, HBM or DDR as the "
+                       "row names it (L2 hits and the stores a write-back L2 takes are on the L2 link: "
+                       "`opsim run` shows each link). The rows shown:", width=100),
         *[f"- {r}" for r in recipe],
     ])
 

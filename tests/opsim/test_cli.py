@@ -340,3 +340,30 @@ def test_dsp_bce_with_reduction_none_gets_one_dloss_per_element(mode, capsys):
     assert main(["run", "binarycrossentropygrad", "--device", "ft78ne", "--shape", "2048", "--mode", mode,
                  "--attr", "reduction=sum"]) == 0
     assert "dloss 1 fp32" in capsys.readouterr().out
+
+
+def test_demo_rows_name_the_gm_link_their_rate_is_on(tmp_path, capsys):
+    # the column said "GB/s" for the HBM of atlas-a2 and the DDR of atlas-inference alike
+    import opsim
+    from opsim.demo import run_demo
+    assert run_demo(out_dir=str(tmp_path), reports=False, workers=1, ops=["mse_loss_backward"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, rows = lines[0], [ln for ln in lines[2:] if ln.startswith("mse_loss_backward")]
+    assert "GM link GB/s" in header and " GB/s " not in header.replace("GM link GB/s", "")
+    kinds = set()
+    for row in rows:
+        cells = row.split()
+        kind = opsim.device_spec(cells[1]).gm.kind
+        kinds.add(kind)
+        assert cells[6] == kind, row                    # the link, then its rate
+        float(cells[7])
+    assert kinds == {"HBM", "DDR"}
+
+
+def test_run_says_each_pipes_figure_is_from_its_own_busiest_core(capsys):
+    # "pipes busy ... (busiest core)" read as one core's figures; each pipe's is its own busiest
+    # core's (stats["pipe_busy"]), and those can be different cores
+    assert main(["run", "mse_loss_backward", "--device", "atlas-a2", "--shape", "64x4096", "--dtype", "bf16",
+                 "--reduction", "mean"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("pipes busy"))
+    assert line.endswith("(each pipe's busiest core)"), line
