@@ -12,9 +12,10 @@ runs them on their own.
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import sys
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = ["register", "main"]
 
@@ -77,8 +78,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         # an empty point (a zero dimension) launches nothing and has no bound
         bound = f"{best['bound']}-bound" if best["bound"] else "empty: nothing launched"
         print(f"fastest: {best['time_us']:.3f} us ({best['cycles']} cycles, {bound}) "
-              f"at {best['operator']} on {best['device']} shape {best['shape']} dtype {best['dtype']} "
-              f"tiling {best['tiling']} overrides {best['overrides']} attrs {best['attrs']}")
+              f"at {best['operator']} on {best['device']}{point_text(res.study, best)}")
     confirmed = [r for r in rows if r.get("confirmed_cycles") is not None]
     if confirmed:
         print("confirmed with the simulator (timing mode):")
@@ -91,6 +91,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot:
         print(f"plots: {args.plot}")
     return 0
+
+
+def point_text(study: Any, row: Mapping[str, Any]) -> str:
+    """": shape 64x4096, dtype fp16, tiling.block_dim 8" -- the row's value of each axis of the
+    study other than operator and device (named before it), as a study file or the CLI writes it;
+    "" when the study has no other axis. An axis the study lacks is left out (it has no value the
+    user chose: a missing dtype is not "null")."""
+    params = json.loads(row["params"])
+    parts = []
+    for key in study.axis_keys():
+        if key in ("operator", "device"):
+            continue
+        group, _, field = key.partition(".")
+        value = params[_PARAM_GROUPS[group]][field] if field else params[key]
+        parts.append(f"{key} {_axis_value(value)}")
+    return (": " + ", ".join(parts)) if parts else ""
+
+
+# the parameter table of a point that holds a prefixed axis' values (sweep.canonical_params)
+_PARAM_GROUPS = {"tiling": "tiling", "override": "overrides", "attr": "attrs"}
+
+
+def _axis_value(value: Any) -> str:
+    """One axis value as the user writes it: a shape 64x4096 (as --shape), true/false, a table of
+    operands name=value ..."""
+    if isinstance(value, Mapping):
+        return " ".join(f"{k}={_axis_value(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "x".join(str(d) for d in value) if value else "scalar"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:

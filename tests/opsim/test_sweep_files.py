@@ -275,3 +275,32 @@ def test_the_fastest_point_of_a_study_with_an_empty_shape_is_not_none_bound(work
     assert main(["sweep", str(path), "--quiet", "--executor", "serial"]) == 0
     out = capsys.readouterr().out
     assert "(0 cycles, empty: nothing launched)" in out and "None" not in out
+
+
+def _fastest_line(capsys):
+    return next(line for line in capsys.readouterr().out.splitlines() if line.startswith("fastest:"))
+
+
+def test_the_fastest_point_names_only_the_study_axes_as_the_user_writes_them(work, capsys):
+    # a study without a dtype axis printed "dtype null", and every value as JSON: shape [4096],
+    # dtype "fp16", tiling {} overrides {} attrs {"reduction":"none"}
+    from opsim.cli import main
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "nodtype"\nmode = "estimate"\n[axes]\noperator = ["binarycrossentropygrad"]\n'
+                    'device = ["ft78ne"]\nshape = [[64, 64]]\nattr.reduction = ["none"]\n')
+    assert main(["sweep", str(path), "--quiet", "--executor", "serial"]) == 0
+    line = _fastest_line(capsys)
+    assert line.endswith(" at binarycrossentropygrad on ft78ne: shape 64x64, attr.reduction none"), line
+    for absent in ("null", "dtype", "tiling", "overrides", "{", "["):
+        assert absent not in line, line
+
+
+def test_the_fastest_point_shows_a_dtype_and_tiling_axis_as_values(work, capsys):
+    from opsim.cli import main
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "tiled"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'shape = [[4096]]\ndtype = ["fp16"]\ntiling.block_dim = [4]\noverride.ub.size = [131072]\n')
+    assert main(["sweep", str(path), "--quiet", "--executor", "serial"]) == 0
+    line = _fastest_line(capsys)
+    assert line.endswith(" at mse_loss_backward on atlas-a2: shape 4096, dtype fp16, tiling.block_dim 4, "
+                         "override.ub.size 131072"), line
