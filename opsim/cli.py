@@ -138,11 +138,14 @@ def format_links(s: dict[str, Any]) -> list[str]:
 
 
 def error_text(exc: BaseException) -> str:
-    """One line for a refused command: a SimulatorError's message (it starts with its class
-    name), a KeyError's message without the quotes ``str(KeyError)`` adds (an unknown operator is
-    a mistyped name, not a Python error), otherwise ``Class: message``."""
+    """One line for a refused command: a SimulatorError's message (it starts with the machine
+    fault's kind), a ValueError's message (a value the user gave is refused: SpecError, CliError,
+    an operator's shape check -- the message says what is allowed; a Python class name would only
+    puzzle a command-line user), a KeyError's message without the quotes ``str(KeyError)`` adds (an
+    unknown operator is a mistyped name), otherwise ``Class: message`` (a TypeError or the like is
+    a bug somewhere, and its class says which kind)."""
     from opsim.simulator.errors import SimulatorError
-    if isinstance(exc, SimulatorError):
+    if isinstance(exc, (SimulatorError, ValueError)):
         return str(exc)
     if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         return exc.args[0]

@@ -48,7 +48,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                     confirm_top=args.confirm_top, mode=args.mode, quiet=args.quiet,
                     strict=not args.allow_unknown_operators)
     except StudyError as exc:
-        print(f"opsim sweep: {exc}", file=sys.stderr)
+        print(f"opsim sweep: {exc.cli_message()}", file=sys.stderr)
         return 2
     except (RuntimeError, OSError, sqlite3.DatabaseError) as exc:
         print(f"opsim sweep: {exc}", file=sys.stderr)

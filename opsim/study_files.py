@@ -31,8 +31,9 @@ _CREATOR = "opsim.sweep"
 
 
 def _error(message: str) -> Exception:
+    """A StudyError whose ``{db}``, ``{resume}``, ... name the sweep's options (StudyError.naming_options)."""
     from opsim.sweep import StudyError  # the sweep module imports this one
-    return StudyError(message)
+    return StudyError.naming_options(message)
 
 
 def safe_file_name(name: str) -> str:
@@ -51,12 +52,12 @@ def database_path(study: Any, database: str | Path | None) -> Path:
     p = PurePath(study.database)
     if p.is_absolute() or p.drive or p.root or ".." in p.parts or not p.parts:
         raise _error(f"{where}: {study.database!r} must be a relative path inside the working "
-                     f"directory (no absolute path, no '..'); pass --db (database=...) to write elsewhere")
+                     f"directory (no absolute path, no '..'); pass {{db}} to write elsewhere")
     cwd = Path.cwd().resolve()
     resolved = (cwd / p).resolve()
     if not resolved.is_relative_to(cwd):   # e.g. through a symbolic link
         raise _error(f"{where}: {study.database!r} leads outside the working directory (to {resolved}); "
-                     f"pass --db (database=...) to write elsewhere")
+                     f"pass {{db}} to write elsewhere")
     return Path(p)
 
 
@@ -77,7 +78,7 @@ def read_meta(path: Path) -> dict[str, str] | None:
         head = f.read(len(_SQLITE_MAGIC))
     if head != _SQLITE_MAGIC:
         raise _error(f"{path} exists and is not an SQLite database; opsim neither writes into nor "
-                     f"replaces a file it did not create: choose another --db or remove it")
+                     f"replaces a file it did not create: give another {{db}} or remove it")
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -98,16 +99,16 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
     if not path.exists() and not path.is_symlink():
         return
     if not path.is_file():
-        raise _error(f"{path} exists and is not a regular file; choose another --db")
+        raise _error(f"{path} exists and is not a regular file; give another {{db}}")
     if path.stat().st_size == 0:
         return   # an empty file is an empty SQLite database (e.g. made by a reader polling for it)
     meta = read_meta(path)
     if meta is None:
         raise _error(f"{path} is an SQLite database that opsim did not create (no sweep meta table); "
-                     f"opsim neither writes into nor replaces it: choose another --db")
+                     f"opsim neither writes into nor replaces it: give another {{db}}")
     if meta["study"] != study.name:
         raise _error(f"{path} holds the results of study {meta['study']!r}, not {study.name!r}; "
-                     f"--overwrite replaces only a database of the same study: choose another --db")
+                     f"{{overwrite}} replaces only a database of the same study: give another {{db}}")
     rows = int(meta["_rows"])
     if resume:
         if "study_hash" in meta:
@@ -119,13 +120,12 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
         if not same and rows:
             raise _error(f"{path}: study {study.name!r} has changed since its {rows} rows were written "
                          f"(axes, mode, seed or operands differ); resuming would mix old and new points. "
-                         f"Use --overwrite to start again or --db NEW to keep both")
+                         f"Use {{overwrite}} to start again or another {{db}} to keep both")
         return
     if not rows:
         return
     if not overwrite:
-        raise _error(f"{path} already holds results; resume=True (--resume) to continue it or "
-                     f"overwrite=True (--overwrite) to start again")
+        raise _error(f"{path} already holds results; {{resume}} continues it, {{overwrite}} starts it again")
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
 

@@ -65,8 +65,42 @@ SCHEMA_VERSION = 1
 MAX_WORKERS = 1024   # local worker processes one sweep may start (a typo must not fork-bomb the host)
 
 
+# how a message names an option of a sweep: sweep()'s keyword argument, `opsim sweep`'s flag
+OPTION_SPELLINGS: dict[str, tuple[str, str]] = {
+    "resume": ("resume=True", "--resume"),
+    "overwrite": ("overwrite=True", "--overwrite"),
+    "db": ("database=PATH", "--db PATH"),
+    "executor_dask": ("executor='dask'", "--executor dask"),
+}
+
+
+def _spell(template: str, which: int) -> str:
+    """``template`` with each ``{option}`` of :data:`OPTION_SPELLINGS` spelt for an entry point
+    (0: Python, 1: command line); other braces (a path's) stay as they are."""
+    return re.sub(r"\{(\w+)\}", lambda m: OPTION_SPELLINGS[m[1]][which] if m[1] in OPTION_SPELLINGS else m[0],
+                  template)
+
+
 class StudyError(ValueError):
-    """A study file is malformed; the message names the file, the key and the line."""
+    """A study file is malformed or a sweep cannot start; the message names the file, the key and
+    the line, or what to give instead.
+
+    A message that names options of the sweep (:meth:`naming_options`) reads as the Python call
+    spells them (``resume=True``); :meth:`cli_message` spells them as ``opsim sweep``'s flags."""
+
+    template: str | None = None
+
+    @classmethod
+    def naming_options(cls, template: str) -> StudyError:
+        """The error whose message is ``template`` with ``{resume}``, ``{overwrite}``, ``{db}``,
+        ``{executor_dask}`` spelt as sweep()'s keyword arguments."""
+        exc = cls(_spell(template, 0))
+        exc.template = template
+        return exc
+
+    def cli_message(self) -> str:
+        """The message as the command line's user reads it: the options as flags."""
+        return _spell(self.template, 1) if self.template is not None else str(self)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -801,8 +835,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
                    st.description)
     if resume and overwrite:
         # one would be dropped in silence: a resume keeps the rows an overwrite discards
-        raise StudyError("resume and overwrite exclude each other: resume=True (--resume) continues the "
-                         "database, overwrite=True (--overwrite) starts it again; give one")
+        raise StudyError.naming_options("resume and overwrite exclude each other: {resume} continues the "
+                                        "database, {overwrite} starts it again; give one")
     if isinstance(confirm_top, bool) or not isinstance(confirm_top, int) or confirm_top < 0:
         raise StudyError(f"confirm_top must be an integer >= 0, got {confirm_top!r}")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
@@ -812,8 +846,8 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
         raise StudyError(f"executor {executor!r} is not one of {', '.join(EXECUTORS)}")
     if scheduler is not None and executor != "dask":
         # it would be ignored: the sweep would run here, not on the cluster the user named
-        raise StudyError(f"scheduler {scheduler!r} is for executor 'dask', not {executor!r}; "
-                         f"add --executor dask (executor='dask') or leave the scheduler out")
+        raise StudyError.naming_options(f"scheduler {scheduler!r} is for executor 'dask', not {executor!r}; "
+                                        f"add {{executor_dask}} or leave the scheduler out")
     if confirm_top and (st.mode != "estimate" or "mode" in st.axis_keys()):
         raise StudyError(f"confirm_top needs the study in estimate mode (it is {st.mode!r}); "
                          f"the confirmation runs the simulator on the best points")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -288,7 +289,7 @@ def test_check_refuses_an_arg_that_is_not_of_its_parameter_type(capsys):
         assert main(["check", target, "--shape", "64", "--arg", given, "--arg", other]) == 2, given
         captured = capsys.readouterr()
         assert captured.out == "" and captured.err == (
-            f"opsim check: ValueError: --arg {name}={value}: add_kernel's parameter '{name}' is annotated "
+            f"opsim check: --arg {name}={value}: add_kernel's parameter '{name}' is annotated "
             f"{kind}; give {want}\n"), captured
 
 
@@ -298,7 +299,7 @@ def test_check_names_an_unknown_device_before_a_missing_arg(capsys):
     for target in ("examples/kernels/add_manual_flags.py:add_kernel", "examples/kernels/sanitizer_bugs.py:add"):
         assert main(["check", target, "--device", "nosuch"]) == 2
         err = capsys.readouterr().err
-        assert err.startswith("opsim check: SpecError: unknown device 'nosuch'; known devices: atlas-")
+        assert err.startswith("opsim check: unknown device 'nosuch'; known devices: atlas-")
         assert "atlas-a2, " in err and err.count("\n") == 1, err
 
 
@@ -367,3 +368,17 @@ def test_run_says_each_pipes_figure_is_from_its_own_busiest_core(capsys):
                  "--reduction", "mean"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("pipes busy"))
     assert line.endswith("(each pipe's busiest core)"), line
+
+
+def test_a_refused_command_line_names_no_python_class(capsys):
+    # "opsim: ValueError: fused_linear_cross_entropy_loss_grad: the example shape is BT x H x V ...",
+    # "opsim: SpecError: unknown device ...": the user gave a wrong value, not a Python error
+    for argv in (["run", "fused_linear_cross_entropy_loss_grad", "--shape", "17x64", "--mode", "estimate"],
+                 ["run", "mse_loss_backward", "--device", "nosuch", "--mode", "estimate"],
+                 ["run", "mse_loss_backward", "--operand", "nosuch=4", "--mode", "estimate"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("opsim: ") and err.count("\n") == 1, err
+        assert not re.match(r"opsim: \w+(Error|Exception):", err), err
+    assert main(["run", "fused_linear_cross_entropy_loss_grad", "--shape", "17x64", "--mode", "estimate"]) == 2
+    assert capsys.readouterr().err.startswith("opsim: fused_linear_cross_entropy_loss_grad: the example shape is ")

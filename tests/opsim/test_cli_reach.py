@@ -207,4 +207,4 @@ def test_an_unknown_operand_dtype_lists_the_allowed_names(capsys):
     except ValueError as exc:
         allowed = str(exc)
     assert "allowed names: fp32" in allowed
-    assert err == f"opsim: CliError: --operand self: {allowed}\n", err
+    assert err == f"opsim: --operand self: {allowed}\n", err

@@ -228,7 +228,7 @@ def test_resume_skips_points_done_and_an_existing_database_is_not_overwritten_si
     first = sweep(small_study(), db, workers=1, quiet=True)
     again = sweep(small_study(), db, resume=True, workers=1, quiet=True)
     assert (again.ran, again.skipped) == (0, first.points)
-    with pytest.raises(StudyError, match="--resume"):
+    with pytest.raises(StudyError, match="resume=True"):
         sweep(small_study(), db, workers=1, quiet=True)
     fresh = sweep(small_study(), db, overwrite=True, workers=1, quiet=True)
     assert fresh.ran == first.points and len(fresh.rows()) == first.points
@@ -248,6 +248,23 @@ def test_resume_and_overwrite_together_are_refused_before_the_database_is_touche
     r = _cli("sweep", str(toml), "--db", str(tmp_path / "t.sqlite"), "--resume", "--overwrite")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--resume" in r.stderr and "--overwrite" in r.stderr and not (tmp_path / "t.sqlite").exists()
+
+
+def test_an_existing_database_names_the_flags_on_the_command_line_and_the_keywords_in_python(tmp_path):
+    # the CLI said "resume=True (--resume) to continue it or overwrite=True (--overwrite)"
+    toml = tmp_path / "s.toml"
+    toml.write_text('[study]\nname = "s"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'device = ["atlas-a2"]\nshape = [[1024]]\n')
+    db = tmp_path / "t.sqlite"
+    assert _cli("sweep", str(toml), "--db", str(db), "--quiet").returncode == 0
+    r = _cli("sweep", str(toml), "--db", str(db), "--quiet")
+    assert r.returncode == 2 and r.stderr == (f"opsim sweep: {db} already holds results; --resume continues it, "
+                                              f"--overwrite starts it again\n"), r.stderr
+    with pytest.raises(StudyError) as info:
+        sweep(str(toml), db, workers=1, quiet=True)
+    assert str(info.value) == f"{db} already holds results; resume=True continues it, overwrite=True starts it again"
+    r = _cli("sweep", str(toml), "--db", str(db), "--scheduler", "tcp://127.0.0.1:1")
+    assert r.returncode == 2 and "add --executor dask or leave" in r.stderr and "executor='dask'" not in r.stderr
 
 
 def test_csv_export_and_dataframe(tmp_path):
