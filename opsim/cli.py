@@ -33,6 +33,20 @@ def _parse_seed(text: str) -> int:
     return seed
 
 
+def parse_workers(text: str) -> int:
+    """``--workers N`` of ``opsim demo`` and ``opsim sweep``: N worker processes, 1 to the sweep's
+    cap (0 is no count of processes: the demo took it as the default, the sweep refused it)."""
+    from opsim.sweep import MAX_WORKERS
+    try:
+        workers = int(text)
+    except ValueError:
+        workers = 0
+    if not 1 <= workers <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of worker processes; give an integer "
+                                         f"from 1 to {MAX_WORKERS} (default: the CPU count)")
+    return workers
+
+
 def _parse_value(text: str) -> Any:
     low = text.lower()
     if low in ("true", "false"):
@@ -364,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("demo", help="run every operator on every product that supports it and check goldens")
     m.add_argument("--out", default="opsim-out", help="directory for traces and reports (default: opsim-out)")
     m.add_argument("--no-report", action="store_true", help="skip the HTML reports")
-    m.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    m.add_argument("--workers", type=parse_workers, default=None, help="worker processes (default: CPU count)")
     m.add_argument("--kernel", action="append", help="only this operator (repeatable); custom ones as FILE.py:name")
     m.set_defaults(func=cmd_demo)
 

@@ -142,6 +142,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``sweep`` and ``capacity`` commands to an argparse subparsers object."""
+    from opsim.cli import DeviceOverride, parse_workers
     p = subparsers.add_parser("sweep", help="run a capacity/tiling study (a TOML file) into SQLite",
                               description="Run the cross product of a study's axes; one SQLite row "
                                           "per point, committed as it finishes.")
@@ -158,7 +159,7 @@ def register(subparsers: Any) -> None:
                    help="estimate every point, then run the simulator on the K fastest")
     p.add_argument("--executor", choices=("local", "serial", "dask"), default="local",
                    help="local worker processes (default), in-process, or a dask.distributed cluster")
-    p.add_argument("--workers", type=int, help="local worker processes (default: CPU count)")
+    p.add_argument("--workers", type=parse_workers, help="local worker processes (default: CPU count)")
     p.add_argument("--scheduler", help="dask scheduler address (with --executor dask)")
     p.add_argument("--plot", metavar="DIR", help="draw the study's heat maps and scaling lines here")
     p.add_argument("--csv", metavar="PATH", help="also export every row to CSV")
@@ -173,7 +174,6 @@ def register(subparsers: Any) -> None:
     c.add_argument("op", help="operator name (opsim.operators())")
     c.add_argument("--device", required=True, help="device name or device TOML file")
     c.add_argument("--dtype", help="operand dtype (fp32, fp16, bf16)")
-    from opsim.cli import DeviceOverride
     c.add_argument("--set", "--override", action=DeviceOverride, dest="override", metavar="KEY=VALUE",
                    help="what-if device field, e.g. ub.size=262144 (repeatable; --override is a deprecated alias)")
     c.set_defaults(func=_cmd_capacity)

@@ -1,6 +1,7 @@
 """The opsim command line."""
 from __future__ import annotations
 
+import importlib
 import json
 import re
 
@@ -382,3 +383,31 @@ def test_a_refused_command_line_names_no_python_class(capsys):
         assert not re.match(r"opsim: \w+(Error|Exception):", err), err
     assert main(["run", "fused_linear_cross_entropy_loss_grad", "--shape", "17x64", "--mode", "estimate"]) == 2
     assert capsys.readouterr().err.startswith("opsim: fused_linear_cross_entropy_loss_grad: the example shape is ")
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "1025", "two"])
+def test_demo_and_sweep_refuse_the_same_worker_counts_with_the_same_message(given, monkeypatch, capsys):
+    # `opsim demo --workers 0` ran (0 meant the default), `opsim sweep --workers 0` was refused;
+    # both help texts document N worker processes, default the CPU count
+    ran = []
+    monkeypatch.setattr("opsim.demo.run_demo", lambda **kw: ran.append(kw) or 0)
+    # opsim.sweep is also the function opsim exports: patch the module's
+    monkeypatch.setattr(importlib.import_module("opsim.sweep"), "sweep", lambda *a, **kw: ran.append(kw))
+    errors = []
+    for argv in (["demo", "--workers", given], ["sweep", "examples/studies/elementwise_tiling_a2_a3.toml",
+                                                "--workers", given]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2, argv
+        errors.append(capsys.readouterr().err.splitlines()[-1])
+    assert ran == []
+    want = (f"argument --workers: {given!r} is not a number of worker processes; give an integer from 1 to "
+            f"1024 (default: the CPU count)")
+    assert errors == [f"opsim demo: error: {want}", f"opsim sweep: error: {want}"], errors
+
+
+def test_demo_and_sweep_take_a_worker_count_in_range(monkeypatch):
+    ran = []
+    monkeypatch.setattr("opsim.demo.run_demo", lambda **kw: ran.append(kw["workers"]) or 0)
+    assert main(["demo", "--workers", "1"]) == 0 and main(["demo"]) == 0
+    assert ran == [1, None]
