@@ -7,8 +7,26 @@ import os
 import sys
 from typing import Any, NoReturn, Sequence
 
-# `--trace FILE` with one of these endings writes Perfetto protobuf, any other Chrome JSON
-PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace")
+# the trace formats by file name, for `opsim run --trace` and `opsim trace convert -o` alike;
+# another name is refused (a .txt of Chrome JSON from one and of protobuf from the other)
+TRACE_SUFFIXES = {".json": "chrome", ".json.gz": "chrome", ".pftrace": "perfetto", ".perfetto-trace": "perfetto"}
+TRACE_NAMES = ("give a file name ending in .json or .json.gz (Chrome JSON), .pftrace or .perfetto-trace "
+               "(Perfetto protobuf)")
+
+
+def trace_format(path: str) -> str | None:
+    """"chrome" or "perfetto": the format a trace file of this name is written in; None for a
+    name of neither (the caller refuses it with :data:`TRACE_NAMES`)."""
+    # case as written: the Chrome writer gzips a name ending in .gz, not .GZ
+    return next((fmt for suffix, fmt in TRACE_SUFFIXES.items() if path.endswith(suffix)), None)
+
+
+def write_trace(trace: Any, path: str) -> None:
+    """Write ``trace`` in the format its file name asks for (:func:`trace_format`)."""
+    if trace_format(path) == "perfetto":
+        trace.to_perfetto(path)
+    else:
+        trace.to_chrome_json(path)
 
 
 def _parse_shape(text: str) -> tuple[int, ...]:
@@ -203,6 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     for opt in ("csv", "trace", "report"):
         path = getattr(args, opt)
         problem = output_path_problem(path) if path else None
+        if opt == "trace" and path and not problem and trace_format(path) is None:
+            problem = TRACE_NAMES
         if problem:
             print(f"opsim: --{opt} {path}: {problem}", file=sys.stderr)
             return 2
@@ -259,10 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tables        {', '.join(files.values())}", file=notes)
     if args.trace and res.trace is not None:
         try:
-            if args.trace.endswith(PERFETTO_SUFFIXES):
-                res.trace.to_perfetto(args.trace)
-            else:
-                res.trace.to_chrome_json(args.trace)
+            write_trace(res.trace, args.trace)
         except ImportError as exc:
             print(f"opsim: --trace {args.trace}: {exc}", file=sys.stderr)
             return 2
@@ -348,7 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one operand: 64x128, 64x128:fp16, :int32, none or @file.npy (repeatable; see `opsim ops OP`)")
     r.add_argument("--seed", type=_parse_seed, default=0, help="seed of the random operands (an integer >= 0)")
     r.add_argument("--trace", help="write the trace to this file: Chrome JSON (.json, .json.gz: "
-                                   "ui.perfetto.dev or chrome://tracing) or Perfetto protobuf (.pftrace)")
+                                   "ui.perfetto.dev or chrome://tracing) or Perfetto protobuf (.pftrace, "
+                                   ".perfetto-trace)")
     r.add_argument("--trace-level", default="instruction", choices=("off", "launch", "tile", "instruction"),
                    help="detail of the trace (default: instruction)")
     r.add_argument("--report", help="write a self-contained HTML report to this file")

@@ -99,13 +99,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    from opsim.cli import TRACE_NAMES, trace_format, write_trace
+    out = args.output
+    if trace_format(out) is None:
+        return _fail(f"-o {out}: {TRACE_NAMES}")
     try:
         trace = load_chrome(args.file)
-        out = args.output
-        if out.endswith((".json", ".json.gz")):
-            trace.to_chrome_json(out)
-        else:
-            trace.to_perfetto(out)
+        write_trace(trace, out)
     except OSError as exc:
         return _output_error(args.output, exc)
     except (TraceFormatError, ImportError) as exc:
@@ -135,5 +135,5 @@ def register(subparsers: Any) -> None:
     c = sub.add_parser("convert", help="write the trace as Perfetto protobuf (.pftrace) or JSON")
     c.add_argument("file", help="trace file (.json or .json.gz)")
     c.add_argument("-o", "--output", required=True,
-                   help=".json or .json.gz: Chrome JSON; any other name (.pftrace): Perfetto protobuf")
+                   help=".json or .json.gz: Chrome JSON; .pftrace or .perfetto-trace: Perfetto protobuf")
     c.set_defaults(func=cmd_convert)

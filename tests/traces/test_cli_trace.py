@@ -114,3 +114,32 @@ def test_plot_refuses_an_output_name_that_is_not_png(trace_file, tmp_path, capsy
     assert f"-o {out}: opsim trace plot writes PNG; give a file name ending in .png" in err, err
     assert not out.exists()
 
+
+
+TRACE_NAMES = ("give a file name ending in .json or .json.gz (Chrome JSON), .pftrace or .perfetto-trace "
+               "(Perfetto protobuf)")
+
+
+@pytest.mark.parametrize("name", ["t.txt", "t", "t.pb"])
+def test_run_and_convert_refuse_a_trace_name_of_no_known_format_alike(trace_file, tmp_path, capsys, name):
+    # `opsim run --trace t.txt` wrote Chrome JSON, `opsim trace convert F -o t.txt` Perfetto protobuf
+    from opsim.cli import main
+    out = tmp_path / name
+    assert _main(["trace", "convert", trace_file, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"opsim trace: -o {out}: {TRACE_NAMES}\n"
+    assert main(["run", "mse_loss_backward", "--shape", "64", "--trace", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == f"opsim: --trace {out}: {TRACE_NAMES}\n" and captured.out == ""
+    assert not out.exists()
+
+
+def test_run_and_convert_write_the_same_format_for_each_known_name(trace_file, tmp_path):
+    from opsim.cli import main
+    pytest.importorskip("perfetto", reason="the optional 'perfetto' extra is not installed")
+    for name in ("t.json", "t.json.gz", "t.pftrace", "t.perfetto-trace"):
+        ran, converted = tmp_path / f"run-{name}", tmp_path / f"conv-{name}"
+        assert main(["run", "mse_loss_backward", "--shape", "64", "--trace", str(ran)]) == 0
+        assert _main(["trace", "convert", trace_file, "-o", str(converted)]) == 0
+        # Chrome JSON starts with '{', gzip with 0x1f, a protobuf trace with its packet's field tag '\n'
+        first = {ran.read_bytes()[:1], converted.read_bytes()[:1]}
+        assert len(first) == 1 and first <= {b"{", b"\x1f", b"\n"}, (name, first)
