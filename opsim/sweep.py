@@ -9,7 +9,8 @@ A study is a TOML file (or the same structure as a dict)::
     [axes]
     device = ["atlas-a2", "atlas-a3"]
     operator = ["mse_loss_backward"]
-    shape = [[1048576], [4096, 1024]] # every input gets this shape, or a table per operand:
+    shape = [[1048576], [4096, 1024]] # every required input gets this shape (optional operands
+                                      # are left out), or a table per operand:
                                       # shape = [{grad = [4096, 512], indices = [4096]}]
     dtype = ["fp32", "fp16"]          # every shaped operand, or a table per operand
     tiling.tile_length = [2048, 4096] # tiling overrides (block_dim, tile_length, buffer_num, ...)

@@ -304,3 +304,28 @@ def test_the_fastest_point_shows_a_dtype_and_tiling_axis_as_values(work, capsys)
     line = _fastest_line(capsys)
     assert line.endswith(" at mse_loss_backward on atlas-a2: shape 4096, dtype fp16, tiling.block_dim 4, "
                          "override.ub.size 131072"), line
+
+
+def test_a_study_shape_gives_the_required_inputs_and_leaves_the_optional_operands_out(work):
+    # documented in README's Studies section and in the DSP example: a BCE study's points run
+    # without weight (opsim run --shape gives one), a table of shapes can give it
+    import opsim
+    readme = (ROOT / "README.md").read_text()
+    studies = readme[readme.index("### Studies"):readme.index("### Traces")]
+    assert "every required input" in studies and "optional operands" in studies and "weight" in studies
+    example = (ROOT / "examples" / "studies" / "dsp_core_mask_scaling.toml").read_text()
+    assert "without weight" in example.split("[study]")[0]
+    n, ts = 4096, opsim.TensorSpec
+    axes = {"operator": ["binarycrossentropygrad"], "device": ["ft78ne"], "attr": {"reduction": ["none"]}}
+    by_shape = sweep({"study": {"name": "plain", "mode": "estimate"}, "axes": {**axes, "shape": [[n]]}},
+                     "plain.sqlite", workers=1, quiet=True)
+    table = {name: [n] for name in ("input_x", "input_y", "dloss", "weight")}
+    by_table = sweep({"study": {"name": "weighted", "mode": "estimate"}, "axes": {**axes, "shape": [table]}},
+                     "weighted.sqlite", workers=1, quiet=True)
+    call = {name: ts((n,), "fp32") for name in ("input_x", "input_y", "dloss")}
+    plain = opsim.run("binarycrossentropygrad", device="ft78ne", mode="estimate", reduction="none", **call)
+    weighted = opsim.run("binarycrossentropygrad", device="ft78ne", mode="estimate", reduction="none",
+                         weight=ts((n,), "fp32"), **call)
+    assert plain.cycles != weighted.cycles
+    assert [r["cycles"] for r in by_shape.rows()] == [plain.cycles]
+    assert [r["cycles"] for r in by_table.rows()] == [weighted.cycles]
