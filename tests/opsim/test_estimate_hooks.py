@@ -97,6 +97,14 @@ def test_embedding_estimate_prices_scale_grad_by_freq_as_the_simulator(rows, dim
     assert abs(scaled[1].cycles - scaled[0].cycles) / scaled[0].cycles < 0.05, (scaled[1].cycles, scaled[0].cycles)
 
 
+def _accumulation_launch(des, est) -> tuple[int, int]:
+    """The one accumulation launch (EmbeddingDenseGradV2) of an embedding call: the estimate's
+    cycles and the simulator's, with the launch overhead the estimate counts per launch."""
+    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
+    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
+    assert len(sim) == len(priced) == 1, (sim, priced)
+    return priced[0], sim[0] + des.stats["launch_overhead_cycles"] // des.stats["launches"]
+
 
 @pytest.mark.parametrize("rows,dim,num_weights", [
     (4096, 2048, 512),      # runs of 8 rows, one flush per run: the flush's barrier was free
@@ -111,11 +119,8 @@ def test_embedding_estimate_prices_the_deterministic_kernel_per_launch(rows, dim
     # gathers): -12 %, -31 %, -55 % of the launch
     des, est = _both(EMB, "atlas-a2", **_emb(rows, dim, num_weights, deterministic=True))
     assert des.tiling.det_kernel
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.06, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.06, (priced, simulated)
 
 @pytest.mark.parametrize("rows,dim,num_weights", [
     (4096, 64, 512),        # 256 B rows: four to a 512 B L2 line, the lines' other rows a run apart
@@ -129,11 +134,8 @@ def test_embedding_estimate_prices_deterministic_grad_rows_sharing_l2_lines(rows
     # +10.9 % of the launch
     des, est = _both(EMB, "atlas-a2", **_emb(rows, dim, num_weights, deterministic=True))
     assert des.tiling.det_kernel and not des.tiling.cast_grad
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.03, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.03, (priced, simulated)
 
 
 @pytest.mark.parametrize("rows,dim,dtype,deterministic", [
@@ -148,11 +150,8 @@ def test_embedding_estimate_prices_cast_grad_rows_read_back_from_the_l2(rows, di
     # L2 link (deterministic kernel)
     des, est = _both(EMB, "atlas-a2", **_emb(rows, dim, 512, dtype, deterministic=deterministic))
     assert des.tiling.cast_grad and (des.tiling.det_kernel if deterministic else des.tiling.row_kernel)
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.08, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.08, (priced, simulated)
     assert abs(est.cycles - des.cycles) / des.cycles < 0.03, (est.cycles, des.cycles)
 
 
@@ -171,11 +170,8 @@ def test_embedding_estimate_prices_the_uncast_half_kernel_step_by_step(num_weigh
     # flight on average, the stage rows' loads at once) moves these points by under 1.5 %
     des, est = _both(EMB, "atlas-a2", tiling, **_emb(4096, 2048, num_weights, "fp16"))
     assert des.tiling.half_kernel and not des.tiling.cast_grad
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.03, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.03, (priced, simulated)
     assert abs(est.cycles - des.cycles) / des.cycles < 0.02, (est.cycles, des.cycles)
 
 
@@ -190,11 +186,8 @@ def test_embedding_estimate_prices_the_uncast_half_kernel_loads_behind_their_wri
     # priced the loads alone: -8.5 % and -7.3 % of the launch
     des, est = _both(EMB, "atlas-a2", **_emb(rows, dim, num_weights, "bf16"))
     assert des.tiling.half_kernel and not des.tiling.cast_grad
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.03, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.03, (priced, simulated)
 
 
 @pytest.mark.parametrize("dim,num_weights", [(1024, 512), (2048, 64)])
@@ -206,11 +199,8 @@ def test_embedding_estimate_prices_the_half_kernel_core_left_alone_by_a_padding_
     # the launch
     des, est = _both(EMB, "atlas-a2", {"cast_grad": False}, **_emb(4096, dim, num_weights, "fp16", padding_idx=0))
     assert des.tiling.half_kernel and not des.tiling.cast_grad
-    sim = [r.end - r.start for r in des.launch_records if r.name == "EmbeddingDenseGradV2"]
-    priced = [c for n, c in est.stats["launch_cycles"] if n == "EmbeddingDenseGradV2"]
-    overhead = des.stats["launch_overhead_cycles"] // des.stats["launches"]
-    assert len(sim) == len(priced) == 1
-    assert abs(priced[0] - (sim[0] + overhead)) / (sim[0] + overhead) < 0.03, (priced, sim, overhead)
+    priced, simulated = _accumulation_launch(des, est)
+    assert abs(priced - simulated) / simulated < 0.03, (priced, simulated)
 
 
 def test_embedding_estimate_counts_one_flush_per_distinct_index():
