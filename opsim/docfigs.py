@@ -482,8 +482,9 @@ def known_limits_flce() -> str:
         "boundary the previous tile's Fixpipe hides all of that wait where the exact schedule hides "
         "one chunk's, so where the cube waits on its loads a coarse run is faster than the exact "
         "schedule (not corrected: a hold for it overshot at coarsen 8 and more, where the first "
-        f"coarse load of a phase is late instead). On the 910B-class case this is {100 * abs(off):.1f}% "
-        "off the exact schedule",
+        f"coarse load of a phase is late instead). On the 910B-class case (coarsen {big.tiling.coarsen}) "
+        f"the coarse run is {100 * abs(off):.1f}% {'faster' if off < 0 else 'slower'} than the exact "
+        "schedule",
     ]
     out = []
     for b in bullets:

@@ -810,10 +810,10 @@ class _CubeCore:
         c = self.core
         self.a1 = _Que(c, "A1", "MTE2", "MTE1", L1_BUFFERS)
         self.b1 = _Que(c, "B1", "MTE2", "MTE1", L1_BUFFERS)
-        self.a2 = _Que(c, "A2", "MTE1", "CUBE", L0_BUFFERS)
-        self.b2 = _Que(c, "B2", "MTE1", "CUBE", L0_BUFFERS)
+        # L0A and L0B: one ping-pong pool, one flag pair per slot (flce_grad._L0PingPong)
+        self.l0 = _Que(c, "L0", "MTE1", "CUBE", L0_BUFFERS)
         self.co1 = _Que(c, "CO1", "CUBE", "FIXP", tiling.l0c_depth)
-        self.ques = (self.a1, self.b1, self.a2, self.b2, self.co1)
+        self.ques = (self.a1, self.b1, self.l0, self.co1)
 
     # transfer cycles in flight (misses, hits, Fixpipe stores: for the link shares), counted
     # with the busy cycles so that a skipped steady state adds them too
@@ -858,16 +858,13 @@ class _CubeCore:
                 q.enque(b)
             a1, b1 = self.a1.deque(), self.b1.deque()
             for _, ks, rep in l0_steps(kk, mm.base_k, mm.step_k):
-                a2 = self.a2.alloc()
+                slot = self.l0.alloc()
                 c.op("MTE1", costs.load_data(ml, ks, True, rep))
-                self.a2.enque(a2)
-                b2 = self.b2.alloc()
                 c.op("MTE1", costs.load_data(ks, nl, False, rep))
-                self.b2.enque(b2)
-                a2, b2 = self.a2.deque(), self.b2.deque()
+                self.l0.enque(slot)
+                slot = self.l0.deque()
                 c.op("CUBE", costs.mmad(ml, ks, nl))
-                self.a2.free(a2)
-                self.b2.free(b2)
+                self.l0.free(slot)
             self.a1.free(a1)
             self.b1.free(b1)
 

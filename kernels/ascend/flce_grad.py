@@ -40,8 +40,9 @@ from opsim.simulator.cargs import core_mask_problem
 from opsim.simulator.cube import (CopyGmToL1, CopyUbToNz, CrossCoreSetFlag, CrossCoreWaitFlag, Fixpipe, GmMatrix,
                             LoadData, Mmad, align16, ceil_div, nz_bytes)
 from opsim.simulator.device import MixKernel
-from opsim.simulator.errors import MemoryFault
-from opsim.simulator.isa import Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, VectorOp, vector_cost
+from opsim.simulator.errors import MemoryFault, QueueError
+from opsim.simulator.isa import (Adds, Cast, DataCopyPad, Div, Exp, Instruction, Muls, QueueFreeFlag, VectorOp,
+                                 vector_cost)
 from opsim.simulator.memory import align_up
 from opsim.simulator.tile import GlobalSlice, GlobalTensor, KernelContext, LocalTensor
 
@@ -56,7 +57,7 @@ BASE_M, BASE_N, BASE_K = 128, 256, 64
 SWAP_BT = 23296
 STEP_K = 4            # stepKa = stepKb = 4: one MTE2 copy brings 4 base-K tiles into L1
 L1_BUFFERS = 2        # depthA1 = depthB1 = 8 base tiles = 2 buffers of stepK tiles (double buffering)
-L0_BUFFERS = 2        # L0A/L0B ping-pong
+L0_BUFFERS = 2        # L0A/L0B ping-pong: two slots of one pool (_L0PingPong)
 MIN_V_WITH_SOFTMAX = 128
 ROW_ALIGN = 64        # a softmax row occupies V*4 B padded to 64 B (docs/sources.md#flce-kernel)
 # Assumption: the vector side's fixed buffer (TBUF: per-row grad, maskedTarget, targetMask,
@@ -913,14 +914,98 @@ def _vector_rows(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands, r0: 
     return [ev_free[s] for s in (0, 1) if used[s]]
 
 
+class _L0PingPong:
+    """L0A and L0B as one ping-pong pool, as the Matmul API's MDL scheduler runs them
+    (docs/sources.md#flce-l0-pingpong): slot i is the i-th L0A buffer and the i-th L0B buffer,
+    handed from MTE1 to the cube by one flag pair. Per K step: ``alloc`` waits for the slot's
+    CUBE→MTE1 flag (the Mmad that last read it is done), both LoadData fill it, ``enque`` sets
+    MTE1→CUBE once for the two, ``deque`` waits for it, the Mmad reads both, ``free`` sets
+    CUBE→MTE1; the slots alternate. Two queues, one per operand, spent two flags a step more in
+    the pipes' instruction queues (``scalar.queue_depth`` counts flags too)."""
+
+    def __init__(self, ctx: KernelContext, a: LocalBuffers, b: LocalBuffers) -> None:
+        assert a.depth == b.depth and (a.memory, b.memory) == ("L0A", "L0B")
+        self.ctx, self.depth = ctx, a.depth
+        core = ctx.core
+        self.a_region, self.b_region = core.memory(a.memory), core.memory(b.memory)
+        self.region = self.a_region                     # what the sanitizer names an unfreed slot by
+        self.a_bytes = align_up(a.nbytes, self.a_region.alignment)
+        self.b_bytes = align_up(b.nbytes, self.b_region.alignment)
+        # the buffers the plan checked (cube_buffers), named as the two queues named them
+        self.a_addr = [ctx.allocate(self.a_region, self.a_bytes, f"{a.name}[{i}]") for i in range(a.depth)]
+        self.b_addr = [ctx.allocate(self.b_region, self.b_bytes, f"{b.name}[{i}]") for i in range(b.depth)]
+        self.event_ids = [ctx.next_event_id("MTE1", "CUBE") for _ in range(a.depth)]
+        self._slot = 0                                  # the slot alloc() hands out next
+        self._used = [False] * a.depth                  # handed out before: alloc() waits for its free
+        self._out: int | None = None                    # the slot allocated and not freed
+        self._tensors: dict[tuple[int, Any], tuple[LocalTensor, LocalTensor]] = {}
+        ctx.queues.append(self)                         # the sanitizer's unfreed() check
+
+    def alloc(self, dt: Any) -> tuple[LocalTensor, LocalTensor]:
+        """The next slot's (L0A, L0B) tensors; waits on its free flag when it was used before."""
+        if self._out is not None:
+            raise QueueError(f"L0 ping-pong: alloc() with slot {self._out} not freed", core=self.ctx.core.name)
+        i = self._slot
+        if self._used[i]:
+            self.ctx.emit_wait("CUBE", "MTE1", self.event_ids[i])
+        self._used[i] = True
+        self._out = i
+        pair = self._tensors.get((i, dt))
+        if pair is None:
+            pair = self._tensors[(i, dt)] = (
+                LocalTensor(self.ctx.core, self.a_region, self.a_addr[i], dt, self.a_bytes // dt.itemsize),
+                LocalTensor(self.ctx.core, self.b_region, self.b_addr[i], dt, self.b_bytes // dt.itemsize))
+        return pair
+
+    def enque(self) -> None:
+        """Both LoadData of the slot issued: MTE1 hands it to the cube."""
+        assert self._out is not None
+        self.ctx.emit_set("MTE1", "CUBE", self.event_ids[self._out])
+
+    def deque(self) -> None:
+        assert self._out is not None
+        self.ctx.emit_wait("MTE1", "CUBE", self.event_ids[self._out])
+
+    def free(self) -> None:
+        """The Mmad of the slot issued: the cube hands both halves back to MTE1."""
+        i = self._out
+        assert i is not None
+        # one flag releases the slot; it names its L0A half for the sanitizer's use-after-free
+        # check (a QueueFreeFlag names one buffer), the L0B half is ordered by the same flag
+        self.ctx.emit(QueueFreeFlag("CUBE", "MTE1", self.event_ids[i],
+                                    (self.a_region.name, self.a_addr[i], self.a_bytes, f"L0 ping-pong slot {i}")))
+        self._out = None
+        self._slot = (i + 1) % self.depth
+
+    def unfreed(self) -> list[tuple[str, int, int, str | None, str]]:
+        """(what, address, bytes, source line, the call) of the L0A half of a slot not freed."""
+        i = self._out
+        return [] if i is None else [(f"L0 ping-pong slot {i}", self.a_addr[i], self.a_bytes, None, "alloc")]
+
+    def destroy(self) -> None:
+        """TPipe.Destroy(): MTE1 waits for each used slot's free flag, the buffers go back."""
+        if self._out is not None:
+            raise QueueError("L0 ping-pong: destroyed with a slot still allocated", core=self.ctx.core.name)
+        for i, used in enumerate(self._used):
+            if used:
+                self.ctx.emit_wait("CUBE", "MTE1", self.event_ids[i])
+        for addr in self.a_addr:
+            self.a_region.free(addr)
+        for addr in self.b_addr:
+            self.b_region.free(addr)
+        self.a_addr, self.b_addr, self._used = [], [], []
+
+
 class _CubeQueues:
-    """The cube core's L1 and L0 queues (one set serves every matmul of the launch)."""
+    """The cube core's L1 queues, its L0 ping-pong pool and its L0C queue (one set serves every
+    matmul of the launch)."""
 
     def __init__(self, ctx: KernelContext, tiling: FlceTiling) -> None:
         # the buffers the plan checked against the memories (cube_buffers)
         item = nx.dtype(tiling.dtype).itemsize
-        self.a1, self.b1, self.a2, self.b2, self.co1 = (
-            ctx.queue(b.name, b.depth, b.nbytes) for b in cube_buffers(tiling.matmuls, item, tiling.l0c_depth))
+        a1, b1, a2, b2, co1 = cube_buffers(tiling.matmuls, item, tiling.l0c_depth)
+        self.a1, self.b1, self.co1 = (ctx.queue(b.name, b.depth, b.nbytes) for b in (a1, b1, co1))
+        self.l0 = _L0PingPong(ctx, a2, b2)
 
 
 def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> Iterator[Any]:
@@ -949,7 +1034,7 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
             jobs.append((tiling.matmuls[i], ops.s_nz, False, ops.weight, False, ops.input_grad, tm, tn))
         elif i == first_mm + 1:  # weight_grad = Sᵀ · input: A = Sᵀ (S stored K x M), B = input (K = BT)
             jobs.append((tiling.matmuls[i], ops.s_nz, True, ops.input, False, ops.weight_grad, tm, tn))
-    qa1, qb1, qa2, qb2, qco1 = qs.a1, qs.b1, qs.a2, qs.b2, qs.co1   # locals: the loop runs per L1 chunk
+    qa1, qb1, l0, qco1 = qs.a1, qs.b1, qs.l0, qs.co1   # locals: the loop runs per L1 chunk
     core = ctx.core
     for j in range(len(jobs) + 1):
         if j == barrier:
@@ -991,25 +1076,23 @@ def _aic_program(ctx: KernelContext, tiling: FlceTiling, ops: FlceOperands) -> I
             qb1.enque(b1)
             a1 = qa1.deque()
             b1 = qb1.deque()
+            # per L0 step, in ComputeKDB's order: one slot for both operands, A loaded then B
+            # (docs/sources.md#flce-l0-pingpong)
             for s, ks, rep in _l0_steps(kk, base_k, step_k):   # the same few shapes every chunk
-                a2 = qa2.alloc(dt)
+                a2, b2 = l0.alloc(dt)
                 if a_t:
                     yield LoadData(a2, a1, kk, ml, s, ks, 0, ml, transpose=True, repeat=rep)
                 else:
                     yield LoadData(a2, a1, ml, kk, 0, ml, s, ks, repeat=rep)
-                qa2.enque(a2)
-                b2 = qb2.alloc(dt)
                 if b_t:
                     yield LoadData(b2, b1, nl, kk, 0, nl, s, ks, transpose=True, repeat=rep)
                 else:
                     yield LoadData(b2, b1, kk, nl, s, ks, 0, nl, repeat=rep)
-                qb2.enque(b2)
-                a2 = qa2.deque()
-                b2 = qb2.deque()
+                l0.enque()
+                l0.deque()
                 yield Mmad(acc, a2, b2, ml, ks, nl, accumulate=not first, repeat=rep)
                 first = False
-                qa2.free(a2)
-                qb2.free(b2)
+                l0.free()
             qa1.free(a1)
             qb1.free(b1)
             k0 += kk
