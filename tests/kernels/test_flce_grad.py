@@ -266,9 +266,15 @@ def test_default_coarse_timing_keeps_the_exact_schedules_l2_hits(l2_mib, coarsen
     specs = _specs(2048, 2048, 8192, F.MEMORY_SAVING)
     over = {"l2.size": l2_mib << 20}
     default = opsim.run(OP, mode="timing", trace="off", device_overrides=over, **specs)
-    exact = opsim.run(OP, mode="timing", trace="off", device_overrides=over, tiling={"coarsen": 1}, **specs)
     t = default.tiling
     assert t.coarsen == coarsen
+    exact_tiling = opsim.run(OP, mode="estimate", device_overrides=over, tiling={"coarsen": 1}, **specs).tiling
+    if t == exact_tiling:
+        # the plan chose the exact schedule itself: a second timing run of the same tiling (3 s)
+        # would repeat this one bit for bit (determinism is checked in test_same_inputs_give_...)
+        exact = default
+    else:
+        exact = opsim.run(OP, mode="timing", trace="off", device_overrides=over, tiling={"coarsen": 1}, **specs)
     assert abs(default.cycles - exact.cycles) <= 0.03 * exact.cycles, (t.coarsen, default.cycles, exact.cycles)
     assert abs(default.stats["l2_hit_rate"] - exact.stats["l2_hit_rate"]) < 0.03
 
