@@ -21,7 +21,8 @@ FLCE = "fused_linear_cross_entropy_loss_grad"
 
 
 # Several tests here compare the same call (a what-if point of the closed-form list is also the
-# subject of its own test); the pair is simulated once per module. The results are only read.
+# subject of its own test); the pair is simulated once per module. The results are only read;
+# a test that patches the simulator or the estimate calls opsim.run itself, not _both.
 _BOTH_RUNS: dict[str, tuple] = {}
 
 
