@@ -193,7 +193,7 @@ def test_an_unreachable_dask_scheduler_is_a_one_line_error_naming_the_option_and
     toml.write_text('[study]\nname = "s"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
                     'device = ["atlas-a2"]\nshape = [[1024]]\n')
     # dask's connect timeout (30 s by default) through its environment configuration
-    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"}
+    env = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "0.2s"}
     r = _cli("sweep", str(toml), "--db", str(tmp_path / "s.sqlite"), "--executor", "dask",
              "--scheduler", address, env=env)
     assert r.returncode == 2, r.stderr
