@@ -252,12 +252,13 @@ def test_check_summary_counts_a_fault_that_is_no_memcheck_finding(tmp_path, caps
     # finding, under check "fault", but the summary said "1 finding(s): racecheck 0, memcheck 0,
     # synccheck 0"
     _own_registry(monkeypatch)
+    monkeypatch.chdir(tmp_path)      # the kernel's source line is shown relative to the cwd
     path = tmp_path / "bugop.py"
     _operator_file(path, "asc.fused_mul_add(x, x, x, 64)")
     assert main(["check", f"{path}:bad"]) == 1
     out = capsys.readouterr().out
     assert "\nfault: fault on core0.veccore0: UnsupportedAPI: asc.fused_mul_add" in out, out
-    assert f"    SCALAR  __getattr__  at {path}:7\n" in out, out
+    assert "    SCALAR  __getattr__  at bugop.py:7\n" in out, out
     last = out.splitlines()[-1]
     assert last == f"opsim check {path}:bad: 1 finding(s): racecheck 0, memcheck 0, synccheck 0, fault 1", last
 
