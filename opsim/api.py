@@ -22,7 +22,7 @@ from opsim.limits import check_host_memory
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device
 from opsim.stats import LinkStats, RunStats, local_memory_name
-from opsim.simulator.errors import CapacityError, SimulatorError
+from opsim.simulator.errors import CapacityError, SimulatorError, name_kernel_line
 from opsim.simulator.memory import align_up
 from opsim.simulator.profile import Profiler, launch_records
 from opsim.simulator.tile import GlobalTensor
@@ -260,13 +260,15 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         if ws:
             tensors["workspace"] = GlobalTensor.contiguous(dev, dev.malloc(ws, name="workspace"), nx.UINT8, (ws,))
         launches = opdef.launch(dev, stream, tensors, tiling_obj, attrs)
-        if san is None:
+        try:
             dev.synchronize(stream)
-        else:
-            try:
-                dev.synchronize(stream)
-            except SimulatorError as exc:
-                raise attach_report(exc, san.finish()) from None
+        except SimulatorError as exc:
+            # a fault names the kernel line of its instruction, as a kernel's own launch does
+            # (a built-in kernel's instructions carry one only with source_lines)
+            name_kernel_line(exc)
+            if san is None:
+                raise
+            raise attach_report(exc, san.finish()) from None
         outs = {}
         if mode == "full":
             for n, d in out_descs.items():

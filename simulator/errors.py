@@ -255,6 +255,20 @@ class DeadlockError(SimulatorError):
 KERNEL_LINE_NOTE = "at kernel line "
 
 
+def name_kernel_line(exc: SimulatorError) -> SimulatorError:
+    """``exc`` with the kernel source line of its faulting instruction (``exc.origin``) at the end
+    of its reason, " (kernel line file.py:N)", unless the reason names it already; returns ``exc``.
+
+    A fault's message names the core, pipe, instruction and address, which say *what* failed but
+    not *where in the kernel*; the kernel author acts on the line. The sanitizer's finding keeps
+    the line in its row and strips this suffix from its message (sanitizer ``_without_line``).
+    """
+    origin = exc.origin
+    if origin and origin not in exc.reason:
+        exc.reason = f"{exc.reason} (kernel line {origin})"
+    return exc
+
+
 def kernel_line_note(exc: BaseException) -> str | None:
     """The "at kernel line file.py:N" note a kernel's own exception carries, or None."""
     return next((n for n in getattr(exc, "__notes__", ()) if n.startswith(KERNEL_LINE_NOTE)), None)

@@ -30,7 +30,7 @@ from opsim.asc.tensor import GlobalAddress
 from opsim.stats import RunStats
 from opsim.simulator import numerics as nx
 from opsim.simulator.device import Device, MixKernel
-from opsim.simulator.errors import SimulatorError, chain_kernel_line_note
+from opsim.simulator.errors import SimulatorError, chain_kernel_line_note, name_kernel_line
 from opsim.simulator.tile import GlobalTensor as SimGlobalTensor
 
 _DEFAULT_DEVICE = ["atlas-a2"]
@@ -426,11 +426,7 @@ def launch(jf: JitFunction, block_dim: int, stream: Any, *args: Any, **kwargs: A
         try:
             dev.synchronize(sim_stream)
         except SimulatorError as exc:
-            origin = getattr(exc, "origin", None)
-            if origin and origin not in exc.reason:
-                # the fault names the kernel's line (the sanitizer's finding has it in its row
-                # and leaves it out of its message: simulator/sanitizer.py _without_line)
-                exc.reason = f"{exc.reason} (kernel line {origin})"
+            name_kernel_line(exc)
             if san is not None:
                 from opsim.api import attach_report
                 attach_report(exc, san.finish())      # the fault is a finding too: exc.sanitizer

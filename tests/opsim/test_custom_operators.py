@@ -338,3 +338,44 @@ def test_a_python_bug_in_a_registered_asc_kernel_names_its_kernel_line(tmp_path:
     err = capsys.readouterr().err
     assert err == ("opsim: SimulatorError: internal error in a kernel: AttributeError: module 'opsim.asc' has no "
                    f"attribute 'no_such_api' (at kernel line {path}:7)\n"), err
+
+
+_SHORT_READ = ("import opsim\nimport opsim.asc as asc\n\n\n@asc.jit\n"
+               "def rd(x: asc.GlobalAddress, w: asc.GlobalAddress, y: asc.GlobalAddress, block_length: int):\n"
+               "    xg, wg = asc.GlobalTensor(), asc.GlobalTensor()\n"
+               "    xg.set_global_buffer(x)\n"
+               "    wg.set_global_buffer(w)\n"
+               "    pipe = asc.TPipe()\n"
+               "    q = asc.TQue(asc.TPosition.VECIN, 1)\n"
+               "    pipe.init_buffer(q, 1, block_length * 4)\n"
+               "    t = q.alloc_tensor(x.dtype)\n"
+               "    asc.data_copy(t, wg, block_length)\n"
+               "    q.free_tensor(t)\n\n\n"
+               "opsim.register_operator(rd, inputs=('x', 'w'), outputs=('y',),\n"
+               "                        tiling=lambda spec, inputs, attrs: {'block_dim': 1,\n"
+               "                                                            'block_length': inputs['x'].numel},\n"
+               "                        golden=lambda x, w: {'y': x}, example_shape=(1024,))\n")
+
+
+def test_a_machine_fault_of_a_registered_asc_kernel_names_its_kernel_line(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # a copy past the end of a shorter input: opsim.run and `opsim run --kernel` said "MemoryFault
+    # on core0.veccore0 pipe MTE2 in DataCopy(...) at 0x...: HBM: out of bounds: ..." with nothing
+    # naming the kernel line, which the same kernel's launch kernel[1, stream](...) names
+    from opsim.simulator.errors import MemoryFault
+    path = tmp_path / "shortop.py"
+    path.write_text(_SHORT_READ)
+    x, w = np.zeros(1024, np.float32), np.zeros(100, np.float32)
+    with pytest.raises(MemoryFault) as err:
+        opsim.run(f"{path}:rd", x=x, w=w)
+    assert str(err.value).endswith(f"(kernel line {path}:14)"), str(err.value)
+    with pytest.raises(MemoryFault) as launched:
+        registry.load_file(str(path)).rd[1, None](x, w, np.zeros(1024, np.float32), 1024)
+    assert str(launched.value) == str(err.value)
+    assert cli.main(["run", "--kernel", f"{path}:rd", "--shape", "1024", "--operand", "w=100"]) == 2
+    assert capsys.readouterr().err.rstrip().endswith(f"(kernel line {path}:14)")
+    # with the sanitizer, the line is in the finding's row and not repeated in its message
+    with pytest.raises(MemoryFault) as checked:
+        opsim.run(f"{path}:rd", x=x, w=w, sanitize=True)
+    (finding,) = checked.value.sanitizer.findings
+    assert finding.lines == (f"{path}:14",) and f"{path}:14" not in finding.message, finding
