@@ -27,6 +27,7 @@ overrides any of its keys.
 from __future__ import annotations
 
 import inspect
+import traceback
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -127,7 +128,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
 
     def out_descs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
         if infer is not None:
-            got = infer(spec, {n: descs[n] for n in inputs}, dict(at))
+            got = _call_host(op_name, "infer", infer, ACLNN_ERR_PARAM_INVALID, spec, {n: descs[n] for n in inputs}, at)
             try:
                 return {n: TensorDesc(tuple(int(s) for s in got[n][0]), nx.dtype(got[n][1])) for n in outputs}
             except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -144,7 +145,8 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
 
     def plan(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any],
              overrides: Mapping[str, Any] | None = None) -> KernelTiling:
-        got = tiling(spec, {n: descs[n] for n in inputs}, dict(at))
+        got = _call_host(op_name, "tiling", tiling, ACLNN_ERR_INNER_TILING_ERROR, spec,
+                         {n: descs[n] for n in inputs}, at)
         values = dict(asdict(got) if is_dataclass(got) and not isinstance(got, type) else got)
         for k, v in plain_overrides(overrides).items():
             if k not in values and k not in ("block_dim", "core_mask") and k not in params:
@@ -207,6 +209,29 @@ def _check_host_function(op_name: str, what: str, fn: Any) -> None:
         shown = f"{getattr(fn, '__name__', type(fn).__name__)}{sig}"
         raise TypeError(f"register_operator({op_name!r}): {what}= must be called as {form}; "
                         f"{shown} does not take those 3 arguments ({exc})") from None
+
+
+def _call_host(op_name: str, what: str, fn: Callable[..., Any], code: int, spec: DeviceSpec,
+               descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> Any:
+    """``fn(spec, descs, attrs)``; an exception it raises (other than an OpError, its own refusal)
+    becomes an OpError with ``code`` naming the function, the exception, its line and the inputs
+    -- the host half of the operator failed for these operands, which a bare "max() arg is an
+    empty sequence" out of ``opsim run`` does not say. The original is the error's ``__cause__``."""
+    try:
+        return fn(spec, descs, dict(at))
+    except OpError:
+        raise
+    except Exception as exc:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        frames = traceback.extract_tb(exc.__traceback__)[1:]      # [0] is this call
+        own = getattr(getattr(fn, "__code__", None), "co_filename", None)
+        # the innermost line of the function's own file (not of numpy, say), else the innermost
+        frame = next((f for f in reversed(frames) if f.filename == own), frames[-1] if frames else None)
+        where = f" (at {frame.filename}:{frame.lineno})" if frame is not None else ""
+        given = ", ".join(f"{n} {'x'.join(map(str, d.shape)) or 'scalar'} {d.dtype.name}" if d is not None
+                          else f"{n} none" for n, d in descs.items())
+        raise OpError(code, f"{op_name}: the {what} function {name}(spec, inputs, attrs) raised "
+                            f"{type(exc).__name__}: {exc}{where}; inputs: {given}") from exc
 
 
 def _is_jit(kernel: Any) -> bool:

@@ -379,3 +379,47 @@ def test_a_machine_fault_of_a_registered_asc_kernel_names_its_kernel_line(tmp_pa
         opsim.run(f"{path}:rd", x=x, w=w, sanitize=True)
     (finding,) = checked.value.sanitizer.findings
     assert finding.lines == (f"{path}:14",) and f"{path}:14" not in finding.message, finding
+
+
+def _whole_tiles(spec, inputs, attrs):
+    tiles = inputs["x"].numel // 1024
+    block_dim = max(d for d in range(1, tiles + 1) if tiles % d == 0)   # empty below one tile
+    return {"block_dim": block_dim, "length": tiles // block_dim * 1024, "tile_length": 512}
+
+
+def test_a_tiling_function_that_raises_is_named_with_the_operands(capsys: pytest.CaptureFixture[str]) -> None:
+    # a host tiling function that cannot tile a shape (here: fewer elements than one tile) raised
+    # its own "ValueError: max() arg is an empty sequence" out of opsim.run, and `opsim run
+    # --kernel f.py:op --shape 1000` printed "opsim: max() arg is an empty sequence": nothing
+    # named the tiling function, its line or the operands it was given
+    opsim.register_operator(scale_by, name="whole_tiles", inputs=("x",), outputs=("out",), tiling=_whole_tiles,
+                            attrs={"alpha": 2.0})
+    with pytest.raises(opsim.OpError) as err:
+        opsim.run("whole_tiles", x=np.zeros(1000, np.float32))
+    line = _whole_tiles.__code__.co_firstlineno + 2
+    assert err.value.code == 561002
+    assert err.value.message == (f"whole_tiles: the tiling function _whole_tiles(spec, inputs, attrs) raised "
+                                 f"ValueError: max() arg is an empty sequence (at {__file__}:{line}); "
+                                 f"inputs: x 1000 fp32"), err.value.message
+    assert isinstance(err.value.__cause__, ValueError)          # the original, for a debugger
+    assert opsim.run("whole_tiles", x=np.zeros(2048, np.float32)).stats["block_dim"] == 2
+    # a refusal the tiling function makes itself keeps its status and message
+    def refuse(spec, inputs, attrs):
+        raise opsim.OpError(161002, "x must hold whole tiles of 1024")
+    opsim.register_operator(scale_by, name="refusing", inputs=("x",), outputs=("out",), tiling=refuse)
+    with pytest.raises(opsim.OpError, match=r"^\[161002\] x must hold whole tiles of 1024$"):
+        opsim.run("refusing", x=np.zeros(1000, np.float32))
+
+
+def test_an_infer_function_that_raises_is_named_with_the_operands() -> None:
+    def rows(spec, inputs, attrs):
+        r, _ = inputs["x"].shape                # a 1-D input has no second dimension
+        return {"out": ((r,), inputs["x"].dtype)}
+    opsim.register_operator(scale_by, name="by_rows", inputs=("x",), outputs=("out",), tiling=_scale_tiling,
+                            infer=rows)
+    with pytest.raises(opsim.OpError) as err:
+        opsim.run("by_rows", x=np.zeros(64, np.float16))
+    assert err.value.code == 161002
+    assert err.value.message.startswith("by_rows: the infer function rows(spec, inputs, attrs) raised ValueError: "
+                                        "not enough values to unpack (expected 2, got 1) (at "), err.value.message
+    assert err.value.message.endswith("; inputs: x 64 fp16"), err.value.message
