@@ -114,6 +114,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
 
     def validate(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
         check_product(spec, op_name, products)
+        _check_attr_kinds(op_name, attrs, at)
         for n in inputs:
             if descs.get(n) is None:
                 raise OpError(ACLNN_ERR_PARAM_NULLPTR, f"{n} is a null pointer; it is required")
@@ -139,6 +140,7 @@ def register_operator(kernel: Any = None, *, name: str | None = None, inputs: Se
         return {n: TensorDesc(first.shape, first.dtype) for n in outputs}
 
     def infer_outputs(spec: DeviceSpec, descs: Mapping[str, TensorDesc | None], at: Mapping[str, Any]) -> dict:
+        _check_attr_kinds(op_name, attrs, at)       # before infer= reads them
         if any(descs.get(n) is None for n in inputs):
             return {n: None for n in outputs}
         return out_descs(spec, descs, at)
@@ -209,6 +211,30 @@ def _check_host_function(op_name: str, what: str, fn: Any) -> None:
         shown = f"{getattr(fn, '__name__', type(fn).__name__)}{sig}"
         raise TypeError(f"register_operator({op_name!r}): {what}= must be called as {form}; "
                         f"{shown} does not take those 3 arguments ({exc})") from None
+
+
+def _attr_kind(default: Any) -> tuple[str, Callable[[Any], bool]] | None:
+    """What an attribute with this default takes: its description and a test; None: anything."""
+    if isinstance(default, (bool, np.bool_)):
+        return "True or False", lambda v: isinstance(v, (bool, np.bool_))
+    if isinstance(default, (int, np.integer)):
+        return "an integer", lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    if isinstance(default, (float, np.floating)):
+        return "a number", lambda v: isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+    if isinstance(default, str):
+        return "a string", lambda v: isinstance(v, str)
+    return None
+
+
+def _check_attr_kinds(op_name: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse (161002) an attribute whose value is not of its default's kind -- a string for a
+    number, say, as ``opsim run --attr alpha=abc`` passes it -- before the kernel gets it and
+    fails inside a vector call with "could not convert string to float"."""
+    for name, default in defaults.items():
+        kind = _attr_kind(default)
+        if kind is not None and name in given and given[name] is not None and not kind[1](given[name]):
+            raise OpError(ACLNN_ERR_PARAM_INVALID, f"{op_name}: attribute {name}={given[name]!r} must be {kind[0]} "
+                                                   f"(its default is {default!r})")
 
 
 def _call_host(op_name: str, what: str, fn: Callable[..., Any], code: int, spec: DeviceSpec,

@@ -423,3 +423,28 @@ def test_an_infer_function_that_raises_is_named_with_the_operands() -> None:
     assert err.value.message.startswith("by_rows: the infer function rows(spec, inputs, attrs) raised ValueError: "
                                         "not enough values to unpack (expected 2, got 1) (at "), err.value.message
     assert err.value.message.endswith("; inputs: x 64 fp16"), err.value.message
+
+
+def test_an_attribute_of_the_wrong_kind_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    # `opsim run --kernel f.py:op --attr alpha=abc` handed the string to the kernel, which failed
+    # as "SimulatorError: internal error in a kernel: ValueError: could not convert string to
+    # float: 'abc'"; an attribute's default says what kind of value it takes
+    opsim.register_operator(scale_by, name="kinds", inputs=("x",), outputs=("out",), tiling=_scale_tiling,
+                            attrs={"alpha": 2.0, "tile_length": 512, "fast": False, "variant": "a", "free": None})
+    x = np.ones(1024, np.float32)
+    for attr, value, kind in (("alpha", "abc", "a number"), ("alpha", True, "a number"),
+                              ("tile_length", 2.5, "an integer"), ("fast", 1, "True or False"),
+                              ("variant", 3, "a string")):
+        with pytest.raises(opsim.OpError) as err:
+            opsim.run("kinds", x=x, **{attr: value})
+        default = {"alpha": 2.0, "tile_length": 512, "fast": False, "variant": "a"}[attr]
+        assert (err.value.code, err.value.message) == (
+            161002, f"kinds: attribute {attr}={value!r} must be {kind} (its default is {default!r})"), err.value
+    # what the default allows runs: an int or numpy scalar for a float, anything for a None default
+    for ok in ({"alpha": 3}, {"alpha": np.float32(0.5)}, {"tile_length": np.int64(512)}, {"free": "x"}):
+        assert opsim.run("kinds", x=x, **ok).cycles > 0, ok
+    opsim.register_operator(scale_by, name="scaled", inputs=("x",), outputs=("out",), tiling=_scale_tiling,
+                            attrs={"alpha": 2.0})
+    assert cli.main(["run", "--kernel", "scaled", "--shape", "1024", "--attr", "alpha=abc"]) == 2
+    assert capsys.readouterr().err == ("opsim: rejected with status 161002: scaled: attribute alpha='abc' must be "
+                                       "a number (its default is 2.0)\n")
