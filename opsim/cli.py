@@ -228,6 +228,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 2
     no_trace = (f"--mode {args.mode}" if args.mode in ("numeric", "estimate")
                 else "--trace-level off" if args.trace_level == "off" else None)
+    if args.csv and args.mode in ("numeric", "estimate"):
+        # refused before the run, as --trace is: the run would print its result, then fail
+        article = "an" if args.mode == "estimate" else "a"
+        print(f"opsim: --csv {args.csv}: {article} {args.mode}-mode run launches no kernels, so there is no "
+              f"op_summary; use --mode full or timing", file=sys.stderr)
+        return 2
     if args.trace and no_trace:
         # the run would succeed and leave no file, without a word
         print(f"opsim: --trace {args.trace}: {no_trace} records no trace; use --mode full or timing "
@@ -268,8 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.csv:
         from opsim.traces.tables import write_tables
         if not res.launch_records:
-            print(f"opsim: --csv {args.csv}: a {res.mode}-mode run launches no kernels, so there is no "
-                  f"op_summary; use --mode full or timing", file=sys.stderr)
+            print(f"opsim: --csv {args.csv}: the call launched no kernels (an empty call), so there is no "
+                  f"op_summary", file=sys.stderr)
             return 2
         try:
             files = write_tables(list(res.launch_records), args.csv, res.stats.get("gm_link", "HBM"))

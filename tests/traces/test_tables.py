@@ -305,3 +305,19 @@ def test_stores_a_write_through_part_makes_stay_on_the_gm_link():
     seconds = float(row["Task Duration(us)"]) * 1e-6
     assert row["l2_write_bw(GB/s)"] == 0.0
     assert row["main_mem_write_bw(GB/s)"] == pytest.approx(64 * 256 * 4 / seconds / 1e9, rel=1e-4)
+
+
+def test_cli_run_refuses_csv_of_a_mode_without_launches_before_running(tmp_path, capsys):
+    # `opsim run … --mode estimate --csv F` ran, printed its result on stdout and only then said
+    # "a estimate-mode run launches no kernels" with status 2, where `--trace` in the same mode
+    # is refused before the run
+    for mode, article in (("estimate", "an"), ("numeric", "a")):
+        assert cli_main(["run", "mse_loss_backward", "--shape", "64x256", "--mode", mode,
+                         "--csv", str(tmp_path / "e.csv")]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "", captured.out
+        assert captured.err == (f"opsim: --csv {tmp_path / 'e.csv'}: {article} {mode}-mode run launches no "
+                                f"kernels, so there is no op_summary; use --mode full or timing\n"), captured.err
+    # an empty call launches nothing either, in any mode: said after the run, as before
+    assert cli_main(["run", "mse_loss_backward", "--shape", "0", "--csv", str(tmp_path / "e.csv")]) == 2
+    assert "the call launched no kernels (an empty call)" in capsys.readouterr().err
