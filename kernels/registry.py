@@ -92,6 +92,12 @@ def load_file(path: str) -> object:
             raise ImportError(f"{path!r} is not a Python file opsim can import")
         module = importlib.util.module_from_spec(loader)
         sys.modules[modname] = module
+        # the file's own directory first on the path while it loads, as `python file.py` has it,
+        # so a kernel file can import the helper modules beside it (its tiling, its golden)
+        here = os.path.dirname(full)
+        added = here not in sys.path
+        if added:
+            sys.path.insert(0, here)
         try:
             loader.loader.exec_module(module)
         except Exception as exc:
@@ -103,6 +109,9 @@ def load_file(path: str) -> object:
         except BaseException:
             sys.modules.pop(modname, None)
             raise
+        finally:
+            if added and here in sys.path:
+                sys.path.remove(here)
         _FILES[full] = module
     return module
 

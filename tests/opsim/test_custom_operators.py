@@ -448,3 +448,25 @@ def test_an_attribute_of_the_wrong_kind_is_refused_naming_it(capsys: pytest.Capt
     assert cli.main(["run", "--kernel", "scaled", "--shape", "1024", "--attr", "alpha=abc"]) == 2
     assert capsys.readouterr().err == ("opsim: rejected with status 161002: scaled: attribute alpha='abc' must be "
                                        "a number (its default is 2.0)\n")
+
+
+def test_a_kernel_file_imports_the_modules_beside_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a kernel file that imports its own helper module (`from my_tiling import ...`, beside it, as
+    # `python my_op.py` would find it) could not be loaded: "my_op.py:2: cannot import it:
+    # ModuleNotFoundError: No module named 'audit_helper_tiling'"
+    (tmp_path / "audit_helper_tiling.py").write_text(
+        "def tiling(spec, inputs, attrs):\n"
+        "    return {'block_dim': 2, 'length': inputs['x'].numel, 'tile_length': 512}\n")
+    (tmp_path / "helped.py").write_text(
+        "import opsim\nfrom audit_helper_tiling import tiling\n"
+        f"from {__name__} import scale_by\n"
+        "opsim.register_operator(scale_by, name='helped', inputs=('x',), outputs=('out',), tiling=tiling,\n"
+        "                        attrs={'alpha': 2.0})\n")
+    before = list(sys.path)
+    try:
+        x = np.arange(2048, dtype=np.float32)
+        res = opsim.run(f"{tmp_path / 'helped.py'}:helped", x=x)
+        assert np.array_equal(res.outputs["out"], x * np.float32(2.0)) and res.stats["block_dim"] == 2
+        assert sys.path == before                 # the file's directory is on the path only while it loads
+    finally:
+        sys.modules.pop("audit_helper_tiling", None)
