@@ -593,7 +593,15 @@ def plan(spec: DeviceSpec, t: Mapping[str, TensorDesc], attrs: Mapping[str, Any]
     ratio = max(1, spec.cores.aiv // spec.cores.aic)
     busiest = max(mm.tiles for mm in matmuls)
     block_dim = ov.get("block_dim", max(1, min(cores, max(busiest, ceil_div(bt, ratio)))))
-    block_dim = min(block_dim, cores)
+    if block_dim > cores:
+        # the phases end in an all-core cross-core barrier (CrossCoreSetFlag mode 0), which waits
+        # for every block of the launch: blocks cannot run in waves, so a block_dim beyond the
+        # cores is refused rather than quietly run on fewer blocks than asked for
+        among = f"the {cores} cube cores of core_mask {core_mask:#x}" if core_mask is not None \
+            else f"the {cores} cube cores of {spec.name}"
+        raise tiling_error(f"tiling override block_dim = {block_dim} exceeds {among}: the kernel synchronises "
+                           f"all its cube and vector cores between phases (CrossCoreSetFlag mode 0), so every "
+                           f"block must run at once; allowed: block_dim 1..{cores}")
     phases = ((0,), (1, 2)) if mode == MEMORY_SAVING else ((0, 1),)
     # results: the fp32 logits (memory-saving mode), then input_grad / weight_grad in the input dtype
     out_items = ((4,) if mode == MEMORY_SAVING else ()) + (item, item)

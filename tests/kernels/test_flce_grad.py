@@ -866,3 +866,23 @@ def test_an_empty_input_or_weight_returns_before_the_platform_check(device, bt, 
         with pytest.raises(opsim.OpError) as err:
             opsim.run(OP, device=device, trace="off", **VMS)
         assert err.value.code == 361001
+
+
+@pytest.mark.parametrize("tiling, among, top", [
+    ({"block_dim": 64}, "the 24 cube cores of atlas-a2", 24),
+    ({"block_dim": 4, "core_mask": 0b11}, "the 2 cube cores of core_mask 0x3", 2),
+])
+def test_a_block_dim_beyond_the_cube_cores_is_refused_not_clamped(tiling, among, top):
+    # the phases end in an all-core cross-core barrier, so the blocks cannot run in waves; a forced
+    # block_dim 64 on atlas-a2 (24 cube cores) used to be clamped to 24 without a word
+    for mode in ("timing", "estimate"):
+        with pytest.raises(opsim.OpError) as e:
+            opsim.run(OP, mode=mode, trace="off", tiling=tiling, **_specs(256, 256, 8192, F.MEMORY_SAVING))
+        err = e.value
+        assert err.code == 561002
+        assert f"tiling override block_dim = {tiling['block_dim']} exceeds {among}" in err.message
+        assert f"allowed: block_dim 1..{top}" in err.message
+    # as many blocks as cores still run, with exactly the block_dim asked for
+    res = opsim.run(OP, mode="estimate", trace="off", tiling={**tiling, "block_dim": top},
+                    **_specs(256, 256, 8192, F.MEMORY_SAVING))
+    assert res.tiling.block_dim == top
