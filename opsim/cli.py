@@ -15,10 +15,11 @@ TRACE_NAMES = ("give a file name ending in .json or .json.gz (Chrome JSON), .pft
 
 
 def trace_format(path: str) -> str | None:
-    """"chrome" or "perfetto": the format a trace file of this name is written in; None for a
-    name of neither (the caller refuses it with :data:`TRACE_NAMES`)."""
-    # case as written: the Chrome writer gzips a name ending in .gz, not .GZ
-    return next((fmt for suffix, fmt in TRACE_SUFFIXES.items() if path.endswith(suffix)), None)
+    """"chrome" or "perfetto": the format a trace file of this name is written in (its ending
+    in any case); None for a name of neither (the caller refuses it with :data:`TRACE_NAMES`)."""
+    # any case (t.JSON, t.Json.GZ): the Chrome writer gzips a name ending in .gz in any case too
+    name = path.lower()
+    return next((fmt for suffix, fmt in TRACE_SUFFIXES.items() if name.endswith(suffix)), None)
 
 
 def write_trace(trace: Any, path: str) -> None:

@@ -185,10 +185,11 @@ def to_chrome(trace: Trace) -> dict[str, Any]:
 
 
 def write_chrome(trace: Trace, path: str, chunk: int = 20000) -> None:
-    """Stream the document to ``path`` (gzip when it ends in ``.gz``), ``chunk`` events at a time."""
+    """Stream the document to ``path`` (gzip when it ends in ``.gz``, in any case), ``chunk``
+    events at a time."""
     lay = layout(trace)
     head = _header(trace, lay)
-    if path.endswith(".gz"):
+    if path.lower().endswith(".gz"):
         # mtime=0 and no file name in the gzip header (GzipFile stores the name it was given):
         # the same run writes the same bytes, whatever the file is called (as `gzip -n`)
         with open(path, "wb") as dest, gzip.GzipFile(filename="", mode="wb", fileobj=dest, mtime=0) as raw, \

@@ -143,3 +143,27 @@ def test_run_and_convert_write_the_same_format_for_each_known_name(trace_file, t
         # Chrome JSON starts with '{', gzip with 0x1f, a protobuf trace with its packet's field tag '\n'
         first = {ran.read_bytes()[:1], converted.read_bytes()[:1]}
         assert len(first) == 1 and first <= {b"{", b"\x1f", b"\n"}, (name, first)
+
+
+@pytest.mark.parametrize("name, first", [("t.JSON", b"{"), ("t.Json.GZ", b"\x1f"), ("t.json.Gz", b"\x1f"),
+                                         ("t.PFTRACE", b"\n"), ("t.Perfetto-Trace", b"\n")])
+def test_run_and_convert_take_a_trace_ending_in_any_case(trace_file, tmp_path, name, first):
+    # the endings were matched as written: `--trace t.JSON` or `-o t.PFTRACE` was refused
+    from opsim.cli import main
+    if first == b"\n":
+        pytest.importorskip("perfetto", reason="the optional 'perfetto' extra is not installed")
+    ran, converted = tmp_path / f"run-{name}", tmp_path / f"conv-{name}"
+    assert main(["run", "mse_loss_backward", "--shape", "64", "--trace", str(ran)]) == 0
+    assert _main(["trace", "convert", trace_file, "-o", str(converted)]) == 0
+    # Chrome JSON starts with '{', gzip with 0x1f, a protobuf trace with its packet's field tag '\n'
+    assert ran.read_bytes()[:1] == first and converted.read_bytes()[:1] == first
+    if first != b"\n":
+        assert load_chrome(str(converted)).to_chrome_json() == load_chrome(trace_file).to_chrome_json()
+
+
+@pytest.mark.parametrize("name", ["t.TXT", "t.JSONX", "t.GZ"])
+def test_a_trace_name_of_no_known_format_is_refused_in_any_case(trace_file, tmp_path, capsys, name):
+    out = tmp_path / name
+    assert _main(["trace", "convert", trace_file, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"opsim trace: -o {out}: {TRACE_NAMES}\n"
+    assert not out.exists()
