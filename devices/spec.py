@@ -26,6 +26,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+import numpy as np
+
 from .limits import check_spec, limit, toml_depth
 from .names import did_you_mean
 from .toml_lines import with_line
@@ -277,16 +279,28 @@ class DeviceSpec:
             if leaf not in node and not _settable_new_leaf(parts):
                 raise SpecError(f"{self.name}: unknown field '{key}'{did_you_mean(key, _leaf_keys(raw))}; "
                                 f"known fields: {', '.join(sorted(_leaf_keys(raw)))}")
-            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-                # a numpy integer (a sweep over np.arange) as the int it equals, so that the spec,
-                # its provenance note and every record of the run are the int call's; a bool
-                # (np.bool_ is no Integral) stays for the field's check to refuse
-                value = int(value)
+            value = _plain_scalar(value)
             node[leaf] = value
             for stale in [k for k in prov if k.startswith(ckey + ".")]:
                 del prov[stale]  # provenance of sub-fields of a replaced table no longer applies
             prov[ckey] = Provenance("override", f"{note}: {key} = {value!r}")
         return _build(raw, prov, origin=f"{self.origin} + overrides", where=self.name)
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A numpy number as the Python number it equals: a numpy integer as int (a sweep over
+    np.arange), a numpy float as float (np.float32 for a clock or a bandwidth), so that the spec,
+    its provenance note and every record of the run are the plain call's. The fields' checks then
+    judge it as a plain number (NaN or infinity is refused where it is today); anything else, a
+    bool (np.bool_ is no Integral: no device field is boolean) or an array, is left as it is for
+    them to refuse."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
 
 
 def _settable_new_leaf(parts: list[str]) -> bool:

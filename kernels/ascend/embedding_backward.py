@@ -347,8 +347,11 @@ def _check_overrides(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in ("block_dim", "e_chunk"):
         if key in ov and (isinstance(ov[key], bool) or not isinstance(ov[key], int) or ov[key] < 1):
             raise tiling_error(f"{key} {ov[key]!r} must be a positive integer")
-    if "cast_grad" in ov and not isinstance(ov["cast_grad"], bool):
-        raise tiling_error(f"cast_grad {ov['cast_grad']!r} must be True or False")
+    if "cast_grad" in ov:
+        if not isinstance(ov["cast_grad"], (bool, np.bool_)):
+            raise tiling_error(f"cast_grad {ov['cast_grad']!r} must be True or False")
+        # a numpy bool (a mask's element) as the bool it equals, in the tiling and the record alike
+        ov["cast_grad"] = bool(ov["cast_grad"])
     return ov
 
 

@@ -127,3 +127,51 @@ def test_a_non_integer_device_field_is_still_refused(value: Any) -> None:
     with pytest.raises(SpecError) as err:
         opsim.device_spec("atlas-a2", {"ub.size": value})
     assert f"field 'ub.size' must be an integer, got {value!r}" in str(err.value)
+
+
+# --- numpy floating scalars for float-valued device fields, numpy bools for boolean overrides ---
+
+@pytest.mark.parametrize("field,value", [("clock_hz", 1.5e9), ("hbm.bandwidth", 1.25e12), ("l2.bandwidth", 2.0e12)])
+@pytest.mark.parametrize("kind", [np.float32, np.float64], ids=lambda k: k.__name__)
+def test_a_numpy_float_device_field_runs_as_the_same_python_float(field: str, value: float, kind: type) -> None:
+    # devices/spec.py refused np.float32 as "field 'clock_hz' must be an integer, got
+    # np.float32(1.5e+09)" (np.float64, a float subclass, passed but reached the provenance as
+    # np.float64(...)); the plain call gets the value the numpy scalar holds
+    plain = float(kind(value))
+    want = _mse({}, device_overrides={field: plain}, trace="launch")
+    got = _mse({}, device_overrides={field: kind(value)}, trace="launch")
+    _same_run(got, want)
+    assert opsim.device_spec("atlas-a2", {field: kind(value)}).provenance == \
+        opsim.device_spec("atlas-a2", {field: plain}).provenance
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("hbm.bandwidth", np.float32("nan"), "field 'gm.bandwidth' must be a finite number, got nan"),
+    ("hbm.bandwidth", np.float64("inf"), "field 'gm.bandwidth' must be a finite number, got inf"),
+    ("hbm.bandwidth", np.float32(-1.0), "field 'gm.bandwidth' must be >= 0, got -1.0"),
+    ("clock_hz", np.float32(1.25), "field 'clock_hz' must be an integer, got 1.25"),
+    ("hbm.bandwidth", np.array([1.0e12], np.float32), "field 'gm.bandwidth' must be a finite number, got array("),
+    ("hbm.bandwidth", np.array(1.0e12), "field 'gm.bandwidth' must be a finite number, got array("),
+    ("hbm.bandwidth", np.bool_(True), "field 'gm.bandwidth' must be a finite number, got np.True_"),
+    ("hbm.bandwidth", "1e12", "field 'gm.bandwidth' must be a finite number, got '1e12'"),
+], ids=repr)
+def test_a_numpy_float_device_field_is_judged_as_its_value(field: str, value: Any, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        opsim.device_spec("atlas-a2", {field: value})
+    assert message in str(err.value)
+
+
+def test_a_numpy_bool_cast_grad_runs_as_the_same_python_bool() -> None:
+    # embedding's cast_grad override refused np.bool_(False) as "cast_grad np.False_ must be True or False"
+    rng = np.random.default_rng(2)
+    ops = dict(grad=rng.standard_normal((16, 32)).astype(np.float16), indices=(np.arange(16) % 5).astype(np.int64),
+               num_weights=8)
+    for flag in (True, False):
+        want = opsim.run("embedding_dense_backward", tiling={"cast_grad": flag}, trace="launch", **ops)
+        got = opsim.run("embedding_dense_backward", tiling={"cast_grad": np.bool_(flag)}, trace="launch", **ops)
+        _same_run(got, want)
+        assert got.tiling.cast_grad is flag
+    with pytest.raises(opsim.OpError) as err:
+        opsim.run("embedding_dense_backward", tiling={"cast_grad": np.array([True])}, trace="off", **ops)
+    assert err.value.code == ACLNN_ERR_INNER_TILING_ERROR
+    assert err.value.message == "cast_grad array([ True]) must be True or False"
