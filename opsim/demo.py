@@ -98,10 +98,20 @@ def run_case(op_name: str, dev: str, dt: str, out_dir: str, reports: bool,
 
 def run_demo(out_dir: str = "opsim-out", reports: bool = True,
              workers: int | None = None, ops: list[str] | None = None) -> int:
-    """Run every demo case (in ``workers`` processes; rows print in a fixed order); ``ops``
-    restricts the table to those operators (custom ones as ``file.py:name``)."""
+    """Run every demo case (in ``workers`` processes, 1 to 1024, None: the CPU count; rows print
+    in a fixed order); ``ops`` restricts the table to those operators (custom ones as
+    ``file.py:name``). A ``workers`` outside that range raises ValueError before any work."""
     from concurrent.futures import ProcessPoolExecutor
     from opsim.cli_trace import write_index_page
+    from opsim.simulator.cargs import is_int
+    from opsim.sweep import MAX_WORKERS
+    # the range `opsim demo --workers` takes (cli.parse_workers): 0 ran as the default, a negative
+    # count ran in process and 5000 would start a process per case
+    if workers is not None:
+        if not is_int(workers) or not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"run_demo: workers must be an integer from 1 to {MAX_WORKERS} "
+                             f"(or None: the CPU count), got {workers!r}")
+        workers = int(workers)
     try:
         cases = demo_cases(ops)
     except KeyError as exc:   # an unknown --kernel: the registry's message names what is known

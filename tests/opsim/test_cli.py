@@ -412,3 +412,16 @@ def test_demo_and_sweep_take_a_worker_count_in_range(monkeypatch):
     monkeypatch.setattr("opsim.demo.run_demo", lambda **kw: ran.append(kw["workers"]) or 0)
     assert main(["demo", "--workers", "1"]) == 0 and main(["demo"]) == 0
     assert ran == [1, None]
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1025, True, 2.0, "2"], ids=repr)
+def test_run_demo_refuses_a_worker_count_outside_what_the_cli_takes(tmp_path, capsys, workers):
+    # `opsim demo --workers` takes 1..1024; the Python entry ran 0 as the CPU count, -1 in process
+    # and "2" into a TypeError from the comparison
+    from opsim.demo import run_demo
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as err:
+        run_demo(out_dir=str(out), reports=False, workers=workers, ops=["mse_loss_backward"])
+    assert str(err.value) == f"run_demo: workers must be an integer from 1 to 1024 (or None: the CPU count), " \
+                             f"got {workers!r}"
+    assert capsys.readouterr().out == "" and not out.exists()     # refused before any work
