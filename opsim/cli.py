@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -188,17 +189,31 @@ def error_text(exc: BaseException) -> str:
 def output_path_problem(path: str) -> str | None:
     """Why ``path`` cannot be written, or None: checked before a run so that a mistyped
     directory is refused at once, not after minutes of simulation (writing can still fail
-    later, e.g. on a full disk, and is reported then)."""
+    later, e.g. on a full disk, and is reported then). Missing parent directories are no
+    problem: :func:`make_parent_dirs` creates them when the file is written (as ``sweep --db``);
+    the nearest one that exists must be a writable directory."""
     if os.path.isdir(path):
         return "is a directory; give a file name"
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.exists(parent) and not os.path.isdir(parent):
-        return f"{parent} is not a directory"
-    if not os.path.isdir(parent):
-        return f"directory {parent} does not exist"
-    if not os.access(parent, os.W_OK | os.X_OK):
-        return f"directory {parent} is not writable"
+    existing = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)      # ends at the root, which exists
+    if not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"directory {existing} is not writable"
     return None
+
+
+def make_parent_dirs(path: str) -> None:
+    """Create the missing parent directories of the output file ``path`` (every file the CLI
+    writes goes through this, so ``-o new/dir/t.json`` works like ``sweep --db new/dir/x.db``);
+    an OSError (a parent that is a file, no permission) is the caller's to report."""
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        # a regular file where a directory belongs: said as opening the file would say it
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), parent) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -279,6 +294,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"op_summary", file=sys.stderr)
             return 2
         try:
+            make_parent_dirs(args.csv)
             files = write_tables(list(res.launch_records), args.csv, res.stats.get("gm_link", "HBM"))
         except OSError as exc:
             print(f"opsim: --csv {args.csv}: {exc.strerror or exc}", file=sys.stderr)
@@ -286,6 +302,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tables        {', '.join(files.values())}", file=notes)
     if args.trace and res.trace is not None:
         try:
+            make_parent_dirs(args.trace)
             write_trace(res.trace, args.trace)
         except ImportError as exc:
             print(f"opsim: --trace {args.trace}: {exc}", file=sys.stderr)
@@ -297,6 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.report:
         from opsim.cli_trace import report_for_result
         try:
+            make_parent_dirs(args.report)
             report_for_result(res, args.report)
         except OSError as exc:
             print(f"opsim: --report {args.report}: {exc.strerror or exc}", file=sys.stderr)
@@ -349,7 +367,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="opsim", description="Ascend-style operator simulator and emulator")
+    ap = argparse.ArgumentParser(prog="opsim", description="Ascend-style operator simulator and emulator",
+                                 epilog="Output files (--trace, --report, --csv, -o, --db) are created with any "
+                                        "missing parent directories; a path that is a directory or cannot be "
+                                        "written is refused.")
     ap.add_argument("--version", action="version", version=f"opsim {_opsim_version()}")
     sub = ap.add_subparsers(dest="command", required=True)
 

@@ -41,6 +41,7 @@ def _overrides(items: Sequence[str] | None) -> dict[str, Any]:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from opsim.cli import make_parent_dirs
     from opsim.sweep import StudyError, sweep
     try:
         res = sweep(args.study, args.db, resume=args.resume, overwrite=args.overwrite,
@@ -55,6 +56,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return 1
     if args.csv:
         try:
+            make_parent_dirs(args.csv)
             res.to_csv(args.csv)
         except OSError as exc:   # the rows are safe in the database: say so, no traceback
             print(f"opsim sweep: --csv {args.csv}: {exc.strerror or exc} (the {res.points} rows are in "

@@ -47,8 +47,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     s = trace.summary()
     if args.csv:
+        from opsim.cli import make_parent_dirs
         from opsim.traces.tables import records_from_trace, write_tables
         try:
+            make_parent_dirs(args.csv)
             files = write_tables(records_from_trace(trace), args.csv, str(trace.metadata.get("gm_link", "HBM")))
         except OSError as exc:
             return _fail(f"--csv {args.csv}: {exc.strerror or exc}")
@@ -77,6 +79,7 @@ def _output_error(path: str, exc: OSError) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from opsim.cli import make_parent_dirs
     if not args.output.lower().endswith(".png"):
         # the picture is PNG whatever the name: a t.svg would hold PNG bytes
         return _fail(f"-o {args.output}: opsim trace plot writes PNG; give a file name ending in .png")
@@ -88,6 +91,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
             if args.kind != "timeline":
                 return _fail(f"--window applies to --kind timeline, not {args.kind}")
             options["window"] = window
+        make_parent_dirs(args.output)
         pic = plot(trace, args.kind, args.output, **options)
     except OSError as exc:   # the trace is read by load_chrome (TraceFormatError): this is the output
         return _output_error(args.output, exc)
@@ -99,12 +103,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from opsim.cli import TRACE_NAMES, trace_format, write_trace
+    from opsim.cli import TRACE_NAMES, make_parent_dirs, trace_format, write_trace
     out = args.output
     if trace_format(out) is None:
         return _fail(f"-o {out}: {TRACE_NAMES}")
     try:
         trace = load_chrome(args.file)
+        make_parent_dirs(out)
         write_trace(trace, out)
     except OSError as exc:
         return _output_error(args.output, exc)

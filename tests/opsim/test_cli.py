@@ -111,7 +111,7 @@ def test_run_into_a_path_that_cannot_be_written_is_an_error_not_a_traceback(tmp_
     blocker = tmp_path / "afile"
     blocker.write_text("")
     cases = [(blocker / "x.out", f"{blocker} is not a directory"),
-             (tmp_path / "no_dir" / "x.out", f"directory {tmp_path / 'no_dir'} does not exist"),
+             (blocker / "sub" / "x.out", f"{blocker} is not a directory"),    # no directory can be made
              (tmp_path, "is a directory; give a file name")]
     for flag in ("--trace", "--report", "--csv"):
         for target, why in cases:
@@ -120,6 +120,20 @@ def test_run_into_a_path_that_cannot_be_written_is_an_error_not_a_traceback(tmp_
             assert rc == 2, flag
             assert f"opsim: {flag} {target}: {why}" in err, err
     assert not ran
+
+
+def test_run_creates_the_missing_parent_directories_of_every_output_file(tmp_path, capsys):
+    # `opsim sweep --db new/dir/x.db` made its directories; `opsim run --trace new/dir/t.json` was
+    # refused with "directory .../new/dir does not exist"
+    outs = {"--trace": tmp_path / "a" / "b" / "t.json", "--report": tmp_path / "c" / "r.html",
+            "--csv": tmp_path / "d" / "e" / "f" / "t.csv"}
+    argv = ["run", "mse_loss_backward", "--shape", "256"]
+    for flag, path in outs.items():
+        argv += [flag, str(path)]
+    assert main(argv) == 0, capsys.readouterr().err
+    for path in outs.values():
+        assert path.is_file() and path.stat().st_size > 0, path
+    assert (tmp_path / "d" / "e" / "f" / "t_pipe_utilization.csv").is_file()   # the tables beside it
 
 
 def test_run_reports_a_write_that_fails_after_the_run_as_a_one_line_error(tmp_path, capsys, monkeypatch):

@@ -266,6 +266,20 @@ def test_a_csv_path_that_cannot_be_written_is_a_clear_error_and_the_rows_stay_in
     assert sweep(str(path), "csvfail.sqlite", workers=1, quiet=True, resume=True).skipped == 2
 
 
+def test_a_csv_in_a_missing_directory_is_written_with_its_directories(work, capsys):
+    # --db new/dir/x.sqlite made its directories, --csv new/dir/rows.csv failed after the sweep
+    # with "No such file or directory"
+    from opsim.cli import main
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "csvdirs"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'shape = [[4096]]\ndtype = ["fp32", "fp16"]\n')
+    rc = main(["sweep", str(path), "--quiet", "--executor", "serial", "--db", "out/db/s.sqlite",
+               "--csv", "out/csv/rows.csv"])
+    assert rc == 0, capsys.readouterr().err
+    lines = (work / "work" / "out" / "csv" / "rows.csv").read_text().splitlines()
+    assert len(lines) == 3 and (work / "work" / "out" / "db" / "s.sqlite").is_file()
+
+
 def test_the_fastest_point_of_a_study_with_an_empty_shape_is_not_none_bound(work, capsys):
     # an empty point has no bound: the summary printed "(0 cycles, None-bound)"
     from opsim.cli import main

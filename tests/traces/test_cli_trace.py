@@ -99,10 +99,22 @@ def test_convert_to_gzip_json_round_trips_and_to_protobuf(trace_file, tmp_path):
 
 @pytest.mark.parametrize("command", ["plot", "convert"])
 def test_an_unwritable_output_names_the_option_and_the_path(trace_file, tmp_path, capsys, command):
-    out = tmp_path / "no-such-dir" / ("t.png" if command == "plot" else "t.pftrace")
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub" / ("t.png" if command == "plot" else "t.pftrace")
     assert _main(["trace", command, trace_file, "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert f"-o {out}: No such file or directory" in err and "Errno" not in err
+    assert f"-o {out}: Not a directory" in err and "Errno" not in err
+
+
+@pytest.mark.parametrize("command", ["plot", "convert", "summary"])
+def test_an_output_in_a_missing_directory_is_written_with_its_directories(trace_file, tmp_path, capsys, command):
+    # the directories were not made: "-o .../no-such-dir/t.png: No such file or directory"
+    if command == "plot":
+        pytest.importorskip("matplotlib")
+    out = tmp_path / "no-such-dir" / "deeper" / {"plot": "t.png", "convert": "t.json", "summary": "t.csv"}[command]
+    argv = ["trace", command, trace_file] + (["--csv", str(out)] if command == "summary" else ["-o", str(out)])
+    assert _main(argv) == 0, capsys.readouterr().err
+    assert out.is_file() and out.stat().st_size > 0
 
 
 @pytest.mark.parametrize("name", ["t.svg", "t.pdf", "t.jpg", "t"])

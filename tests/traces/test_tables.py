@@ -210,8 +210,9 @@ def test_cli_run_and_trace_summary_write_the_tables(tmp_path, capsys):
     assert run_head == tr_head and run_rows == tr_rows
     _, code = _read(str(tmp_path / "run_code_exe.csv"))
     assert code and code[0]["code"].endswith(tuple(f":{i}" for i in range(10000)))
-    assert cli_main(["run", "mse_loss_backward", "--csv", str(tmp_path / "no" / "dir.csv")]) == 2
-    assert "--csv" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("")           # a missing directory is made; one under a file cannot be
+    assert cli_main(["run", "mse_loss_backward", "--csv", str(tmp_path / "afile" / "dir.csv")]) == 2
+    assert f"--csv {tmp_path / 'afile' / 'dir.csv'}: {tmp_path / 'afile'} is not a directory" in capsys.readouterr().err
     assert cli_main(["run", "mse_loss_backward", "--mode", "estimate", "--csv", str(tmp_path / "e.csv")]) == 2
     assert "launches no kernels" in capsys.readouterr().err and not os.path.exists(str(tmp_path / "e.csv"))
 
