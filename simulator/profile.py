@@ -281,5 +281,5 @@ def launch_records(device: Any, profiler: Profiler | None, launches: list | None
             busy=profiler.busy(launch) if profiler is not None else {},
             link_bytes=dict(launch.link_bytes),
             instructions=tuple(profiler.instructions(launch)) if profiler is not None else (),
-            blocks=tuple(sorted(launch.blocks))))
+            blocks=tuple(sorted(launch.blocks)), l2=spec.l2 is not None))
     return out

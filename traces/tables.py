@@ -9,7 +9,8 @@ and says where opsim differs):
   the time and the ratio of each pipe's busy cycles to the core's cycles (``aiv_vec_ratio``,
   ``aic_cube_ratio``, ...), plus the bytes of the launch per link as bandwidths
   (``main_mem_read_bw(GB/s)``, ``l2_read_bw(GB/s)``, ``l2_write_bw(GB/s)``: a store a write-back
-  L2 takes is an L2 write, on the GM link only when the L2 evicts its dirty line);
+  L2 takes is an L2 write, on the GM link only when the L2 evicts its dirty line; N/A on a device
+  without an L2);
 - :func:`pipe_utilization` -- one row per block (core) of each launch, as msOpProf's
   ``PipeUtilization.csv``;
 - :func:`instr_exe` / :func:`code_exe` -- cycles per instruction kind and per kernel source line
@@ -76,6 +77,9 @@ class LaunchRecord:
     # False when the source recorded no pipe activity (a launch-level trace): the pipe columns
     # then say N/A, not 0
     pipes_recorded: bool = True
+    # False on a device without an L2 (the DSPs): the l2_*_bw columns then say N/A, as msprof
+    # does for a metric the chip lacks, not 0.0 for a link that does not exist
+    l2: bool = True
 
     @property
     def cycles(self) -> int:
@@ -173,6 +177,8 @@ def op_summary(records: Sequence[LaunchRecord], gm_link: str = "HBM") -> tuple[l
         bw = [r.link_bytes.get(f"{gm_link} read", 0), r.link_bytes.get(f"{gm_link} write", 0),
               r.link_bytes.get("L2 read", 0), r.link_bytes.get("L2 write", 0)]
         row += [_r(b / seconds / 1e9 if seconds else 0.0) for b in bw]
+        if not r.l2:
+            row[-2:] = ["N/A", "N/A"]
         rows.append(row)
     return head, rows
 
@@ -313,6 +319,9 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
     """
     meta = trace.metadata
     arch = str(meta.get("architecture", ""))
+    # the links the device had: no L2 link on the DSPs (a trace without the table: by architecture)
+    caps = meta.get("link_capacity_GBps")
+    l2 = "L2" in caps if isinstance(caps, dict) and caps else arch != "dsp"
     cols = trace.columns()
     tracks = trace.tracks
     names = cols["name"]
@@ -395,7 +404,7 @@ def records_from_trace(trace: Any) -> list[LaunchRecord]:
             outputs=tuple(TensorInfo(tuple(t[0]), t[1], t[2]) for t in info.get("outputs", ())),
             core_cycles=core_cycles, busy=busy, link_bytes=dict(info.get("link_bytes", {})),
             instructions=tuple((c, p, nm, None, a[0], a[1], a[2]) for (c, p, nm), a in instr.items()),
-            blocks=tuple(blocks), pipes_recorded=trace.level != "launch"))
+            blocks=tuple(blocks), pipes_recorded=trace.level != "launch", l2=l2))
     return out
 
 

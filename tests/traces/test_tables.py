@@ -322,3 +322,44 @@ def test_cli_run_refuses_csv_of_a_mode_without_launches_before_running(tmp_path,
     # an empty call launches nothing either, in any mode: said after the run, as before
     assert cli_main(["run", "mse_loss_backward", "--shape", "0", "--csv", str(tmp_path / "e.csv")]) == 2
     assert "the call launched no kernels (an empty call)" in capsys.readouterr().err
+
+
+L2_COLUMNS = ("l2_read_bw(GB/s)", "l2_write_bw(GB/s)")
+
+
+@pytest.mark.parametrize("device, dtype", [("mt7004", np.float32), ("mt7004", np.float16), ("ft78ne", np.float32)])
+def test_a_dsp_launch_shows_its_l2_bandwidths_as_na_not_zero(device, dtype, tmp_path):
+    # the DSPs have no L2 in the model: op_summary said l2_read_bw 0.0 and l2_write_bw 0.0, a
+    # measurement of a link that does not exist; msprof shows N/A for a metric the chip lacks
+    assert opsim.device_spec(device).l2 is None
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 0.9, 256).astype(dtype)
+    res = opsim.run("binarycrossentropygrad", device=device, input_x=x, input_y=x[::-1].copy(), weight=None,
+                    dloss=np.ones(1, dtype), reduction=1, trace="instruction")
+    path = str(tmp_path / "t.json")
+    res.trace.to_chrome_json(path)
+    for records in (res.launch_records, records_from_trace(load_chrome(path))):
+        head, rows = op_summary(list(records), "DDR")
+        assert rows
+        for r in rows:
+            row = dict(zip(head, r))
+            assert [row[c] for c in L2_COLUMNS] == ["N/A", "N/A"], row
+            assert row["main_mem_read_bw(GB/s)"] > 0          # the DDR link's figures stay numbers
+    # as written by `opsim run --csv`
+    assert cli_main(["run", "binarycrossentropygrad", "--device", device, "--shape", "256",
+                     "--csv", str(tmp_path / "s.csv")]) == 0
+    with open(tmp_path / "s.csv", newline="") as fh:
+        written = list(csv.DictReader(fh))
+    assert written and all(r[c] == "N/A" for r in written for c in L2_COLUMNS)
+
+
+def test_an_ascend_launch_read_back_from_its_trace_keeps_its_l2_bandwidths(tmp_path):
+    rng = np.random.default_rng(4)
+    x, y, g = (rng.standard_normal((64, 4096)).astype(np.float32) for _ in range(3))
+    res = opsim.run("mse_loss_backward", device="atlas-a2", grad_output=g, self=x, target=y, reduction="mean")
+    path = str(tmp_path / "t.json")
+    res.trace.to_chrome_json(path)
+    for records in (res.launch_records, records_from_trace(load_chrome(path))):
+        head, rows = op_summary(list(records), "HBM")
+        row = dict(zip(head, rows[0]))
+        assert isinstance(row["l2_read_bw(GB/s)"], float) and row["l2_write_bw(GB/s)"] > 0
