@@ -573,6 +573,12 @@ def _plan_v1(spec: DeviceSpec, g: TensorDesc, idx: TensorDesc, nw: int, scale: b
     per_owner = -(-nw // core_num)
     owners = -(-nw // per_owner)
     if det:
+        # owner-computes: each block sums the rows of its own range of output rows, so the block
+        # count is the owner count; a block_dim override asking for another was ignored in silence
+        if "block_dim" in ov and ov["block_dim"] != owners:
+            raise tiling_error(f"block_dim {ov['block_dim']}: the deterministic kernel of {spec.name} runs one "
+                               f"block per owner of output rows, ceil(num_weights {nw} / {per_owner} rows per "
+                               f"owner) = {owners}; allowed: block_dim {owners} (or no block_dim override)")
         block_dim = owners
     else:
         block_dim = max(1, min(ov.get("block_dim", min(spec.vector_cores, n_rows)), n_rows))

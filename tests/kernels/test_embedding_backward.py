@@ -902,3 +902,23 @@ def test_a2_scale_through_aclnn_returns_success_and_the_scaled_sums():
     rt.aclrtMemcpy(host, host.nbytes, o_ptr, host.nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
     ok, info = nx.mixed_tolerance_check(host, _scaled_sums(g, idx, nw, -1).astype(np.float32), "fp32")
     assert ok, info
+
+
+def test_a_block_dim_override_of_the_training_deterministic_kernel_is_refused_not_ignored():
+    # owner-computes: one block per owner of out rows (100 rows over 32 cores: 4 rows per owner,
+    # 25 owners); block_dim 7 ran as 25 blocks without a word
+    rng = np.random.default_rng(21)
+    g = rng.standard_normal((64, 16)).astype(np.float32)
+    idx = rng.integers(0, 100, 64).astype(np.int64)
+    kw = dict(grad=g, indices=idx, num_weights=100, deterministic=True)
+    with pytest.raises(opsim.OpError) as e:
+        _run("atlas-training", tiling={"block_dim": 7}, **kw)
+    assert e.value.code == 561002
+    assert e.value.message == ("block_dim 7: the deterministic kernel of atlas-training runs one block per owner "
+                               "of output rows, ceil(num_weights 100 / 4 rows per owner) = 25; allowed: block_dim "
+                               "25 (or no block_dim override)")
+    same = _run("atlas-training", tiling={"block_dim": 25}, **kw)
+    assert same.tiling.block_dim == 25
+    assert _bits(same.outputs["out"]) == _bits(_golden(g, idx, num_weights=100))
+    # the non-deterministic kernel still takes the block count it is given
+    assert _run("atlas-training", tiling={"block_dim": 7}, grad=g, indices=idx, num_weights=100).tiling.block_dim == 7
