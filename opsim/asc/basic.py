@@ -414,20 +414,35 @@ def cast(dst: LocalTensor, src: LocalTensor, round_mode: RoundMode, *args: Any, 
 
 
 def _check_cast(state: _core.BlockState, src: Any, dst: Any) -> None:
-    """Refuse at the call a conversion the device's vector unit has no Cast entry for, listing
-    those it has from the source dtype (the usual fix is a chain of two of them)."""
+    """Refuse at the call a conversion the device's vector unit has no Cast entry for: say so
+    plainly when it has no conversion from the source (or to the destination) dtype at all, else
+    list those it has from the source dtype and the two-cast chains that reach the destination."""
     spec = state.core.device.spec
     entry = spec.vector.cost.get(f"Cast_{src.name}_{dst.name}")
     if entry is not None and src.name in entry:
         return
-    prefix = f"Cast_{src.name}_"
-    have = sorted(f"{src.name} -> {k[len(prefix):]}" for k, v in spec.vector.cost.items()
-                  if k.startswith(prefix) and src.name in v)
-    raise _core.unsupported(f"cast {src.name} -> {dst.name} on {spec.name}",
-                            f"its vector unit has no such conversion (no Cast_{src.name}_{dst.name} entry in its "
-                            f"cost table); from {src.name} it converts "
-                            + (", ".join(have) if have else "to nothing")
-                            + ": chain two casts through one of those")
+    # every conversion the cost table prices, as (from, to) pairs of dtype names
+    pairs = sorted(tuple(k[len("Cast_"):].split("_", 1)) for k, v in spec.vector.cost.items()
+                   if k.startswith("Cast_") and k.count("_") == 2 and k.split("_")[1] in v)
+    froms = [b for a, b in pairs if a == src.name]
+    tos = [a for a, b in pairs if b == dst.name]
+    missing = f"no Cast_{src.name}_{dst.name} entry in its cost table"
+    if not froms or not tos:
+        # no chain of casts can help: the device converts nothing from the source (or to the
+        # destination) dtype
+        sides = ([(f"from {src.name}", f"Cast_{src.name}_*")] if not froms else []) \
+            + ([(f"to {dst.name}", f"Cast_*_{dst.name}")] if not tos else [])
+        hint = (f"{spec.name} has no conversion {' and none '.join(s for s, _ in sides)} at all ({missing}, "
+                f"nor any {' or '.join(k for _, k in sides)} entry); keep the data in a dtype the device "
+                "converts, or run on a device that has the conversion")
+    else:
+        via = [m for m in froms if m in tos]
+        hint = (f"its vector unit has no such conversion ({missing}); from {src.name} it converts "
+                + ", ".join(f"{src.name} -> {m}" for m in froms) + ": "
+                + (f"chain two casts, {' or '.join(f'{src.name} -> {m} -> {dst.name}' for m in via)}" if via
+                   else f"no two casts reach {dst.name} (it converts to {dst.name} from "
+                        + ", ".join(tos) + ")"))
+    raise _core.unsupported(f"cast {src.name} -> {dst.name} on {spec.name}", hint)
 
 
 def compare(dst: LocalTensor, src0: LocalTensor, src1: LocalTensor, cmp_mode: CMPMODE, *args: Any,

@@ -23,6 +23,9 @@ def cast_kernel(x: asc.GlobalAddress, n: int, form: str):
     elif form == "fp32_to_int8":
         b = asc.LocalTensor(asc.int8, asc.TPosition.VECOUT, n * 8, n)
         asc.cast(b, f, asc.RoundMode.CAST_RINT, n)
+    elif form == "fp32_to_uint8":
+        u = asc.LocalTensor(asc.uint8, asc.TPosition.VECOUT, n * 8, n)
+        asc.cast(u, f, asc.RoundMode.CAST_RINT, n)
 
 
 def _line(marker: str) -> int:
@@ -47,12 +50,24 @@ def test_cast_without_a_round_mode_is_refused_as_pyasc_does() -> None:
         cast_kernel[1, None](np.zeros(8, np.float32), N, "no_round_mode")
 
 
-def test_a_cast_the_device_lacks_lists_the_casts_it_has_from_that_dtype() -> None:
+def test_a_cast_two_casts_reach_names_the_chain() -> None:
+    # atlas-a2 prices fp32 -> fp16 and fp16 -> uint8 but not fp32 -> uint8
+    with pytest.raises(UnsupportedInstruction) as exc:
+        cast_kernel[1, None](np.zeros(8, np.float32), N, "fp32_to_uint8")
+    msg = str(exc.value)
+    assert "fp32 -> uint8" in msg and "fp32 -> fp16" in msg and "test_port_audit.py" in msg
+    assert "chain two casts, fp32 -> fp16 -> uint8" in msg
+
+
+def test_a_cast_to_a_dtype_the_device_never_converts_to_says_so_instead_of_suggesting_a_chain() -> None:
+    # atlas-a2 has no Cast_*_int8 at all: before, the refusal listed the casts from fp32 and said
+    # "chain two casts through one of those", which cannot reach int8
     with pytest.raises(UnsupportedInstruction) as exc:
         cast_kernel[1, None](np.zeros(8, np.float32), N, "fp32_to_int8")
     msg = str(exc.value)
-    assert "fp32 -> int8" in msg and "fp32 -> fp16" in msg and "test_port_audit.py" in msg
-
+    assert "fp32 -> int8" in msg and "test_port_audit.py" in msg
+    assert "atlas-a2 has no conversion to int8 at all" in msg and "Cast_*_int8" in msg
+    assert "chain" not in msg
 
 
 @asc.jit
@@ -78,6 +93,10 @@ def test_a_bf16_cast_is_refused_on_the_series_without_bf16(device: str, to_bf16:
     msg = str(exc.value)
     pair = "fp32 -> bf16" if to_bf16 else "bf16 -> fp32"
     assert f"cast {pair} on {device}" in msg and f"no Cast_{pair.replace(' -> ', '_')} entry" in msg
+    # the device converts nothing from (or to) bf16: the refusal says so plainly rather than
+    # "from bf16 it converts to nothing: chain two casts through one of those"
+    side = "to bf16" if to_bf16 else "from bf16"
+    assert f"{device} has no conversion {side} at all" in msg and "chain" not in msg
 
 
 def test_a_bf16_cast_runs_on_atlas_a2() -> None:
