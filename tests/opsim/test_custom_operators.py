@@ -262,6 +262,39 @@ def test_the_demo_report_covers_a_custom_operator(tmp_path: Path) -> None:
     assert row.startswith(ADD)
 
 
+def _off_everywhere(x: np.ndarray, alpha: float) -> dict[str, np.ndarray]:
+    return {"out": x.astype(np.float64) * alpha + 1.0}
+
+
+def _off_every_20th(x: np.ndarray, alpha: float) -> dict[str, np.ndarray]:
+    g = x.astype(np.float64) * alpha
+    g[::20] += 1.0                    # 205 of 4096 elements: 94.995 % within tolerance
+    return {"out": g}
+
+
+def _relatively_close(x: np.ndarray, alpha: float) -> dict[str, np.ndarray]:
+    # every element within the fp32 tolerance (relative 2^-14 < 2^-13), yet |error| reaches
+    # 2^-14 * 1000 * max|x| > the standard's 1e-2 limit on the largest error
+    return {"out": x.astype(np.float64) * alpha * (1 + 2.0**-14)}
+
+
+# a failing demo row said "FAIL (out 0.000)" (and "FAIL (out 1.000)" for a row failed by its
+# largest error): a bare number, the share of elements within tolerance, with nothing saying so
+@pytest.mark.parametrize("golden,alpha,verdict", [
+    (_off_everywhere, 2.0, "FAIL (out: 0.0 % of elements within tol, 99 % needed, max abs err 1 > 0.01)"),
+    (_off_every_20th, 2.0, "FAIL (out: 94.9 % of elements within tol, 99 % needed, max abs err 1 > 0.01)"),
+    (_relatively_close, 1000.0, "FAIL (out: max abs err {err:.3g} > 0.01)")])
+def test_a_failing_demo_row_says_what_its_figure_is(tmp_path: Path, golden: Any, alpha: float,
+                                                   verdict: str) -> None:
+    opsim.register_operator(scale_by, name="scale_by_bad_golden", inputs=("x",), outputs=("out",),
+                            tiling=_scale_tiling, attrs={"alpha": alpha}, golden=golden, example_shape=(4096,))
+    row, entry, failed = run_case("scale_by_bad_golden", "atlas-a2", "fp32", str(tmp_path), False)
+    x = registry.get("scale_by_bad_golden").example(np.random.default_rng(0), None, "fp32")["x"]
+    err = float(np.max(np.abs((x * np.float32(alpha)).astype(np.float64) - golden(x, alpha)["out"])))
+    want = verdict.format(err=err)
+    assert failed and entry is not None and entry["check"] == want and row.endswith(want), row
+
+
 def test_opsim_demo_kernel_restricts_the_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert cli.main(["demo", "--kernel", "scale_by", "--out", str(tmp_path), "--no-report", "--workers", "1"]) == 0
     out = capsys.readouterr().out
