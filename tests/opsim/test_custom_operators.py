@@ -503,3 +503,13 @@ def test_a_kernel_file_imports_the_modules_beside_it(tmp_path: Path, capsys: pyt
         assert sys.path == before                 # the file's directory is on the path only while it loads
     finally:
         sys.modules.pop("audit_helper_tiling", None)
+
+
+def test_a_demo_row_names_a_missing_output_a_wrong_shape_and_a_non_bitwise_integer_output() -> None:
+    # these read "FAIL (out shape)" and "FAIL (out)"
+    from opsim.demo import _check
+    ref = {"out": np.arange(6, dtype=np.int32).reshape(2, 3)}
+    assert _check({}, ref) == "FAIL (out: missing)"
+    assert _check({"out": np.zeros(6, np.int32)}, ref) == "FAIL (out: shape (6,), golden (2, 3))"
+    assert _check({"out": ref["out"] + 1}, ref) == "FAIL (out: not bitwise, and int32 has no tolerance)"
+    assert _check({"out": ref["out"].copy()}, ref) == "bitwise"
