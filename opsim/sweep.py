@@ -661,7 +661,9 @@ class SweepResult:
             conn.close()
 
     def to_csv(self, path: str | Path) -> Path:
-        """Write every row to a CSV file (header = column names)."""
+        """Write every row to a CSV file (header = column names). A cell holds a string bare, a
+        number as written, a list or dict as JSON, and nothing for no value, in every column
+        (the database keeps ``shape``, ``dtype``, ``tiling``, ... as JSON whatever their value)."""
         import csv
         rows = self.rows()
         path = Path(path)
@@ -670,7 +672,7 @@ class SweepResult:
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
             for r in rows:
-                w.writerow(r)
+                w.writerow({k: _csv_cell(v) if k in JSON_COLUMNS else v for k, v in r.items()})
         return path
 
     def to_dataframe(self) -> Any:
@@ -681,6 +683,25 @@ class SweepResult:
             raise ImportError("to_dataframe() needs pandas: pip install pandas "
                               "(or use rows() / to_csv())") from None
         return pd.DataFrame(self.rows(), columns=_columns(self.path))
+
+
+# the columns the database keeps as canonical JSON whatever the value (a dtype "fp32" is stored
+# '"fp32"'); the axis columns keep a scalar bare and anything else as JSON already
+JSON_COLUMNS = frozenset({"shape", "dtype", "tiling", "overrides", "attrs", "params", "pipe_busy"})
+
+
+def _csv_cell(v: Any) -> Any:
+    """A JSON column's CSV cell: the string itself for a JSON string, empty for null, else the
+    JSON text (a number's text is the number's)."""
+    if not isinstance(v, str):
+        return v
+    try:
+        decoded = json.loads(v)
+    except ValueError:
+        return v
+    if decoded is None:
+        return None
+    return decoded if isinstance(decoded, str) else v
 
 
 def _columns(path: Path) -> list[str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import sqlite3
@@ -295,6 +296,30 @@ def test_csv_export_and_dataframe(tmp_path):
         df = res.to_dataframe()
         assert len(df) == res.points and "cycles" in df.columns
 
+
+
+def test_csv_cells_hold_strings_bare_and_only_lists_and_dicts_as_json(tmp_path):
+    # the dtype column read '"fp32"' (the database's JSON) next to axis:dtype's fp32, and a point
+    # without a dtype read 'null' where every other missing value is an empty cell
+    res = sweep(small_study(), tmp_path / "s.sqlite", workers=1, quiet=True)
+    with res.to_csv(tmp_path / "s.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    db = {r["id"]: r for r in res.rows()}
+    assert {r["dtype"] for r in rows} == {"fp32", "fp16"}
+    for r in rows:
+        assert r["dtype"] == r["axis:dtype"] == json.loads(db[r["id"]]["dtype"])
+        # lists and dicts stay JSON and read back to the database's values
+        for col in ("shape", "tiling", "overrides", "attrs", "params"):
+            assert json.loads(r[col]) == json.loads(db[r["id"]][col]), col
+        assert json.loads(r["params"])["dtype"] == r["dtype"]
+        assert json.loads(r["tiling"])["block_dim"] == int(r["axis:tiling.block_dim"])
+    study = {"study": {"name": "nd", "mode": "estimate"},
+             "axes": {"device": ["atlas-a2"], "operator": ["mse_loss_backward"], "shape": [[4096]]}}
+    nd = sweep(study, tmp_path / "nd.sqlite", workers=1, quiet=True)
+    assert nd.rows()[0]["dtype"] == "null"
+    with nd.to_csv(tmp_path / "nd.csv").open(newline="") as f:
+        (row,) = csv.DictReader(f)
+    assert row["dtype"] == "" and row["error"] == "" and json.loads(row["params"])["dtype"] is None
 
 # -- interruption -----------------------------------------------------------------------------------
 
