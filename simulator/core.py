@@ -34,6 +34,8 @@ VECTOR_CORE_PIPES = ("SCALAR", "MTE2", "VECTOR", "MTE3")
 CUBE_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP")
 COUPLED_CORE_PIPES = ("SCALAR", "MTE2", "MTE1", "CUBE", "FIXP", "VECTOR", "MTE3")
 DSP_CORE_PIPES = ("SCALAR", "DMA", "VECTOR")
+# The pipes of a coupled AI core's cube unit (the rest serve the vector unit or the whole core).
+COUPLED_CUBE_UNIT_PIPES = frozenset({"MTE1", "CUBE", "FIXP"})
 
 
 def pipe_head_cycles(spec: "DeviceSpec", pipe: str, concurrent: int, load_bytes: int = 0) -> int:
@@ -393,7 +395,8 @@ class Pipe:
                 if getattr(exc, "origin", None) is None:
                     # the kernel source line of the faulting instruction (sanitizer, messages)
                     exc.origin = getattr(instr, "origin", None)
-                raise exc.at(core=core.name, pipe=self.name, instruction=instr.describe()) from None
+                raise exc.at(core=core.unit_name(self.name), pipe=self.name,
+                             instruction=instr.describe()) from None
             end: int = env._now        # type: ignore[assignment]
             start = self.started
             self.current = None
@@ -523,6 +526,16 @@ class Core:
         except KeyError:
             raise MemoryFault(f"{self.name} has no {name} (has: {', '.join(self.memories)})",
                               core=self.name) from None
+
+    def unit_name(self, pipe: str | None) -> str:
+        """The name a fault gives the part of this core whose ``pipe`` did the work.
+
+        A coupled AI core has one trace process, ``core<i>.veccore0``, for all its pipes; the
+        work of its cube unit (MTE1, CUBE, FIXP) is named ``core<i>.cube`` so that a cube fault
+        does not read as a vector core's. Every other core is its trace name."""
+        if self.kind == "aicore" and pipe in COUPLED_CUBE_UNIT_PIPES:
+            return f"core{self.index}.cube"
+        return self.name
 
     # -- costs ---------------------------------------------------------------------------------
     def head_cost(self, pipe: str, load_bytes: int = 0) -> int:

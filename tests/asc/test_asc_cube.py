@@ -289,3 +289,18 @@ def test_mixed_kernel_with_manual_cross_core_flags():
     fix_end = max(s.end for s in res.trace.slices("core0.cubecore0", "FIXP"))
     first_load = min(s.start for s in res.trace.slices("core0.veccore0", "MTE2"))
     assert first_load >= fix_end, "the vector cores load C only after the cube core's Fixpipe"
+
+
+def test_cube_work_on_a_coupled_ai_core_is_named_by_its_cube_unit():
+    # A coupled AI core (Atlas training series) has every pipe; its trace process is
+    # core<i>.veccore0. A fault of its cube unit (here the Fixpipe the part has no model for) must
+    # not call that unit a vector core: it names core<i>.cube, with the pipe.
+    from opsim.simulator.errors import UnsupportedInstruction
+    a = np.ones((32, 64), np.float16)
+    b = np.ones((64, 48), np.float16)
+    c = np.zeros((32, 48), np.float32)
+    with pytest.raises(UnsupportedInstruction) as info:
+        lowlevel_mm[1, None](a, b, c, 32, 64, 48, device="atlas-training")
+    assert info.value.core == "core0.cube" and info.value.pipe == "FIXP"
+    assert "on core0.cube pipe FIXP in Fixpipe" in str(info.value)
+    assert "veccore" not in str(info.value)
