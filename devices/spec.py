@@ -472,6 +472,12 @@ def _build(raw: dict[str, Any], prov: dict[str, Provenance], origin: str, where:
         raise SpecError(f"{where}: field 'cores.dsp' must be > 0 on a DSP")
     if cores.architecture != "dsp" and (cores.aiv <= 0 or cores.aic <= 0):
         raise SpecError(f"{where}: fields 'cores.aic' and 'cores.aiv' must be > 0 on an Ascend part")
+    if cores.architecture == "coupled" and cores.aiv != cores.aic:
+        # one AI core has both units: the simulator builds cores.aic of them and a vector
+        # kernel's plan splits over cores.aiv, so the two counts must be the same cores
+        raise SpecError(f"{where}: on a coupled part (cores.architecture = 'coupled') every AI core "
+                        f"runs the vector code: field 'cores.aiv' ({cores.aiv}) must equal 'cores.aic' "
+                        f"({cores.aic}); set both")
     if kwargs["gm"].kind not in ("HBM", "DDR"):
         raise SpecError(f"{where}: field 'gm.kind' must be 'HBM' or 'DDR', got {kwargs['gm'].kind!r}")
     if kwargs["gm"].bandwidth <= 0:

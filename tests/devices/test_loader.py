@@ -300,3 +300,18 @@ def test_field_lines_follow_tables_dotted_keys_and_skip_multiline_strings():
     assert field_line(text, "vector.cost.a.b") == 8
     assert field_line(text, "vector.cost.Sub") == 6
     assert field_line(text, "cube.m") is None
+
+
+@pytest.mark.parametrize("key,value", [("cores.aic", 16), ("cores.aiv", 64)])
+def test_a_coupled_part_refuses_different_ai_and_vector_core_counts(key, value):
+    # A coupled AI core runs the vector code itself: the simulator builds cores.aic AI cores,
+    # and a vector kernel's plan splits over cores.aiv of them. A what-if changing one count
+    # planned 32 blocks for 16 cores (two waves) or ignored 32 of 64 cores; it is refused,
+    # naming both fields and their values.
+    spec = load("atlas-training")
+    with pytest.raises(SpecError) as info:
+        spec.replace(key, value)
+    msg = str(info.value)
+    assert "cores.aic" in msg and "cores.aiv" in msg and str(value) in msg and "coupled" in msg
+    both = spec.replace_many({"cores.aic": 16, "cores.aiv": 16})
+    assert both.cores.aic == both.cores.aiv == both.vector_cores == 16
