@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
-from opsim.devices.spec import read_toml
+from opsim.devices.spec import SpecError, read_toml
 from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
 from opsim.limits import HostMemoryError, host_memory_budget, max_study_points
 
@@ -242,6 +242,13 @@ def _validate(doc: Mapping[str, Any], where: str, text: str | None, strict: bool
         if not isinstance(d, str) or (d not in known_devices and not d.endswith(".toml")):
             raise err("axes.device", f"unknown device {d!r}{did_you_mean(str(d), known_devices)}; "
                                      f"known devices: {', '.join(known_devices)}")
+        if d not in known_devices:
+            # a device file (relative to the working directory) is read now: one that cannot be
+            # read or is malformed refuses the study, not every point of it (or with a traceback)
+            try:
+                _devices.load(d)
+            except SpecError as exc:
+                raise err("axes.device", str(exc)) from None
     _check_operator_keys(axes, [registry.get(op) for op in dict(axes)["operator"] if registry.known(op)], err)
     # what-if fields are checked against every device's schema now, not point by point later
     for key, vals in axes:

@@ -97,6 +97,13 @@ BAD_STUDIES = {
     # the dtype's allowed names were dropped
     "unknown dtype": ('[axes]\noperator = ["mse_loss_backward"]\ndtype = ["fp23"]\n', "axes.dtype", 3,
                       "unknown dtype 'fp23'; allowed names: fp32"),
+    # a device file that cannot be read: a traceback with an override axis (its fields are checked
+    # against each device), one refusal per point without
+    "device file missing, override axis": ('[axes]\noperator = ["mse_loss_backward"]\ndevice = ["atlas-a2", '
+                                           '"no-such-device.toml"]\nshape = [[64]]\noverride."ub.size" = [131072]\n',
+                                           "axes.device", 3, "cannot read device file"),
+    "device file missing": ('[axes]\noperator = ["mse_loss_backward"]\ndevice = ["no-such-device.toml"]\n'
+                            'shape = [[64]]\n', "axes.device", 3, "cannot read device file"),
     "plot key unknown": ('[axes]\noperator = ["mse_loss_backward"]\nshape = [[16], [32]]\n\n'
                          '[[plot]]\nkind = "lines"\nx = "shape"\nseires = "device"\n', "plot.seires", 8,
                          "unknown key"),
