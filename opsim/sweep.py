@@ -72,6 +72,7 @@ OPTION_SPELLINGS: dict[str, tuple[str, str]] = {
     "overwrite": ("overwrite=True", "--overwrite"),
     "db": ("database=PATH", "--db PATH"),
     "executor_dask": ("executor='dask'", "--executor dask"),
+    "confirm_top": ("confirm_top=", "--confirm-top "),   # followed by the value given
 }
 
 
@@ -867,7 +868,7 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
         raise StudyError.naming_options("resume and overwrite exclude each other: {resume} continues the "
                                         "database, {overwrite} starts it again; give one")
     if isinstance(confirm_top, bool) or not isinstance(confirm_top, int) or confirm_top < 0:
-        raise StudyError(f"confirm_top must be an integer >= 0, got {confirm_top!r}")
+        raise StudyError.naming_options(f"{{confirm_top}}{confirm_top!r} must be an integer >= 0")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
                                 or not 1 <= workers <= MAX_WORKERS):
         raise StudyError(f"workers must be an integer from 1 to {MAX_WORKERS}, got {workers!r}")
@@ -878,8 +879,9 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
         raise StudyError.naming_options(f"scheduler {scheduler!r} is for executor 'dask', not {executor!r}; "
                                         f"add {{executor_dask}} or leave the scheduler out")
     if confirm_top and (st.mode != "estimate" or "mode" in st.axis_keys()):
-        raise StudyError(f"confirm_top needs the study in estimate mode (it is {st.mode!r}); "
-                         f"the confirmation runs the simulator on the best points")
+        raise StudyError.naming_options(f"{{confirm_top}}{confirm_top} needs the study in estimate mode "
+                                        f"(it is {st.mode!r}); the confirmation runs the simulator on the "
+                                        f"best points")
     db_path = database_path(st, database)
     try:
         _check_existing(db_path, st, resume=resume, overwrite=overwrite)

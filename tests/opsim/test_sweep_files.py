@@ -247,7 +247,7 @@ def test_five_sigkills_mid_sweep_leave_no_worker_processes(tmp_path):
 
 @pytest.mark.parametrize("kw, needle", [({"workers": 100_000}, "workers must be an integer from 1 to 1024"),
                                         ({"workers": 0}, "workers must be"),
-                                        ({"confirm_top": -3}, "confirm_top must be an integer >= 0")])
+                                        ({"confirm_top": -3}, "confirm_top=-3 must be an integer >= 0")])
 def test_implausible_worker_counts_and_confirmations_are_refused_before_anything_runs(work, kw, needle):
     with pytest.raises(StudyError, match=needle):
         sweep(study(), quiet=True, **kw)
@@ -343,3 +343,23 @@ def test_a_study_shape_gives_the_required_inputs_and_leaves_the_optional_operand
     assert plain.cycles != weighted.cycles
     assert [r["cycles"] for r in by_shape.rows()] == [plain.cycles]
     assert [r["cycles"] for r in by_table.rows()] == [weighted.cycles]
+
+
+@pytest.mark.parametrize("args, python, cli", [
+    (["--confirm-top", "-1"], "confirm_top=-1 must be an integer >= 0", "--confirm-top -1 must be an integer >= 0"),
+    (["--mode", "timing", "--confirm-top", "2"], "confirm_top=2 needs the study in estimate mode",
+     "--confirm-top 2 needs the study in estimate mode")])
+def test_confirmation_errors_name_the_option_as_the_caller_spells_it(work, capsys, args, python, cli):
+    # `opsim sweep --confirm-top -1` said "confirm_top must be ...", the keyword of sweep(), not
+    # the flag the user typed
+    from opsim.cli import main
+    top = int(args[-1])
+    with pytest.raises(StudyError, match=python):
+        sweep(study(), quiet=True, confirm_top=top, mode="timing" if "timing" in args else None)
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "ct"\nmode = "estimate"\n[axes]\noperator = ["mse_loss_backward"]\n'
+                    'shape = [[4096]]\n')
+    rc = main(["sweep", str(path), "--quiet", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and cli in err and "confirm_top" not in err, err
+    assert sorted(p.name for p in (work / "work").iterdir()) == ["s.toml"]
