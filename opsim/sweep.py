@@ -479,8 +479,11 @@ def run_point(params: Mapping[str, Any]) -> dict[str, Any]:
         code = getattr(exc, "code", None)
         msg = getattr(exc, "message", None) or (exc.args[0] if isinstance(exc, KeyError) and exc.args
                                                  else str(exc))
+        kind = type(exc).__name__
+        # a machine fault's message starts with its type already ("CapacityError on core0...")
+        named = msg.startswith((f"{kind} ", f"{kind}:"))
         row = {"status": "error", "error_code": code if isinstance(code, int) else None,
-               "error": f"{type(exc).__name__}: {msg}"}
+               "error": msg if named else f"{kind}: {msg}"}
     row["wall_s"] = time.perf_counter() - t0
     return row
 

@@ -589,3 +589,16 @@ def test_on_a_terminal_without_tqdm_the_sweep_still_shows_points_done_and_failed
     monkeypatch.setattr(sys, "stderr", quiet)
     sweep(study, tmp_path / "q.sqlite", executor="serial", quiet=True)
     assert quiet.text == ""
+
+
+def test_a_machine_fault_is_recorded_with_its_type_named_once(tmp_path):
+    # a point whose operands do not fit a what-if HBM was recorded as "CapacityError:
+    # CapacityError: mse_loss_backward needs ...": the fault's own message starts with its type
+    st = {"study": {"name": "fault", "mode": "timing"},
+          "axes": {"operator": ["mse_loss_backward"], "shape": [[65536]],
+                   "override": {"gm.capacity": [65536]}}}
+    res = sweep(st, tmp_path / "f.sqlite", executor="serial", quiet=True)
+    (row,) = res.rows()
+    assert row["status"] == "error"
+    assert row["error"].startswith("CapacityError: mse_loss_backward needs 1048576 B of HBM"), row["error"]
+    assert row["error"].count("CapacityError") == 1
