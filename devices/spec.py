@@ -259,6 +259,11 @@ class DeviceSpec:
             node = node[part]
         return node
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its file's values, as loaded: the read-only mapping views it holds do not
+        # pickle, and a run's result (which carries its spec) must cross process pools
+        return (_rebuild_spec, (copy.deepcopy(dict(self.raw)), dict(self.provenance), self.origin, self.name))
+
     def replace(self, key: str, value: Any, *, note: str = "what-if override") -> "DeviceSpec":
         """A new spec with the dotted field ``key`` set to ``value``, validated like a file."""
         return self.replace_many({key: value}, note=note)
@@ -285,6 +290,10 @@ class DeviceSpec:
                 del prov[stale]  # provenance of sub-fields of a replaced table no longer applies
             prov[ckey] = Provenance("override", f"{note}: {key} = {value!r}")
         return _build(raw, prov, origin=f"{self.origin} + overrides", where=self.name)
+
+
+def _rebuild_spec(raw: dict[str, Any], prov: dict[str, Provenance], origin: str, where: str) -> "DeviceSpec":
+    return _build(raw, prov, origin=origin, where=where)
 
 
 def _plain_scalar(value: Any) -> Any:

@@ -67,6 +67,9 @@ class RunResult:
     # what each kernel launch did (traces.tables.LaunchRecord), in launch order
     launch_records: tuple = field(default=(), repr=False)
     sanitizer: Any = None      # the SanitizerReport of a run with sanitize=True
+    # the DeviceSpec the run used, what-if overrides and device files included (the HTML report
+    # shows its provenance; the name in `device` alone finds only the catalogue entry)
+    spec: Any = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.outputs[name]
@@ -187,7 +190,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         # an empty call skips the shape checks (as the vendor code does) and has no work: its
         # outputs are the empty/zero outputs of full mode, not a golden of mismatched shapes
         return RunResult(op, spec.name, mode, {n: _zeros(d) for n, d in out_descs.items()}, 0, 0.0,
-                         RunStats(mode="numeric", empty=True))
+                         RunStats(mode="numeric", empty=True), spec=spec)
     if mode == "numeric":
         check_host_memory(op, mode, descs, out_descs)
         # the golden needs no tiling, but the call is planned all the same: a tiling (or a what-if
@@ -201,7 +204,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
             # result widened to fp32 (exact for fp16/bf16/fp32) and rounded once (RNE) to out's dtype
             if n in outs and outs[n].dtype != od.dtype.np_dtype:
                 outs[n] = outs[n].astype(np.float32).astype(od.dtype.np_dtype)
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"))
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(mode="numeric"), spec=spec)
 
     if opdef.empty(descs):
         outs = {n: _zeros(d) for n, d in out_descs.items()} if mode == "full" else {}
@@ -211,7 +214,8 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         if sanitize:
             from opsim.simulator.sanitizer import SanitizerReport
             report = SanitizerReport()
-        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0), sanitizer=report)
+        return RunResult(op, spec.name, mode, outs, 0, 0.0, RunStats(empty=True, block_dim=0), sanitizer=report,
+                         spec=spec)
 
     tiling_obj = opdef.plan(spec, descs, attrs, tiling)
 
@@ -286,7 +290,7 @@ def run(op: str, device: str | DeviceSpec = "atlas-a2", mode: str = "full", trac
         if tr is not None:
             record_run_facts(tr, dev, stats, records)
         return RunResult(op, spec.name, mode, outs, stats["cycles"], stats["time_us"], stats, tr, tiling_obj,
-                         records, san.finish() if san is not None else None)
+                         records, san.finish() if san is not None else None, spec=spec)
     finally:
         dev.close()
 

@@ -92,7 +92,7 @@ def estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDesc | No
         est = dataclasses.replace(est, cycles=int(est.cycles) + spec.launch.gap * (est.launches - 1))
     stats = stats_of(spec, est, tiling)
     return RunResult(name, spec.name, "estimate", {}, stats["cycles"], stats["time_us"], stats,
-                     None, tiling)
+                     None, tiling, spec=spec)
 
 
 def _gm_written(spec: DeviceSpec, est: Estimate) -> int:

@@ -267,13 +267,16 @@ def spec_provenance_rows(spec: Any) -> list[tuple[str, str, str, str]]:
 def write_report(result: Any, path: str, spec: Any = None) -> str:
     """Write the HTML report of ``result`` (an ``opsim.RunResult`` or alike) to ``path``.
 
-    ``spec`` is the :class:`devices.DeviceSpec` the run used; without it the catalogue entry
-    named ``result.device`` is shown (a run with what-if overrides should pass its spec).
+    ``spec`` is the :class:`devices.DeviceSpec` the run used; without it ``result.spec`` (an
+    ``opsim.RunResult`` carries the spec it ran on, what-if overrides and device files included)
+    or, for a result without one, the catalogue entry named ``result.device`` is shown.
     Returns ``path``.
     """
     trace = getattr(result, "trace", None)
     stats = dict(getattr(result, "stats", None) or {})
     device = getattr(result, "device", "")
+    if spec is None:
+        spec = getattr(result, "spec", None)
     if spec is None and device:
         try:
             from opsim.devices import load

@@ -58,3 +58,51 @@ def test_index_links_every_report_and_trace(tmp_path):
     text = open(write_index(entries, str(tmp_path / "index.html")), encoding="utf-8").read()
     assert re.findall(r'href="([^"]+)"', text) == ["data:,", "a.html", "a.json", "b.html", "b.json"]
     assert "binary_cross_entropy_backward" in text and "2 runs" in text
+
+
+def _spec_value_cells(text, field):
+    """The value and kind cells of ``field``'s row in the report's provenance table."""
+    m = re.search(rf"<td[^>]*>{re.escape(field)}</td><td[^>]*>([^<]*)</td><td[^>]*>([^<]*)</td>", text)
+    assert m, field
+    return m.group(1), m.group(2)
+
+
+def test_report_of_a_what_if_run_shows_the_device_it_ran_on(tmp_path):
+    # write_report(res) without spec= showed the catalogue atlas-a2 (gm.bandwidth 1.3824e+12,
+    # its source) for a run with device_overrides={"gm.bandwidth": 5e11}, under a heading that
+    # promises "the what-if override that changed it"
+    import numpy as np
+    x = np.ones(4096, np.float32)
+    res = opsim.run("mse_loss_backward", grad_output=x, self=x, target=x, trace="off",
+                    device_overrides={"gm.bandwidth": 5e11})
+    text = open(write_report(res, str(tmp_path / "r.html")), encoding="utf-8").read()
+    value, kind = _spec_value_cells(text, "gm.bandwidth")
+    assert float(value) == 5e11 and kind == "override", (value, kind)
+
+
+def test_report_of_a_device_file_run_shows_its_spec(tmp_path):
+    # opsim run --device my.toml --report: the report looked the device up by its name in the
+    # catalogue, found nothing and left the device table out
+    from opsim.cli import main
+    src = open(devices.load("atlas-a2").origin, encoding="utf-8").read()
+    dev = tmp_path / "mine.toml"
+    dev.write_text(src.replace('name = "atlas-a2"', 'name = "mine-a2"').replace("value = 196608,", "value = 131072,", 1))
+    rc = main(["run", "mse_loss_backward", "--device", str(dev), "--shape", "4096", "--mode", "timing",
+               "--report", str(tmp_path / "r.html")])
+    assert rc == 0
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Device spec and provenance" in text
+    assert _spec_value_cells(text, "ub.size")[0] == "131072"
+
+
+def test_a_result_carrying_its_spec_still_pickles(tmp_path):
+    # results cross process pools (opsim demo's workers): the spec a result now carries, with its
+    # read-only mapping views, must pickle and come back equal, overrides and provenance included
+    import pickle
+    import numpy as np
+    x = np.ones(256, np.float32)
+    res = opsim.run("mse_loss_backward", grad_output=x, self=x, target=x, device_overrides={"ub.size": 131072})
+    back = pickle.loads(pickle.dumps(res))
+    assert back.spec == res.spec and back.spec.ub.size == 131072
+    assert back.spec.provenance["ub.size"].kind == "override" and back.spec.raw == res.spec.raw
+    assert back.cycles == res.cycles and np.array_equal(back.outputs["out"], res.outputs["out"])
