@@ -62,11 +62,29 @@ def database_path(study: Any, database: str | Path | None) -> Path:
 
 
 def study_hash(study: Any) -> str:
-    """sha256 of what decides a study's rows: axes (in order), mode, seed, fixed operands."""
-    doc = {"axes": [[k, list(v)] for k, v in study.axes], "mode": study.mode, "seed": study.seed,
-           "operands": {k: dict(v) for k, v in sorted(study.operands.items())}}
+    """sha256 of what decides a study's rows: axes (in order), mode, seed, fixed operands and the
+    contents of the device files its device axis names (an edited file changes every row of it)."""
+    doc: dict[str, Any] = {"axes": [[k, list(v)] for k, v in study.axes], "mode": study.mode,
+                           "seed": study.seed, "operands": {k: dict(v) for k, v in sorted(study.operands.items())}}
+    files = device_files(study)
+    if files:     # only then: the hash of a study of catalogue devices stays what it was
+        doc["device_files"] = {name: _file_digest(name) for name in files}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def device_files(study: Any) -> list[str]:
+    """The device axis's entries that are device files, not catalogue names, in axis order."""
+    from opsim.devices import catalogue
+    known = set(catalogue())
+    return [d for d in dict(study.axes).get("device", ()) if isinstance(d, str) and d not in known]
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None    # unreadable: the sweep refuses the study when it loads the device
 
 
 def read_meta(path: Path) -> dict[str, str] | None:
@@ -119,7 +137,8 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
             same = meta.get("axes") == axes
         if not same and rows:
             raise _error(f"{path}: study {study.name!r} has changed since its {rows} rows were written "
-                         f"(axes, mode, seed or operands differ); resuming would mix old and new points. "
+                         f"(axes, mode, seed or operands differ{_files_note(study)}); resuming would mix "
+                         f"old and new points. "
                          f"Use {{overwrite}} to start again or another {{db}} to keep both")
         return
     if not rows:
@@ -128,6 +147,13 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
         raise _error(f"{path} already holds results; {{resume}} continues it, {{overwrite}} starts it again")
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def _files_note(study: Any) -> str:
+    files = device_files(study)
+    if not files:
+        return ""
+    return f", or the contents of device file{'s' if len(files) > 1 else ''} {', '.join(files)}"
 
 
 def _watch(parent: int, period: float) -> None:

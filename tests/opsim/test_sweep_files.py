@@ -363,3 +363,23 @@ def test_confirmation_errors_name_the_option_as_the_caller_spells_it(work, capsy
     err = capsys.readouterr().err
     assert rc == 2 and cli in err and "confirm_top" not in err, err
     assert sorted(p.name for p in (work / "work").iterdir()) == ["s.toml"]
+
+
+def test_resume_refuses_a_study_whose_device_file_has_changed(work):
+    # the rows of a device file's points were kept by --resume after the file was edited (HBM
+    # cut from 691 to 100 GB/s: the stale row said 155,951 cycles, the device now gives 910,468)
+    from opsim.devices import load
+    src = open(load("atlas-a2").origin, encoding="utf-8").read()
+    dev = work / "work" / "dev.toml"
+    dev.write_text(src.replace('name = "atlas-a2"', 'name = "dev"'))
+    st = {"study": {"name": "devfile", "mode": "estimate"},
+          "axes": {"device": ["dev.toml"], "operator": ["mse_loss_backward"], "shape": [[65536]]}}
+    first = sweep(st, quiet=True, executor="serial")
+    assert first.ran == 1
+    (old,) = [r["cycles"] for r in first.rows()]
+    assert sweep(st, quiet=True, executor="serial", resume=True).skipped == 1   # unchanged: resumed
+    dev.write_text(dev.read_text().replace("value = 1.3824e12,", "value = 1e11,"))
+    with pytest.raises(StudyError, match="has changed since its 1 rows were written.*device file dev.toml"):
+        sweep(st, quiet=True, executor="serial", resume=True)
+    again = sweep(st, quiet=True, executor="serial", overwrite=True)
+    assert again.ran == 1 and again.rows()[0]["cycles"] > old
