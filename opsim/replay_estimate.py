@@ -15,6 +15,7 @@ from opsim.devices.spec import DeviceSpec
 from opsim.kernels.analytic import Estimate, writeback_share
 from opsim.kernels.common import OpDef, TensorDesc
 from opsim.simulator import numerics as nx
+from opsim.simulator.errors import SimulatorError, name_kernel_line
 from opsim.simulator.replay import ReplayDevice, replay_launches
 from opsim.simulator.tile import GlobalTensor
 
@@ -67,6 +68,9 @@ def replay_estimate(opdef: OpDef, spec: DeviceSpec, descs: Mapping[str, TensorDe
     dev.writeback_share = wb
     try:
         rep = replay_launches(dev, launches)
+    except SimulatorError as exc:
+        # a fault names the kernel line of its instruction, as the simulator's runs do (opsim.run)
+        raise name_kernel_line(exc) from None
     finally:
         dev.writeback_share = 0.0
     block_dim = max((r.block_dim for r in rep.launches), default=1)

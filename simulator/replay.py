@@ -321,6 +321,16 @@ class _RPipe:
         return pay_head(self, load_bytes)     # as core.Pipe: MTE2's large-load head (A-10)
 
 
+def _located(exc: SimulatorError, pipe: _RPipe, instr: Instruction) -> SimulatorError:
+    """``exc`` placed as the simulator's pipe places a fault (core/Pipe._run): the part of the core
+    that did the work, the pipe, the instruction and its kernel source line."""
+    if getattr(exc, "origin", None) is None:
+        exc.origin = getattr(instr, "origin", None)
+    core = pipe.core
+    unit = core.unit_name(pipe.name) if hasattr(core, "unit_name") else core.name
+    return exc.at(core=unit, pipe=pipe.name, instruction=instr.describe())
+
+
 def _stream(program: Iterator[Any], pending: list) -> Iterator[Instruction]:
     """The program's instructions in dispatch order (queue flags before the next yielded one)."""
     for item in program:
@@ -593,7 +603,10 @@ class _Scheduler:
     # -- execution -------------------------------------------------------------------------------
     def _start(self, pipe: _RPipe, instr: Instruction) -> None:
         """``pipe`` pops ``instr`` now: issue it (checks and cost, as the simulator does)."""
-        wait = instr.issue(pipe)  # type: ignore[arg-type]
+        try:
+            wait = instr.issue(pipe)  # type: ignore[arg-type]
+        except SimulatorError as exc:
+            raise _located(exc, pipe, instr) from None
         pipe.current = instr
         if wait is None:
             d = 0
@@ -625,13 +638,19 @@ class _Scheduler:
         else:
             # _finish, inline (most flags and every zero-cost instruction end here)
             pipe.current = None
-            instr.complete(pipe)  # type: ignore[arg-type]
+            try:
+                instr.complete(pipe)  # type: ignore[arg-type]
+            except SimulatorError as exc:
+                raise _located(exc, pipe, instr) from None
 
     def _finish(self, pipe: _RPipe) -> None:
         instr = pipe.current
         pipe.current = None
         if instr is not None:
-            instr.complete(pipe)  # type: ignore[arg-type]
+            try:
+                instr.complete(pipe)  # type: ignore[arg-type]
+            except SimulatorError as exc:
+                raise _located(exc, pipe, instr) from None
 
     def _step(self) -> bool:
         """Do everything possible at ``now``; True if anything happened."""

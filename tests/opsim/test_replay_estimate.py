@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 import sys
 from typing import Any, Iterator
 
@@ -277,3 +278,24 @@ def test_a_single_core_kernel_past_the_l2_prices_its_write_backs_once(n: int) ->
     assert est.cycles >= floor, (est.cycles, floor)
     # and the estimate prices no DDR traffic beyond it: it is not above the simulator
     assert est.cycles <= sim.cycles, (est.cycles, sim.cycles)
+
+
+def test_an_estimate_fault_names_the_unit_pipe_instruction_and_kernel_line_as_the_simulator() -> None:
+    # on a part without a Fixpipe model the timing run stopped with "UnsupportedInstruction on
+    # core3.cube pipe FIXP in Fixpipe(...): ... (kernel line ...)", the estimate with
+    # "UnsupportedInstruction on core0.veccore0: ..." (no pipe, instruction or line)
+    from opsim.simulator.errors import UnsupportedInstruction
+    mm = _load("matmul_cube_only")
+    op = _register("replay_matmul_cube_only", mm.matmul_kernel, ("a", "b", "bias"), ("c",),
+                   lambda spec, ins, at: {"block_dim": 8, "tiling": mm.plan(ins["a"].shape[0], ins["b"].shape[1],
+                                                                           ins["a"].shape[1], 8, False)},
+                   dtypes=("fp16", "fp32"),
+                   infer=lambda spec, ins, at: {"c": ((ins["a"].shape[0], ins["b"].shape[1]), "fp32")})
+    ops = {"a": TensorSpec((128, 64), "fp16"), "b": TensorSpec((64, 1024), "fp16"),
+           "bias": TensorSpec((1, 1024), "fp32")}
+    for mode in ("timing", "estimate"):
+        with pytest.raises(UnsupportedInstruction) as info:
+            opsim.run(op, device="atlas-training", mode=mode, **ops)
+        msg = str(info.value)
+        assert re.match(r"UnsupportedInstruction on core\d+\.cube pipe FIXP in Fixpipe\(", msg), (mode, msg)
+        assert "has no [fixp]" in msg and "(kernel line " in msg and "matmul_cube_only.py:" in msg, (mode, msg)
