@@ -156,7 +156,8 @@ def register(subparsers: Any) -> None:
                    help="skip points already in the database (refused if the study has changed since)")
     again.add_argument("--overwrite", action="store_true",
                    help="discard an existing database of the same study first (never another file)")
-    p.add_argument("--mode", choices=("estimate", "timing", "full"), help="override the study's mode")
+    p.add_argument("--mode", choices=("estimate", "timing", "full"),
+                   help="override the study's mode (refused if the study has a mode axis)")
     p.add_argument("--confirm-top", type=int, default=0, metavar="K",
                    help="estimate every point, then run the simulator on the K fastest")
     p.add_argument("--executor", choices=("local", "serial", "dask"), default="local",

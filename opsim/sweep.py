@@ -73,6 +73,7 @@ OPTION_SPELLINGS: dict[str, tuple[str, str]] = {
     "db": ("database=PATH", "--db PATH"),
     "executor_dask": ("executor='dask'", "--executor dask"),
     "confirm_top": ("confirm_top=", "--confirm-top "),   # followed by the value given
+    "mode": ("mode=", "--mode "),                         # followed by the value given
 }
 
 
@@ -864,6 +865,12 @@ def sweep(study: str | Path | Mapping[str, Any] | Study, database: str | Path | 
     if mode is not None:
         if mode not in MODES:
             raise StudyError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if "mode" in st.axis_keys():
+            # each point runs its axis's mode: the override would be dropped without a word
+            axis = ", ".join(str(m) for m in dict(st.axes)["mode"])
+            raise StudyError.naming_options(
+                f"{{mode}}{mode} would be ignored: the study has a mode axis ({axis}); remove the axis "
+                f"or the option")
         st = Study(st.name, st.axes, mode, st.seed, st.operands, st.plots, st.database, st.source,
                    st.description)
     if resume and overwrite:

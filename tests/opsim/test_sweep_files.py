@@ -383,3 +383,22 @@ def test_resume_refuses_a_study_whose_device_file_has_changed(work):
         sweep(st, quiet=True, executor="serial", resume=True)
     again = sweep(st, quiet=True, executor="serial", overwrite=True)
     assert again.ran == 1 and again.rows()[0]["cycles"] > old
+
+
+def test_a_mode_override_of_a_study_with_a_mode_axis_is_refused_not_ignored(work, capsys):
+    # `opsim sweep s.toml --mode full` on a study with mode = ["estimate", "timing"] as an axis ran
+    # the axis's modes and said nothing: the option, which --help calls "override the study's
+    # mode", was dropped
+    from opsim.cli import main
+    st = {"study": {"name": "modeaxis"}, "axes": {"mode": ["estimate", "timing"],
+                                                  "operator": ["mse_loss_backward"], "shape": [[4096]]}}
+    with pytest.raises(StudyError, match="mode=full would be ignored: the study has a mode axis"):
+        sweep(st, quiet=True, mode="full")
+    path = work / "work" / "s.toml"
+    path.write_text('[study]\nname = "modeaxis"\n[axes]\nmode = ["estimate", "timing"]\n'
+                    'operator = ["mse_loss_backward"]\nshape = [[4096]]\n')
+    rc = main(["sweep", str(path), "--quiet", "--mode", "full"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--mode full would be ignored: the study has a mode axis (estimate, timing)" in err, err
+    assert sorted(p.name for p in (work / "work").iterdir()) == ["s.toml"]
+    assert sweep(st, quiet=True).points == 2     # without the option it runs its axis
