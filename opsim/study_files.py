@@ -24,7 +24,8 @@ import time
 from pathlib import Path, PurePath
 from typing import Any
 
-__all__ = ["database_path", "check_existing", "study_hash", "watch_parent", "read_meta"]
+__all__ = ["database_path", "check_existing", "study_hash", "device_file_digests", "watch_parent",
+           "read_meta"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _CREATOR = "opsim.sweep"
@@ -62,13 +63,10 @@ def database_path(study: Any, database: str | Path | None) -> Path:
 
 
 def study_hash(study: Any) -> str:
-    """sha256 of what decides a study's rows: axes (in order), mode, seed, fixed operands and the
-    contents of the device files its device axis names (an edited file changes every row of it)."""
-    doc: dict[str, Any] = {"axes": [[k, list(v)] for k, v in study.axes], "mode": study.mode,
-                           "seed": study.seed, "operands": {k: dict(v) for k, v in sorted(study.operands.items())}}
-    files = device_files(study)
-    if files:     # only then: the hash of a study of catalogue devices stays what it was
-        doc["device_files"] = {name: _file_digest(name) for name in files}
+    """sha256 of what decides a study's rows in its own file: axes (in order), mode, seed, fixed
+    operands (the device files it names are recorded apart: :func:`device_file_digests`)."""
+    doc = {"axes": [[k, list(v)] for k, v in study.axes], "mode": study.mode, "seed": study.seed,
+           "operands": {k: dict(v) for k, v in sorted(study.operands.items())}}
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -78,6 +76,14 @@ def device_files(study: Any) -> list[str]:
     from opsim.devices import catalogue
     known = set(catalogue())
     return [d for d in dict(study.axes).get("device", ()) if isinstance(d, str) and d not in known]
+
+
+def device_file_digests(study: Any) -> str:
+    """JSON {file: sha256 of its bytes} of the device files the study names: they decide its rows
+    as much as its axes do, so an edited file refuses a resume (recorded as the meta key
+    ``device_files``)."""
+    return json.dumps({name: _file_digest(name) for name in device_files(study)}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def _file_digest(path: str) -> str | None:
@@ -137,9 +143,18 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
             same = meta.get("axes") == axes
         if not same and rows:
             raise _error(f"{path}: study {study.name!r} has changed since its {rows} rows were written "
-                         f"(axes, mode, seed or operands differ{_files_note(study)}); resuming would mix "
-                         f"old and new points. "
+                         f"(axes, mode, seed or operands differ); resuming would mix old and new points. "
                          f"Use {{overwrite}} to start again or another {{db}} to keep both")
+        # a database written before the files were recorded has no entry: nothing to compare
+        if rows and "device_files" in meta:
+            before = json.loads(meta["device_files"])
+            now = json.loads(device_file_digests(study))
+            changed = [f for f in now if f in before and before[f] != now[f]]
+            if changed:
+                raise _error(f"{path}: device file{'s' if len(changed) > 1 else ''} {', '.join(changed)} of "
+                             f"study {study.name!r} {'have' if len(changed) > 1 else 'has'} changed since its "
+                             f"{rows} rows were written; resuming would mix points of the old and the new "
+                             f"device. Use {{overwrite}} to start again or another {{db}} to keep both")
         return
     if not rows:
         return
@@ -147,13 +162,6 @@ def check_existing(path: Path, study: Any, *, resume: bool, overwrite: bool) -> 
         raise _error(f"{path} already holds results; {{resume}} continues it, {{overwrite}} starts it again")
     for suffix in ("", "-wal", "-shm"):
         Path(str(path) + suffix).unlink(missing_ok=True)
-
-
-def _files_note(study: Any) -> str:
-    files = device_files(study)
-    if not files:
-        return ""
-    return f", or the contents of device file{'s' if len(files) > 1 else ''} {', '.join(files)}"
 
 
 def _watch(parent: int, period: float) -> None:

@@ -53,7 +53,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from opsim.devices.spec import SpecError, read_toml
-from opsim.study_files import database_path, check_existing as _check_existing, study_hash, watch_parent
+from opsim.study_files import (database_path, check_existing as _check_existing, device_file_digests, study_hash,
+                               watch_parent)
 from opsim.limits import HostMemoryError, host_memory_budget, max_study_points
 
 __all__ = ["Study", "StudyError", "SweepResult", "load_study", "sweep", "run_point", "point_id"]
@@ -598,6 +599,7 @@ class _Db:
         self.conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('creator', 'opsim.sweep')")
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('study_hash', ?)", (study_hash(study),))
+        self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('device_files', ?)", (device_file_digests(study),))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('study', ?)", (study.name,))
         self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('axes', ?)",

@@ -379,7 +379,7 @@ def test_resume_refuses_a_study_whose_device_file_has_changed(work):
     (old,) = [r["cycles"] for r in first.rows()]
     assert sweep(st, quiet=True, executor="serial", resume=True).skipped == 1   # unchanged: resumed
     dev.write_text(dev.read_text().replace("value = 1.3824e12,", "value = 1e11,"))
-    with pytest.raises(StudyError, match="has changed since its 1 rows were written.*device file dev.toml"):
+    with pytest.raises(StudyError, match="device file dev.toml of study 'devfile' has changed since its 1 rows were written"):
         sweep(st, quiet=True, executor="serial", resume=True)
     again = sweep(st, quiet=True, executor="serial", overwrite=True)
     assert again.ran == 1 and again.rows()[0]["cycles"] > old
