@@ -92,15 +92,20 @@ def test_a_registered_example_kernel_is_estimated_within_the_stated_error(case: 
 CUBE_MAX_ERROR = 0.20
 
 
-def test_a_cube_example_kernel_is_estimated_within_its_known_bound() -> None:
+def _cube_example() -> tuple[str, dict[str, TensorSpec]]:
+    """examples' matmul_cube_only registered on 8 blocks, and the example's operands."""
     mm = _load("matmul_cube_only")
     op = _register("replay_matmul_cube_only", mm.matmul_kernel, ("a", "b", "bias"), ("c",),
                    lambda spec, ins, at: {"block_dim": 8, "tiling": mm.plan(ins["a"].shape[0], ins["b"].shape[1],
                                                                            ins["a"].shape[1], 8, False)},
                    dtypes=("fp16", "fp32"),
                    infer=lambda spec, ins, at: {"c": ((ins["a"].shape[0], ins["b"].shape[1]), "fp32")})
-    ops = {"a": TensorSpec((128, 64), "fp16"), "b": TensorSpec((64, 1024), "fp16"),
-           "bias": TensorSpec((1, 1024), "fp32")}
+    return op, {"a": TensorSpec((128, 64), "fp16"), "b": TensorSpec((64, 1024), "fp16"),
+                "bias": TensorSpec((1, 1024), "fp32")}
+
+
+def test_a_cube_example_kernel_is_estimated_within_its_known_bound() -> None:
+    op, ops = _cube_example()
     sim = opsim.run(op, device="atlas-a2", mode="timing", trace="off", **ops)
     est = opsim.run(op, device="atlas-a2", mode="estimate", **ops)
     assert abs(est.cycles - sim.cycles) <= CUBE_MAX_ERROR * sim.cycles, (est.cycles, sim.cycles)
@@ -285,14 +290,7 @@ def test_an_estimate_fault_names_the_unit_pipe_instruction_and_kernel_line_as_th
     # core3.cube pipe FIXP in Fixpipe(...): ... (kernel line ...)", the estimate with
     # "UnsupportedInstruction on core0.veccore0: ..." (no pipe, instruction or line)
     from opsim.simulator.errors import UnsupportedInstruction
-    mm = _load("matmul_cube_only")
-    op = _register("replay_matmul_cube_only", mm.matmul_kernel, ("a", "b", "bias"), ("c",),
-                   lambda spec, ins, at: {"block_dim": 8, "tiling": mm.plan(ins["a"].shape[0], ins["b"].shape[1],
-                                                                           ins["a"].shape[1], 8, False)},
-                   dtypes=("fp16", "fp32"),
-                   infer=lambda spec, ins, at: {"c": ((ins["a"].shape[0], ins["b"].shape[1]), "fp32")})
-    ops = {"a": TensorSpec((128, 64), "fp16"), "b": TensorSpec((64, 1024), "fp16"),
-           "bias": TensorSpec((1, 1024), "fp32")}
+    op, ops = _cube_example()
     for mode in ("timing", "estimate"):
         with pytest.raises(UnsupportedInstruction) as info:
             opsim.run(op, device="atlas-training", mode=mode, **ops)
